@@ -1,0 +1,90 @@
+"""``[tool.advisor]`` in the nearest pyproject.toml; the command line wins over it."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+KNOWN_KEYS = {"select", "ignore", "per-file-ignores", "gpu", "exclude", "extend-exclude"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class Config:
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    gpu: str | None = None
+    exclude: list[str] = field(default_factory=list)
+    path: Path | None = None  # the pyproject.toml it came from
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent if self.path else Path.cwd()
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    directory = start if start.is_dir() else start.parent
+    for candidate in (directory, *directory.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return pyproject  # load_config reports it
+            if "advisor" in data.get("tool", {}):
+                return pyproject
+    return None
+
+
+def load_config(path: Path | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from error
+    section = data.get("tool", {}).get("advisor")
+    if section is None:
+        return Config(path=path)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tool.advisor] must be a table")
+    unknown = set(section) - KNOWN_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) in [tool.advisor]: {', '.join(sorted(unknown))}")
+
+    def str_list(key: str) -> list[str] | None:
+        value = section.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path}: [tool.advisor] {key} must be a list of strings")
+        return value
+
+    per_file = section.get("per-file-ignores", {})
+    if not isinstance(per_file, dict) or not all(
+        isinstance(v, list) and all(isinstance(c, str) for c in v) for v in per_file.values()
+    ):
+        raise ConfigError(f"{path}: [tool.advisor] per-file-ignores must map globs to lists of codes")
+    gpu = section.get("gpu")
+    if gpu is not None and not isinstance(gpu, str):
+        raise ConfigError(f"{path}: [tool.advisor] gpu must be a string")
+    return Config(
+        select=str_list("select"),
+        ignore=str_list("ignore") or [],
+        per_file_ignores=per_file,
+        gpu=gpu,
+        exclude=(str_list("exclude") or []) + (str_list("extend-exclude") or []),
+        path=path,
+    )

@@ -1,0 +1,117 @@
+"""Small, formatting-preserving builders for rule fixes.
+
+Each returns a new node built from an original one; rules wrap them in
+:class:`advisor.rule.Edit`. Commas, line breaks and comments of the original call
+are kept, so a fix changes only what it must.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def keyword_arg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
+    if isinstance(value, str):
+        value = cst.parse_expression(value)
+    return cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def set_keyword(call: cst.Call, name: str, value: cst.BaseExpression | str) -> cst.Call:
+    """``call`` with ``name=value``: replaces the keyword's value if present, else appends it."""
+    if isinstance(value, str):
+        value = cst.parse_expression(value)
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args = list(call.args)
+            args[index] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    return append_args(call, [keyword_arg(name, value)])
+
+
+def append_args(call: cst.Call, new_args: Sequence[cst.Arg]) -> cst.Call:
+    """Append arguments, following the call's layout (one line, or one argument a line)."""
+    args = list(call.args)
+    new_args = list(new_args)
+    if not new_args:
+        return call
+    # Keyword arguments must come before ``**kwargs``; positional order is kept otherwise.
+    insert_at = len(args)
+    while insert_at > 0 and args[insert_at - 1].star == "**":
+        insert_at -= 1
+    if not args:
+        return call.with_changes(args=new_args)
+    if insert_at < len(args):
+        inline = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        for i, arg in enumerate(new_args):
+            new_args[i] = arg.with_changes(comma=inline)
+        return call.with_changes(args=args[:insert_at] + new_args + args[insert_at:])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        # Trailing comma: usually one argument per line. Reuse the separator between
+        # earlier arguments so the new ones line up, and keep the trailing comma last.
+        separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+        rebuilt = [last.with_changes(comma=separator)]
+        for arg in new_args[:-1]:
+            rebuilt.append(arg.with_changes(comma=separator))
+        rebuilt.append(new_args[-1].with_changes(comma=last.comma))
+        return call.with_changes(args=args[:-1] + rebuilt)
+    inline = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    rebuilt = [last.with_changes(comma=inline)]
+    for arg in new_args[:-1]:
+        rebuilt.append(arg.with_changes(comma=inline))
+    rebuilt.append(new_args[-1])
+    return call.with_changes(args=args[:-1] + rebuilt)
+
+
+def remove_keyword(call: cst.Call, name: str) -> cst.Call:
+    args = list(call.args)
+    for index, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            removed = args.pop(index)
+            if index == len(args) and args:
+                # The removed argument was last: the new last one takes its comma (or none).
+                args[-1] = args[-1].with_changes(comma=removed.comma)
+            return call.with_changes(args=args)
+    return call
+
+
+def rename_keyword(call: cst.Call, old: str, new: str, value: cst.BaseExpression | str | None = None) -> cst.Call:
+    if isinstance(value, str):
+        value = cst.parse_expression(value)
+    args = []
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == old:
+            arg = arg.with_changes(keyword=cst.Name(new))
+            if value is not None:
+                arg = arg.with_changes(value=value)
+        args.append(arg)
+    return call.with_changes(args=args)
+
+
+def string_like(original: cst.BaseExpression, text: str) -> cst.SimpleString:
+    """A string literal for ``text`` in the quote style of ``original``."""
+    quote = '"'
+    prefix = ""
+    if isinstance(original, cst.SimpleString):
+        quote = original.quote
+        prefix = original.prefix.replace("b", "").replace("B", "")
+        if "r" in prefix.lower():
+            prefix = ""
+    return cst.SimpleString(f"{prefix}{quote}{text}{quote}")
+
+
+def expression(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def statement(code: str) -> cst.SimpleStatementLine:
+    parsed = cst.parse_statement(code)
+    assert isinstance(parsed, cst.SimpleStatementLine)
+    return parsed

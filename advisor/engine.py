@@ -1,0 +1,290 @@
+"""The engine: find files, parse each once, run every enabled rule over one shared context.
+
+Files are processed in parallel (a process pool sized to the machine) once there are
+enough of them to pay for the workers. Rules are instantiated once per process.
+"""
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import re
+import tokenize
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import libcst as cst
+
+from advisor.context import FileContext
+from advisor.registry import all_rules
+from advisor.rule import Applicability, Finding, Rule
+from advisor.targets import Target
+
+# A file that mentions none of these cannot hold a finding: skip it before parsing.
+RELEVANT = re.compile(rb"\b(torch|transformers|accelerate|lightning|pytorch_lightning)\b")
+SKIPPED_DIRS = {
+    ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
+    "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".pytest_cache",
+    ".ruff_cache", ".advisor_cache", ".eggs", ".ipynb_checkpoints",
+}
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
+_ADVISOR_IGNORE = re.compile(r"#\s*advisor:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
+PARALLEL_THRESHOLD = 8
+
+
+@dataclass(frozen=True)
+class Settings:
+    codes: frozenset[str]
+    target: Target
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
+    root: str = "."
+
+    def codes_for(self, path: str) -> frozenset[str]:
+        codes = self.codes
+        if self.per_file_ignores:
+            relative = _relative(path, self.root)
+            for pattern, ignored in self.per_file_ignores:
+                if fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(os.path.basename(path), pattern):
+                    codes = frozenset(c for c in codes if not any(c.startswith(i) for i in ignored))
+        return codes
+
+
+@dataclass
+class Diagnostic:
+    """A finding as reported: plain data, safe to send between processes."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    code: str
+    name: str
+    message: str
+    fix_applicability: str | None = None
+    fix_description: str | None = None
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.code)
+
+
+@dataclass
+class FileError:
+    path: str
+    message: str
+    code: str = "ADV000"
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+
+
+# -- files ------------------------------------------------------------------------------
+def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".") -> tuple[list[str], list[FileError]]:
+    files: list[str] = []
+    errors: list[FileError] = []
+    seen: set[str] = set()
+
+    def excluded(path: str) -> bool:
+        relative = _relative(path, root)
+        name = os.path.basename(path.rstrip(os.sep))
+        return any(
+            fnmatch.fnmatch(relative, pattern)
+            or fnmatch.fnmatch(name, pattern)
+            or relative.startswith(pattern.rstrip("/") + "/")
+            for pattern in exclude
+        )
+
+    for given in paths:
+        if not os.path.exists(given):
+            errors.append(FileError(given, "no such file or directory"))
+            continue
+        if os.path.isfile(given):
+            key = os.path.realpath(given)
+            if key not in seen:
+                seen.add(key)
+                files.append(given)  # named explicitly: checked even if it would be excluded
+            continue
+        for directory, dirnames, filenames in os.walk(given, followlinks=False):
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
+                and not excluded(os.path.join(directory, d))
+            )
+            for filename in sorted(filenames):
+                if not filename.endswith((".py", ".pyi")):
+                    continue
+                path = os.path.join(directory, filename)
+                key = os.path.realpath(path)
+                if key in seen or excluded(path):
+                    continue
+                seen.add(key)
+                files.append(path)
+    return files, errors
+
+
+def _relative(path: str, root: str) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+def decode(data: bytes) -> str:
+    """Source text honouring a PEP 263 coding cookie and a BOM."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
+# -- rules --------------------------------------------------------------------------------
+_RULE_INSTANCES: dict[str, Rule] | None = None
+
+
+def rule_instances() -> dict[str, Rule]:
+    global _RULE_INSTANCES
+    if _RULE_INSTANCES is None:
+        _RULE_INSTANCES = {rule.code: rule() for rule in all_rules()}
+    return _RULE_INSTANCES
+
+
+def suppressed(line_text: str, code: str) -> bool:
+    for pattern in (_NOQA, _ADVISOR_IGNORE):
+        match = pattern.search(line_text)
+        if match is None:
+            continue
+        codes = match.group("codes")
+        if codes is None:
+            return True
+        if code in {c.strip().upper() for c in codes.split(",")}:
+            return True
+    return False
+
+
+class AnalysisError(Exception):
+    pass
+
+
+def parse(path: str, data: bytes, target: Target) -> FileContext:
+    """One parse per file. Raises AnalysisError for files that cannot be analyzed."""
+    if b"\x00" in data:
+        raise AnalysisError("source contains a null byte")
+    try:
+        source = decode(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        raise AnalysisError(f"cannot decode: {error}") from error
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise AnalysisError(f"syntax error at line {error.raw_line}, column {error.raw_column + 1}: {error.message}") from error
+    except (RecursionError, MemoryError) as error:
+        raise AnalysisError(f"cannot parse: {type(error).__name__}") from error
+    return FileContext(path, source, module, target)
+
+
+def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], list[FileError]]:
+    """Every enabled rule over one context; findings positioned and filtered by suppressions."""
+    findings: list[Finding] = []
+    errors: list[FileError] = []
+    instances = rule_instances()
+    lines: list[str] | None = None
+    for code in sorted(codes):
+        rule = instances.get(code)
+        if rule is None:
+            continue
+        try:
+            produced = list(rule.check(ctx))
+        except Exception as error:  # a rule bug must never take the run down
+            errors.append(FileError(ctx.path, f"internal error in {code}: {type(error).__name__}: {error}"))
+            continue
+        for finding in produced:
+            finding.path = ctx.path
+            finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
+            if lines is None:
+                lines = ctx.source.splitlines()
+            line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
+            if not suppressed(line_text, finding.code):
+                findings.append(finding)
+    findings.sort(key=Finding.sort_key)
+    return _dedupe(findings), errors
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple] = set()
+    unique = []
+    for finding in findings:
+        key = (finding.code, finding.line, finding.column, finding.message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(finding)
+    return unique
+
+
+def to_diagnostic(finding: Finding) -> Diagnostic:
+    fix = finding.fix
+    return Diagnostic(
+        path=finding.path,
+        line=finding.line,
+        column=finding.column,
+        end_line=finding.end_line,
+        end_column=finding.end_column,
+        code=finding.code,
+        name=finding.name,
+        message=finding.message,
+        fix_applicability=fix.applicability.value if fix and fix.applicability is not Applicability.NONE else None,
+        fix_description=fix.description if fix and fix.applicability is not Applicability.NONE else None,
+    )
+
+
+def check_file(path: str, settings: Settings, data: bytes | None = None) -> FileResult:
+    result = FileResult(path)
+    try:
+        if data is None:
+            with open(path, "rb") as handle:
+                data = handle.read()
+    except OSError as error:
+        result.errors.append(FileError(path, f"cannot read: {error.strerror or error}"))
+        return result
+    if not RELEVANT.search(data):
+        return result
+    try:
+        ctx = parse(path, data, settings.target)
+    except AnalysisError as error:
+        result.errors.append(FileError(path, str(error)))
+        return result
+    findings, errors = run_rules(ctx, settings.codes_for(path))
+    result.diagnostics = [to_diagnostic(f) for f in findings]
+    result.errors.extend(errors)
+    return result
+
+
+def _check_chunk(args: tuple[list[str], Settings]) -> list[FileResult]:
+    paths, settings = args
+    return [check_file(path, settings) for path in paths]
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def map_files(func, paths: Sequence[str], settings: Settings, jobs: int | None = None) -> Iterator:
+    """Apply ``func(chunk, settings)`` over files, in a process pool when it pays."""
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs <= 1 or len(paths) < PARALLEL_THRESHOLD:
+        yield from func((list(paths), settings))
+        return
+    chunk_size = max(1, min(64, len(paths) // (jobs * 4) or 1))
+    chunks = [(list(paths[i : i + chunk_size]), settings) for i in range(0, len(paths), chunk_size)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for results in pool.map(func, chunks):
+            yield from results
+
+
+def check_paths(paths: Sequence[str], settings: Settings, jobs: int | None = None) -> list[FileResult]:
+    return list(map_files(_check_chunk, paths, settings, jobs))

@@ -1,0 +1,258 @@
+"""The shared model of "the training loop", so that rules do not each guess.
+
+A training loop is the innermost ``for``/``while`` that reaches both a backward call
+(``loss.backward()``, ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``)
+and an optimizer ``step()``, either in its own body or through a helper function
+defined in the same file and called from it. For each loop the model lists those
+events in source order, with the statements and conditions they sit under.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
+
+import libcst as cst
+
+from advisor.names import dotted_name
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+EventKind = Literal["backward", "step", "zero_grad"]
+
+_LOOPS = (cst.For, cst.While)
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt)(s|\d*)?($|_)|optimizer|optimiser", re.I)
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|scaler|lr_|warmup|env|game|sim", re.I)
+_OPTIMIZER_QUALNAMES = (
+    "torch.optim.",
+    "bitsandbytes.optim.",
+    "transformers.AdamW",
+    "transformers.Adafactor",
+    "transformers.optimization.",
+    "apex.optimizers.",
+    "deepspeed.ops.adam.",
+)
+# Frameworks whose backward() owns loss scaling and accumulation.
+FRAMEWORK_BACKWARD = ("accelerate.Accelerator", "lightning.fabric.Fabric")
+
+
+@dataclass
+class Event:
+    kind: EventKind
+    call: cst.Call
+    # Which optimizer (step, zero_grad) by its spelling, e.g. "optimizer" or "self.opt";
+    # None when it cannot be told (``model.zero_grad()`` applies to any optimizer).
+    target: str | None
+    statement: cst.CSTNode  # the statement of the loop body (any depth) that holds the call
+    guards: tuple[cst.If, ...]  # ``if`` statements between the loop and the call
+    in_nested_loop: bool
+    via_helper: cst.FunctionDef | None = None
+
+    @property
+    def conditional(self) -> bool:
+        return bool(self.guards)
+
+
+@dataclass
+class TrainingLoop:
+    node: cst.For | cst.While
+    events: list[Event] = field(default_factory=list)
+
+    def of_kind(self, kind: EventKind, direct_only: bool = False) -> list[Event]:
+        return [e for e in self.events if e.kind == kind and not (direct_only and e.via_helper)]
+
+    @property
+    def iterable(self) -> cst.BaseExpression | None:
+        return self.node.iter if isinstance(self.node, cst.For) else None
+
+    @property
+    def optimizers(self) -> list[str]:
+        seen: list[str] = []
+        for event in self.events:
+            if event.kind == "step" and event.target and event.target not in seen:
+                seen.append(event.target)
+        return seen
+
+
+class TrainingLoopModel:
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    # -- what objects are -----------------------------------------------------------------
+    @cached_property
+    def optimizer_names(self) -> set[str]:
+        """Names bound to an optimizer constructor, or handed back by ``accelerator.prepare``."""
+        names: set[str] = set()
+        for prefix in _OPTIMIZER_QUALNAMES:
+            for call in self.ctx.calls_with_prefix(prefix):
+                qualname = self.ctx.qualname(call.func) or ""
+                if "lr_scheduler" in qualname or "scheduler" in qualname.lower():
+                    continue
+                target = _assigned_name(self.ctx, call)
+                if target:
+                    names.add(target)
+        return names
+
+    def is_optimizer(self, spelling: str) -> bool:
+        last = spelling.split(".")[-1]
+        if spelling in self.optimizer_names or last in self.optimizer_names:
+            return True
+        return bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last)
+
+    def is_framework(self, receiver: cst.BaseExpression) -> bool:
+        """``accelerator`` / ``fabric`` objects, by constructor or by their usual names."""
+        call = self.ctx.bound_call(receiver, *FRAMEWORK_BACKWARD)
+        if call is not None:
+            return True
+        name = dotted_name(receiver) or ""
+        return name.split(".")[-1] in ("accelerator", "fabric")
+
+    @cached_property
+    def framework_backward(self) -> bool:
+        return any(
+            isinstance(c.func, cst.Attribute) and self.is_framework(c.func.value)
+            for c in self.ctx.method_calls("backward")
+        )
+
+    # -- events -------------------------------------------------------------------------------
+    def _event_for(self, call: cst.Call) -> tuple[EventKind, str | None] | None:
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            if self.ctx.qualname(func) == "torch.autograd.backward":
+                return ("backward", None)
+            return None
+        method = func.attr.value
+        receiver = dotted_name(func.value)
+        if method == "backward":  # loss.backward(), scaler.scale(loss).backward(), accelerator.backward(loss)
+            return ("backward", None)
+        if method == "zero_grad":
+            if receiver is None:
+                return None
+            return ("zero_grad", receiver if self.is_optimizer(receiver) else None)
+        if method == "step":
+            if receiver is None:
+                return None
+            if _is_scaler_call(self.ctx, func.value) and call.args:
+                inner = dotted_name(call.args[0].value)
+                return ("step", inner) if inner else None
+            if self.is_optimizer(receiver):
+                return ("step", receiver)
+        return None
+
+    def _events_under(self, root: cst.CSTNode, loop: cst.CSTNode | None) -> list[Event]:
+        events: list[Event] = []
+        for call in self.ctx.method_calls("backward", "step", "zero_grad") + self.ctx.calls("torch.autograd.backward"):
+            if not (self.ctx.is_descendant(call, root)):
+                continue
+            described = self._event_for(call)
+            if described is None:
+                continue
+            guards: list[cst.If] = []
+            nested = False
+            statement: cst.CSTNode | None = None
+            crossed_scope = False
+            for ancestor in self.ctx.ancestors(call):
+                if ancestor is root:
+                    break
+                if isinstance(ancestor, _SCOPES):
+                    crossed_scope = True
+                    break
+                if isinstance(ancestor, cst.If):
+                    guards.append(ancestor)
+                elif isinstance(ancestor, _LOOPS):
+                    nested = True
+                if statement is None and isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                    statement = ancestor
+            if crossed_scope or statement is None:
+                continue
+            events.append(Event(described[0], call, described[1], statement, tuple(reversed(guards)), nested))
+        events.sort(key=lambda e: self.ctx.order[e.call])
+        return events
+
+    @cached_property
+    def _local_functions(self) -> dict[str, cst.FunctionDef]:
+        functions: dict[str, cst.FunctionDef] = {}
+        for statement in self.ctx.module.body:
+            if isinstance(statement, cst.FunctionDef):
+                functions[statement.name.value] = statement
+        return functions
+
+    def _helper_events(self, loop: cst.CSTNode) -> list[Event]:
+        events: list[Event] = []
+        for call in self.ctx.walk(loop, cst.Call):
+            if not isinstance(call.func, cst.Name):
+                continue
+            helper = self._local_functions.get(call.func.value)
+            if helper is None or self.ctx.is_descendant(loop, helper):
+                continue
+            statement = self.ctx.statement_of(call)
+            for event in self._events_under(helper, None):
+                event.via_helper = helper
+                event.statement = statement or event.statement
+                events.append(event)
+        return events
+
+    @cached_property
+    def training_loops(self) -> list[TrainingLoop]:
+        candidates: list[TrainingLoop] = []
+        for loop_type in _LOOPS:
+            for node in self.ctx.nodes(loop_type):
+                events = self._events_under(node, node) + self._helper_events(node)
+                kinds = {e.kind for e in events}
+                if "backward" in kinds and "step" in kinds:
+                    candidates.append(TrainingLoop(node, sorted(events, key=lambda e: self.ctx.order[e.call])))
+        # Keep the innermost: an epoch loop around a step loop is not itself the step loop.
+        innermost = [
+            loop
+            for loop in candidates
+            if not any(other is not loop and self.ctx.is_descendant(other.node, loop.node) for other in candidates)
+        ]
+        return sorted(innermost, key=lambda l: self.ctx.order[l.node])
+
+    def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
+        for loop in self.training_loops:
+            if self.ctx.is_descendant(node, loop.node):
+                return loop
+        return None
+
+    def accumulate_context(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` runs inside ``with accelerator.accumulate(...)`` / ``fabric.no_backward_sync``."""
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    call = item.item
+                    if (
+                        isinstance(call, cst.Call)
+                        and isinstance(call.func, cst.Attribute)
+                        and call.func.attr.value in ("accumulate", "no_backward_sync", "no_sync")
+                    ):
+                        return True
+        return False
+
+    def iterated_loaders(self) -> list[cst.BaseExpression]:
+        """The iterables the training loops draw batches from (``for batch in loader``)."""
+        found = []
+        for loop in self.training_loops:
+            for node in [loop.node, *self.ctx.ancestors(loop.node)]:
+                if isinstance(node, cst.For):
+                    found.append(node.iter)
+        return found
+
+
+def _assigned_name(ctx: "FileContext", call: cst.Call) -> str | None:
+    parent = ctx.parent.get(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    if isinstance(parent, cst.AnnAssign):
+        return dotted_name(parent.target)
+    return None
+
+
+def _is_scaler_call(ctx: "FileContext", receiver: cst.BaseExpression) -> bool:
+    if ctx.bound_call(receiver, "torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler"):
+        return True
+    name = dotted_name(receiver) or ""
+    return "scaler" in name.split(".")[-1].lower()

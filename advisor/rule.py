@@ -1,0 +1,160 @@
+"""The rule API: what a rule is, what it reports, and how it proposes a fix.
+
+A rule is one small class in ``rules/``. It declares its code, name, docs and
+examples, and implements ``check(ctx)``, a generator of findings. The engine
+discovers every subclass of :class:`Rule`; adding a rule never touches the engine.
+"""
+from __future__ import annotations
+
+import enum
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence, Union
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+
+class Applicability(str, enum.Enum):
+    """How far a fix may be trusted, as in ruff."""
+
+    SAFE = "safe"  # same results, only faster or leaner
+    UNSAFE = "unsafe"  # changes numerics, the process model or memory use
+    NONE = "none"  # advice only
+
+    def __str__(self) -> str:  # pragma: no cover - cosmetic
+        return self.value
+
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace one node of the original tree (by identity) with another, or remove it."""
+
+    node: cst.CSTNode
+    replacement: Replacement
+
+
+@dataclass(frozen=True)
+class Fix:
+    applicability: Applicability
+    description: str
+    edits: tuple[Edit, ...]
+    # Modules the edited code needs bound at top level (e.g. "torch"); the fixer adds
+    # ``import torch`` only where the file does not already bind it.
+    imports: tuple[str, ...] = ()
+
+
+@dataclass
+class Finding:
+    code: str
+    name: str
+    message: str
+    node: cst.CSTNode
+    fix: Fix | None = None
+    path: str = ""
+    line: int = 0
+    column: int = 0
+    end_line: int = 0
+    end_column: int = 0
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix is not None
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.code)
+
+
+@dataclass(frozen=True)
+class Valid:
+    """An example the rule must stay silent on."""
+
+    code: str
+    gpu: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An example the rule must report; ``fixed`` is the expected fix output, if any."""
+
+    code: str
+    fixed: str | None = None
+    gpu: str | None = None
+    count: int = 1
+    unsafe: bool = False
+    note: str = ""
+
+
+def _dedent(text: str) -> str:
+    return textwrap.dedent(text).strip("\n") + "\n" if text else ""
+
+
+class Rule:
+    """Base class of every rule. Subclasses set the class attributes and ``check``."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    guide: ClassVar[str] = ""  # the guide's section this rule comes from
+    fix_applicability: ClassVar[Applicability] = Applicability.NONE
+    # Markdown sections for `advisor explain` and docs.
+    why: ClassVar[str] = ""
+    example: ClassVar[str] = ""
+    use_instead: ClassVar[str] = ""
+    silent_when: ClassVar[str] = ""
+    valid: ClassVar[Sequence[Valid]] = ()
+    invalid: ClassVar[Sequence[Invalid]] = ()
+
+    def check(self, ctx: "FileContext") -> Iterator[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> Finding:
+        return Finding(code=self.code, name=self.name, message=message, node=node, fix=fix)
+
+    def fix(
+        self,
+        description: str,
+        *edits: Edit,
+        imports: Sequence[str] = (),
+        applicability: Applicability | None = None,
+    ) -> Fix:
+        return Fix(
+            applicability=applicability or self.fix_applicability,
+            description=description,
+            edits=tuple(edits),
+            imports=tuple(imports),
+        )
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The rule's full doc in Markdown, in ruff's shape."""
+        parts = [f"# {cls.code} {cls.name}", "", cls.summary, ""]
+        if cls.guide:
+            parts += [f"Guide section: *{cls.guide}*", ""]
+        if cls.why:
+            parts += ["## Why is this bad?", _dedent(cls.why)]
+        if cls.example:
+            parts += ["## Example", "```python", _dedent(cls.example).rstrip("\n"), "```", ""]
+        if cls.use_instead:
+            parts += ["## Use instead", "```python", _dedent(cls.use_instead).rstrip("\n"), "```", ""]
+        parts += ["## Fix safety", _fix_safety_text(cls.fix_applicability), ""]
+        if cls.silent_when:
+            parts += ["## When it stays silent", _dedent(cls.silent_when)]
+        return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _fix_safety_text(applicability: Applicability) -> str:
+    return {
+        Applicability.SAFE: "The fix is **safe**: same results, only faster or leaner. `advisor fix` applies it.",
+        Applicability.UNSAFE: (
+            "The fix is **unsafe**: it can change numerics, the process model or memory use. "
+            "It is applied only with `--unsafe-fixes`; `advisor fix --verify` applies it with evidence."
+        ),
+        Applicability.NONE: "No automatic fix: the message says what to do.",
+    }[applicability]

@@ -1,0 +1,48 @@
+"""Every rule's own valid/invalid examples, turned into tests (as in Fixit)."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from advisor.registry import all_rules
+from helpers import fix, lint
+
+
+def _cases(kind: str):
+    for rule in all_rules():
+        for index, example in enumerate(getattr(rule, kind)):
+            yield pytest.param(rule, example, id=f"{rule.code}-{kind}-{index}")
+
+
+@pytest.mark.parametrize("rule,example", list(_cases("valid")))
+def test_valid_example_is_silent(rule, example):
+    found = [d for d in lint(example.code, codes=[rule.code], gpu=example.gpu) if d.code == rule.code]
+    assert found == [], f"{rule.code} must stay silent ({example.note}):\n{example.code}"
+
+
+@pytest.mark.parametrize("rule,example", list(_cases("invalid")))
+def test_invalid_example_is_reported(rule, example):
+    found = [d for d in lint(example.code, codes=[rule.code], gpu=example.gpu) if d.code == rule.code]
+    assert len(found) == example.count, f"{rule.code} expected {example.count} finding(s), got {found}"
+
+
+@pytest.mark.parametrize("rule,example", list(_cases("invalid")))
+def test_invalid_example_fix_output(rule, example):
+    result = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=True)
+    fixed = result.fixed.decode()
+    if example.fixed is None:
+        assert fixed == textwrap.dedent(example.code), f"{rule.code} has no fix here but changed the code"
+        return
+    assert fixed == textwrap.dedent(example.fixed)
+    compile(fixed, "fixed.py", "exec")
+    again = fix(fixed, codes=[rule.code], gpu=example.gpu, unsafe=True)
+    assert again.fixed.decode() == fixed, "fix is not idempotent"
+
+
+def test_every_rule_has_examples_and_docs():
+    for rule in all_rules():
+        assert rule.valid, f"{rule.code} has no valid examples"
+        assert rule.invalid, f"{rule.code} has no invalid examples"
+        for attribute in ("name", "summary", "guide", "why", "example", "use_instead", "silent_when"):
+            assert getattr(rule, attribute), f"{rule.code} lacks {attribute}"
