@@ -75,6 +75,8 @@ class FileError:
     path: str
     message: str
     code: str = "ADV000"
+    line: int = 1
+    column: int = 1
 
 
 @dataclass
@@ -165,7 +167,10 @@ def suppressed(line_text: str, code: str) -> bool:
 
 
 class AnalysisError(Exception):
-    pass
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
 
 
 def parse(path: str, data: bytes, target: Target) -> FileContext:
@@ -179,7 +184,8 @@ def parse(path: str, data: bytes, target: Target) -> FileContext:
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        raise AnalysisError(f"syntax error at line {error.raw_line}, column {error.raw_column + 1}: {error.message}") from error
+        first_line = error.message.splitlines()[0] if error.message else "invalid syntax"
+        raise AnalysisError(f"syntax error: {first_line}", error.raw_line, error.raw_column + 1) from error
     except (RecursionError, MemoryError) as error:
         raise AnalysisError(f"cannot parse: {type(error).__name__}") from error
     return FileContext(path, source, module, target)
@@ -253,7 +259,7 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
     try:
         ctx = parse(path, data, settings.target)
     except AnalysisError as error:
-        result.errors.append(FileError(path, str(error)))
+        result.errors.append(FileError(path, str(error), line=error.line, column=error.column))
         return result
     findings, errors = run_rules(ctx, settings.codes_for(path))
     result.diagnostics = [to_diagnostic(f) for f in findings]

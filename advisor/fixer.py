@@ -162,7 +162,7 @@ def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixR
     try:
         ctx = parse(path, data, settings.target)
     except AnalysisError as error:
-        result.errors.append(FileError(path, str(error)))
+        result.errors.append(FileError(path, str(error), line=error.line, column=error.column))
         return result
     encoding = _encoding_of(data)
     codes = settings.codes_for(path)

@@ -1,0 +1,197 @@
+"""Command line: ``advisor check | fix | rules | explain``, modelled on ruff.
+
+Exit codes: 0 clean, 1 findings, 2 usage error or a file that could not be analyzed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from advisor import __version__
+from advisor.config import Config, ConfigError, find_pyproject, load_config
+from advisor.engine import Settings, check_paths, discover
+from advisor.registry import select_codes, unknown_selectors
+from advisor.report import FORMATS, explain, render_text, rules_table, to_github, to_json, to_sarif
+from advisor.targets import UnknownGPU, resolve_target
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _codes_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="advisor",
+        description="Static performance advice and fixes for PyTorch and Hugging Face training scripts.",
+    )
+    parser.add_argument("--version", action="version", version=f"advisor {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
+        sub.add_argument("--select", type=_codes_list, help="codes or prefixes to enable, comma separated (e.g. ADV1,ADV201)")
+        sub.add_argument("--ignore", type=_codes_list, default=[], help="codes or prefixes to disable")
+        sub.add_argument("--gpu", help="target GPU (e.g. A100, H100, V100, T4, RTX4090); default: config, then local GPU")
+        sub.add_argument("--config", type=Path, help="pyproject.toml to read [tool.advisor] from")
+        sub.add_argument("--jobs", "-j", type=int, help="worker processes (default: one per core)")
+        sub.add_argument("--no-color", action="store_true", help="plain text output")
+
+    check = commands.add_parser("check", help="report findings")
+    common(check)
+    check.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
+    check.add_argument("--output", "-o", type=Path, help="write the report to a file")
+
+    fix = commands.add_parser("fix", help="apply fixes (safe ones by default)")
+    common(fix)
+    fix.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes")
+    fix.add_argument("--diff", action="store_true", help="show the changes as a unified diff; write nothing")
+
+    commands.add_parser("rules", help="list the rules")
+    explain_parser = commands.add_parser("explain", help="show a rule's documentation")
+    explain_parser.add_argument("code", help="rule code or name, e.g. ADV101")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
+    config_path = args.config or find_pyproject(Path(args.paths[0]) if args.paths else Path.cwd())
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"config file not found: {args.config}")
+    config = load_config(config_path)
+    select = args.select if args.select is not None else config.select
+    ignore = list(config.ignore) + list(args.ignore or [])
+    for origin, selectors in (("--select", select or []), ("--ignore", ignore)):
+        unknown = unknown_selectors(selectors)
+        if unknown:
+            raise UsageError(f"unknown rule code(s) in {origin}: {', '.join(unknown)}")
+    for pattern, codes in config.per_file_ignores.items():
+        unknown = unknown_selectors(codes)
+        if unknown:
+            raise UsageError(f"unknown rule code(s) in per-file-ignores[{pattern!r}]: {', '.join(unknown)}")
+    target = resolve_target(args.gpu, config.gpu)
+    per_file = tuple((pattern, frozenset(c.upper() for c in codes)) for pattern, codes in config.per_file_ignores.items())
+    settings = Settings(
+        codes=frozenset(select_codes(select, ignore)),
+        target=target,
+        per_file_ignores=per_file,
+        root=str(config.root),
+    )
+    return settings, config
+
+
+def _console(args: argparse.Namespace, stream=None) -> Console:
+    no_color = getattr(args, "no_color", False) or "NO_COLOR" in os.environ
+    return Console(file=stream or sys.stdout, highlight=False, no_color=no_color, soft_wrap=True)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    settings, config = _settings(args)
+    files, errors = discover(args.paths, config.exclude, str(config.root))
+    results = check_paths(files, settings, args.jobs)
+    diagnostics = sorted((d for r in results for d in r.diagnostics), key=lambda d: d.sort_key())
+    errors += [e for r in results for e in r.errors]
+    if args.format == "text" and args.output is None:
+        render_text(_console(args), diagnostics, errors, settings.target)
+    else:
+        if args.format == "json":
+            text = to_json(diagnostics, errors, settings.target)
+        elif args.format == "sarif":
+            text = to_sarif(diagnostics, errors, settings.target)
+        elif args.format == "github":
+            text = to_github(diagnostics, errors)
+        else:
+            import io
+
+            buffer = io.StringIO()
+            render_text(Console(file=buffer, no_color=True, highlight=False, soft_wrap=True), diagnostics, errors, settings.target)
+            text = buffer.getvalue().rstrip("\n")
+        if args.output is not None:
+            args.output.write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + ("\n" if text else ""))
+    if errors:
+        return EXIT_ERROR
+    if diagnostics and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def run_fix(args: argparse.Namespace) -> int:
+    from advisor.fixer import fix_paths
+
+    settings, config = _settings(args)
+    files, errors = discover(args.paths, config.exclude, str(config.root))
+    results = fix_paths(files, settings, unsafe=args.unsafe_fixes, write=not args.diff, jobs=args.jobs)
+    console = _console(args)
+    errors += [e for r in results for e in r.errors]
+    remaining = sorted((d for r in results for d in r.remaining), key=lambda d: d.sort_key())
+    applied = sum(len(r.applied) for r in results)
+    if args.diff:
+        for result in results:
+            if result.changed:
+                sys.stdout.write(result.diff())
+        for result in results:
+            for dropped in result.dropped:
+                console.print(f"[yellow]{result.path}: fix dropped, it would break the code: {dropped}[/yellow]", markup=True)
+        console.print(f"{applied} fix{'es' if applied != 1 else ''} would be applied.", style="dim")
+        if errors:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if any(r.changed for r in results) else EXIT_CLEAN
+    render_text(console, remaining, errors, settings.target, show_footer=False)
+    for result in results:
+        for dropped in result.dropped:
+            console.print(f"[yellow]{result.path}: fix dropped, it would break the code: {dropped}[/yellow]")
+    files_changed = sum(1 for r in results if r.written)
+    message = f"Fixed {applied} finding{'s' if applied != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}"
+    total, safe, unsafe = (len(remaining), 0, 0)
+    unsafe = sum(1 for d in remaining if d.fix_applicability == "unsafe")
+    message += f"; {total} remaining"
+    if unsafe and not args.unsafe_fixes:
+        message += f" ({unsafe} fixable with --unsafe-fixes)"
+    console.print(message + ".")
+    if errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if remaining else EXIT_CLEAN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_ERROR
+    try:
+        if args.command == "check":
+            return run_check(args)
+        if args.command == "fix":
+            return run_fix(args)
+        if args.command == "rules":
+            rules_table(Console(highlight=False))
+            return EXIT_CLEAN
+        if args.command == "explain":
+            if not explain(Console(highlight=False, soft_wrap=True), args.code):
+                print(f"advisor: unknown rule {args.code!r}; see `advisor rules`", file=sys.stderr)
+                return EXIT_ERROR
+            return EXIT_CLEAN
+    except (UsageError, ConfigError, UnknownGPU) as error:
+        print(f"advisor: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("advisor: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_ERROR  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

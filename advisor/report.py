@@ -1,0 +1,203 @@
+"""Output formats: text (rich), JSON, SARIF 2.1.0 and GitHub Actions annotations."""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from advisor import __version__
+from advisor.engine import Diagnostic, FileError
+from advisor.registry import all_rules, rule_by_code
+from advisor.targets import Target
+
+FORMATS = ("text", "json", "sarif", "github")
+INFORMATION_URI = "https://github.com/advisor-dev/advisor"
+
+
+def summary_counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int, int]:
+    safe = sum(1 for d in diagnostics if d.fix_applicability == "safe")
+    unsafe = sum(1 for d in diagnostics if d.fix_applicability == "unsafe")
+    return len(diagnostics), safe, unsafe
+
+
+def footer(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> str:
+    total, safe, unsafe = summary_counts(diagnostics)
+    if not total and not errors:
+        return "All checks passed."
+    text = f"{total} finding{'s' if total != 1 else ''}, {safe} fixable"
+    if unsafe:
+        text += f"; {unsafe} more with --unsafe-fixes"
+    text += "."
+    if errors:
+        text += f" {len(errors)} file{'s' if len(errors) != 1 else ''} could not be analyzed."
+    return text
+
+
+def render_text(
+    console: Console,
+    diagnostics: Sequence[Diagnostic],
+    errors: Sequence[FileError],
+    target: Target,
+    show_footer: bool = True,
+) -> None:
+    console.print(f"[dim]target: {escape(target.describe())}[/dim]")
+    for error in errors:
+        console.print(f"[bold]{escape(error.path)}[/bold]:{error.line}:{error.column}: [bold red]{error.code}[/bold red] {escape(error.message)}")
+    for d in diagnostics:
+        marker = " [cyan]\\[*][/cyan]" if d.fix_applicability == "safe" else ""
+        console.print(
+            f"[bold]{escape(d.path)}[/bold]:{d.line}:{d.column}: [bold red]{d.code}[/bold red]{marker} {escape(d.message)}",
+            soft_wrap=True,
+        )
+    if show_footer:
+        console.print(footer(diagnostics, errors))
+
+
+def to_json(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], target: Target) -> str:
+    payload = {
+        "version": __version__,
+        "target": {"gpu": target.name, "source": target.source},
+        "findings": [
+            {
+                "path": d.path,
+                "line": d.line,
+                "column": d.column,
+                "end_line": d.end_line,
+                "end_column": d.end_column,
+                "code": d.code,
+                "name": d.name,
+                "message": d.message,
+                "fix": None
+                if d.fix_applicability is None
+                else {"applicability": d.fix_applicability, "description": d.fix_description},
+            }
+            for d in diagnostics
+        ],
+        "errors": [{"path": e.path, "message": e.message} for e in errors],
+    }
+    return json.dumps(payload, indent=2)
+
+
+def to_sarif(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], target: Target) -> str:
+    rules = list(all_rules())
+    index = {rule.code: i for i, rule in enumerate(rules)}
+    descriptors = [
+        {
+            "id": rule.code,
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": rule.summary},
+            "help": {"text": rule.summary, "markdown": rule.documentation()},
+            "defaultConfiguration": {"level": "warning"},
+            "properties": {"fix": rule.fix_applicability.value, "guide": rule.guide},
+        }
+        for rule in rules
+    ]
+    results = []
+    for d in diagnostics:
+        result = {
+            "ruleId": d.code,
+            "level": "warning",
+            "message": {"text": d.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": _uri(d.path)},
+                        "region": {
+                            "startLine": d.line,
+                            "startColumn": d.column,
+                            "endLine": d.end_line,
+                            "endColumn": d.end_column,
+                        },
+                    }
+                }
+            ],
+        }
+        if d.code in index:
+            result["ruleIndex"] = index[d.code]
+        if d.fix_applicability:
+            result["properties"] = {"fix": {"applicability": d.fix_applicability, "description": d.fix_description}}
+        results.append(result)
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": f"{e.path}: {e.message}"},
+            "descriptor": {"id": e.code},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(e.path)}}}],
+        }
+        for e in errors
+    ]
+    run = {
+        "tool": {
+            "driver": {
+                "name": "advisor",
+                "version": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": descriptors,
+            }
+        },
+        "results": results,
+        "invocations": [
+            {
+                "executionSuccessful": not errors,
+                "toolExecutionNotifications": notifications,
+            }
+        ],
+        "properties": {"target": {"gpu": target.name, "source": target.source}},
+    }
+    sarif = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [run],
+    }
+    return json.dumps(sarif, indent=2)
+
+
+def _uri(path: str) -> str:
+    return path.replace("\\", "/").removeprefix("./")
+
+
+def _github_escape(text: str, property_value: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_value:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def to_github(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> str:
+    lines = []
+    for e in errors:
+        lines.append(f"::error file={_github_escape(e.path, True)},line={e.line},col={e.column},title={e.code}::{_github_escape(e.message)}")
+    for d in diagnostics:
+        lines.append(
+            f"::warning file={_github_escape(d.path, True)},line={d.line},col={d.column},"
+            f"endLine={d.end_line},endColumn={d.end_column},title={d.code} {_github_escape(d.name, True)}"
+            f"::{_github_escape(d.code + ' ' + d.message)}"
+        )
+    return "\n".join(lines)
+
+
+def rules_table(console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="advisor rules", show_lines=False)
+    for column in ("Code", "Name", "Fix", "Guide section", "Summary"):
+        table.add_column(column, overflow="fold")
+    for rule in all_rules():
+        table.add_row(rule.code, rule.name, rule.fix_applicability.value, rule.guide, rule.summary)
+    console.print(table)
+
+
+def explain(console: Console, code: str) -> bool:
+    rule = rule_by_code(code)
+    if rule is None:
+        return False
+    if console.is_terminal:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(rule.documentation()))
+    else:
+        console.print(rule.documentation(), markup=False, highlight=False, soft_wrap=True)
+    return True
