@@ -63,22 +63,18 @@ ASSUMED = Target(
 
 
 def _normalise(name: str) -> str:
-    name = name.lower()
-    for noise in ("nvidia", "tesla", "geforce", "-", "_", " "):
-        name = name.replace(noise, "")
-    return name
+    """Lower case, separators as single spaces: ``NVIDIA A100-SXM4-40GB`` -> ``nvidia a100 sxm4 40gb``."""
+    return re.sub(r"[-_\s]+", " ", name.lower()).strip()
 
 
 def lookup(name: str, memory_gb: float | None = None) -> Target | None:
     """A profile from a user-given or NVML-reported name (``a100``, ``NVIDIA A100-SXM4-40GB``, ``rtx 4090``)."""
     key = _normalise(name)
     if "a100" in key:
-        forty = "40gb" in key or (memory_gb is not None and memory_gb < 60)
+        forty = re.search(r"40 ?gb", key) or (memory_gb is not None and memory_gb < 60)
         return PROFILES["A100-40GB" if forty else "A100-80GB"]
-    if "a10g" in key:
-        return PROFILES["A10G"]
-    for profile in ("h200", "h100", "b200", "v100", "t4", "l4", "a10"):
-        if re.search(rf"{profile}(?![0-9])", key):
+    for profile in ("h200", "h100", "b200", "v100", "t4", "l4", "a10g", "a10"):
+        if re.search(rf"(?<![a-z0-9]){profile}(?![0-9a-z])", key):
             return PROFILES[profile.upper()]
     for profile in ("3090", "4090"):
         if profile in key:
