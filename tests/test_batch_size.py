@@ -1,0 +1,238 @@
+"""ADV401 beyond its own examples: sources of the two values, fix shapes, silence."""
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from advisor.rules.batch_size import modulo_divisor, rebalanced
+from helpers import fix, lint
+
+CODE = "ADV401"
+
+
+def findings(source: str):
+    return [d for d in lint(source, codes=[CODE]) if d.code == CODE]
+
+
+def fixed(source: str) -> str:
+    return fix(source, codes=[CODE], unsafe=True).fixed.decode()
+
+
+@pytest.mark.parametrize(
+    "batch,accumulation,expected",
+    [(1, 64, (4, 16)), (2, 16, (4, 8)), (1, 8, (4, 2)), (2, 8, (4, 4)), (1, 10, (2, 5)), (1, 9, None), (2, 9, None)],
+)
+def test_rebalance_keeps_the_product(batch, accumulation, expected):
+    assert rebalanced(batch, accumulation) == expected
+
+
+@pytest.mark.parametrize(
+    "test",
+    ["(i + 1) % k == 0", "0 == step % k", "not (i + 1) % k", "(i + 1) % k == 0 or i + 1 == len(loader)"],
+)
+def test_modulo_guard_spellings(test):
+    divisor = modulo_divisor(cst.parse_expression(test))
+    assert isinstance(divisor, cst.Name) and divisor.value == "k"
+
+
+@pytest.mark.parametrize("test", ["i % k != 0", "i % k == 1", "i > k"])
+def test_not_an_accumulation_guard(test):
+    assert modulo_divisor(cst.parse_expression(test)) is None
+
+
+def test_message_shows_the_split_and_the_guide():
+    (finding,) = findings(
+        """
+        from transformers import TrainingArguments
+        args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=64)
+        """
+    )
+    assert "`1 x 64 -> 4 x 16`" in finding.message
+    assert "advisor fix --verify" in finding.message
+    assert finding.message.endswith("(guide: Gradient Accumulation)")
+    assert finding.fix_applicability == "unsafe"
+
+
+def test_explicit_keywords_are_known_next_to_unknown_kwargs():
+    # Python rejects a second value for a keyword written out, so **default_args cannot override it.
+    source = """
+        from transformers import TrainingArguments
+        args = TrainingArguments(per_device_train_batch_size=1, gradient_accumulation_steps=64, **default_args)
+        """
+    assert len(findings(source)) == 1
+    assert "per_device_train_batch_size=4, gradient_accumulation_steps=16, **default_args" in fixed(source)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "gradient_accumulation_steps=64",  # default batch 8
+        "per_device_train_batch_size=1",  # default accumulation 1
+        "per_device_train_batch_size=1, gradient_accumulation_steps=64, use_cpu=True",
+        "per_device_train_batch_size=1, gradient_accumulation_steps=64, no_cuda=cli.cpu",
+        "per_device_train_batch_size=batch, gradient_accumulation_steps=64",
+    ],
+)
+def test_trainer_silences(arguments):
+    assert findings(f'from transformers import TrainingArguments\nargs = TrainingArguments("out", {arguments})\n') == []
+
+
+def test_accumulation_computed_from_the_batch_edits_only_the_batch():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+        batch_size = 1
+        effective = 64
+        accum = effective // batch_size
+        loader = DataLoader(ds, batch_size=batch_size)
+        for i, (x, y) in enumerate(loader):
+            (model(x.cuda(), y.cuda()) / accum).backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """
+    assert len(findings(source)) == 1
+    assert fixed(source) == textwrap.dedent(source).replace("batch_size = 1", "batch_size = 4")
+
+
+def test_loader_behind_self_attribute_and_tqdm():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+
+        class Runner:
+            def __init__(self, ds):
+                self.loader = DataLoader(ds, batch_size=2, shuffle=True)
+
+            def train(self):
+                for i, batch in enumerate(tqdm(self.loader)):
+                    self.model(batch.cuda()).backward()
+                    if (i + 1) % 16 == 0:
+                        self.optimizer.step()
+                        self.optimizer.zero_grad()
+        """
+    out = fixed(source)
+    assert "DataLoader(ds, batch_size=4, shuffle=True)" in out
+    assert "(i + 1) % 8 == 0" in out
+
+
+def test_accelerate_resume_pattern():
+    source = """
+        import argparse
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--per_device_train_batch_size", type=int, default=1)
+        parser.add_argument("--gradient_accumulation_steps", type=int, default=32)
+        args = parser.parse_args()
+        accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
+        train_dataloader = DataLoader(train_ds, shuffle=True, collate_fn=collator, batch_size=args.per_device_train_batch_size)
+        eval_dataloader = DataLoader(eval_ds, collate_fn=collator, batch_size=8)
+        model, optimizer, train_dataloader, eval_dataloader = accelerator.prepare(
+            model, optimizer, train_dataloader, eval_dataloader
+        )
+        for epoch in range(3):
+            if resume_step:
+                active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_step)
+            else:
+                active_dataloader = train_dataloader
+            for step, batch in enumerate(active_dataloader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+    out = fixed(source)
+    assert 'default=4)\nparser.add_argument("--gradient_accumulation_steps", type=int, default=8)' in out
+
+
+def test_lightning_trainer_with_train_dataloader_hook():
+    source = """
+        import lightning as L
+        from torch.utils.data import DataLoader
+
+        class Model(L.LightningModule):
+            def train_dataloader(self):
+                return DataLoader(self.ds, batch_size=1)
+
+        trainer = L.Trainer(accumulate_grad_batches=32)
+        trainer.fit(Model())
+        """
+    out = fixed(source)
+    assert "batch_size=4" in out and "accumulate_grad_batches=8" in out
+
+
+def test_missing_loader_batch_size_is_reported_without_a_fix():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds, shuffle=True)
+        for i, x in enumerate(loader):
+            model(x.cuda()).backward()
+            if (i + 1) % 32 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """
+    (finding,) = findings(source)
+    assert finding.fix_applicability is None
+    assert fixed(source) == textwrap.dedent(source)
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        # a while loop: nothing tells which loader it draws from
+        """
+        it = iter(loader)
+        i = 0
+        while i < steps:
+            model(next(it).cuda()).backward()
+            if (i + 1) % 16 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            i += 1
+        """,
+        # steps every iteration: no accumulation
+        """
+        for i, x in enumerate(loader):
+            model(x.cuda()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        # the loader comes in as a parameter
+        """
+        def train(data):
+            for i, x in enumerate(data):
+                model(x.cuda()).backward()
+                if (i + 1) % 16 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """,
+        # batches come from a batch sampler
+        """
+        loader = DataLoader(ds, batch_sampler=sampler)
+        for i, x in enumerate(loader):
+            model(x.cuda()).backward()
+            if (i + 1) % 16 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+    ],
+)
+def test_loop_silences(loop):
+    header = "import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=1)\n"
+    assert findings(header + textwrap.dedent(loop)) == []
+
+
+def test_fix_is_idempotent_and_the_result_is_silent():
+    source = """
+        from transformers import TrainingArguments
+        args = TrainingArguments("out", per_device_train_batch_size=2, gradient_accumulation_steps=32)
+        """
+    once = fixed(source)
+    assert "per_device_train_batch_size=4, gradient_accumulation_steps=16" in once
+    assert findings(once) == []
+    assert fixed(once) == once

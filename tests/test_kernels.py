@@ -1,0 +1,133 @@
+"""ADV601 beyond its own examples: spellings of torch's Adam, Trainer `optim`, silences."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from helpers import fix, lint
+
+CODE = "ADV601"
+
+
+def findings(source: str):
+    return [d for d in lint(source, codes=[CODE]) if d.code == CODE]
+
+
+def fixed(source: str) -> str:
+    return fix(source, codes=[CODE], unsafe=False).fixed.decode()
+
+
+@pytest.mark.parametrize(
+    "imports,spelling",
+    [
+        ("import torch", "torch.optim.Adam"),
+        ("import torch.optim as optim", "optim.AdamW"),
+        ("from torch.optim import AdamW as A", "A"),
+        ("from torch.optim.adamw import AdamW", "AdamW"),
+    ],
+)
+def test_torch_adam_spellings_get_fused(imports, spelling):
+    source = f"{imports}\nmodel = Net().to('cuda')\nopt = {spelling}(model.parameters(), lr=1e-3)\n"
+    (finding,) = findings(source)
+    assert finding.message.startswith(f"`{spelling}` without `fused=True`")
+    assert finding.message.endswith("(guide: Optimizer choice)")
+    assert finding.fix_applicability == "safe"
+    assert f"{spelling}(model.parameters(), lr=1e-3, fused=True)" in fixed(source)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "torch.optim.AdamW(model.parameters(), fused=None)",
+        "torch.optim.AdamW(model.parameters(), foreach=True)",
+        "torch.optim.AdamW(model.parameters(), **{'lr': 1e-3, 'fused': True})",
+        "torch.optim.AdamW(model.parameters(), differentiable=flag)",
+        "torch.optim.AdamW(optim_groups, lr=lr, **extra_args)",
+        "torch.optim.Adagrad(model.parameters())",
+    ],
+)
+def test_explicit_or_unknown_choices_are_silent(call):
+    source = f"""
+        import torch
+        use_fused = torch.cuda.is_available()
+        extra_args = dict(fused=True) if use_fused else dict()
+        model = Net().cuda()
+        opt = {call}
+        """
+    assert findings(source) == []
+
+
+def test_differentiable_false_is_still_reported():
+    source = "import torch\nmodel = Net().cuda()\nopt = torch.optim.Adam(model.parameters(), differentiable=False)\n"
+    assert len(findings(source)) == 1
+
+
+def test_model_moved_only_to_the_cpu_is_silent():
+    source = """
+        import torch
+        cpu = torch.device("cpu")
+        teacher = Net().cuda()
+        student = Net()
+        student.to(cpu)
+        opt = torch.optim.AdamW(student.parameters())
+        """
+    assert findings(source) == []
+
+
+def test_dtype_cast_is_not_a_device_move():
+    source = """
+        import torch
+        model = Net().to(torch.bfloat16).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        """
+    assert len(findings(source)) == 1
+
+
+def test_optimizer_handed_to_deepspeed_is_silent():
+    source = """
+        import torch
+        import deepspeed
+        model = Net().cuda()
+        optimizer = torch.optim.AdamW(model.parameters())
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=cfg)
+        """
+    assert findings(source) == []
+
+
+def test_trainer_optim_in_a_dict_is_edited_in_place():
+    source = """
+        from transformers import Trainer, TrainingArguments
+        config = {"output_dir": "out", "optim": "adamw_torch"}
+        args = TrainingArguments(**config)
+        """
+    (finding,) = findings(source)
+    assert finding.message.startswith('`optim="adamw_torch"` picks the unfused AdamW')
+    assert fixed(source) == textwrap.dedent(source).replace('"adamw_torch"', '"adamw_torch_fused"')
+
+
+@pytest.mark.parametrize(
+    "optim",
+    ['"adamw_torch_fused"', '"adafactor"', '"adamw_bnb_8bit"', "cli_choice", "OptimizerNames.ADAFACTOR"],
+)
+def test_other_trainer_optimizers_are_silent(optim):
+    source = f"""
+        from transformers import TrainingArguments
+        from transformers.training_args import OptimizerNames
+        args = TrainingArguments("out", optim={optim})
+        """
+    assert findings(source) == []
+
+
+def test_fixes_are_idempotent():
+    source = """
+        import torch
+        from transformers import TrainingArguments
+        model = Net().cuda()
+        opt = torch.optim.Adam(model.parameters())
+        args = TrainingArguments("out", optim="adamw_hf")
+        """
+    once = fixed(source)
+    assert "fused=True" in once and '"adamw_torch_fused"' in once
+    assert findings(once) == []
+    assert fixed(once) == once
