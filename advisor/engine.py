@@ -23,7 +23,7 @@ from advisor.rule import Applicability, Finding, Rule
 from advisor.targets import Target
 
 # A file that mentions none of these cannot hold a finding: skip it before parsing.
-RELEVANT = re.compile(rb"\b(torch|transformers|accelerate|lightning|pytorch_lightning)\b")
+RELEVANT = re.compile(rb"\b(torch|transformers|accelerate|lightning|pytorch_lightning|trl)\b")
 SKIPPED_DIRS = {
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
     "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".pytest_cache",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Sequence
 
 from rich.console import Console
@@ -156,7 +157,8 @@ def to_sarif(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], tar
 
 
 def _uri(path: str) -> str:
-    return path.replace("\\", "/").removeprefix("./")
+    """A relative URI reference (RFC 3986), as SARIF requires: ``my scripts/t.py`` -> ``my%20scripts/t.py``."""
+    return urllib.parse.quote(path.replace("\\", "/").removeprefix("./"), safe="/")
 
 
 def _github_escape(text: str, property_value: bool = False) -> str:
