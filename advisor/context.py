@@ -273,7 +273,11 @@ class FileContext:
         self, call: cst.Call, keyword: str, position: int | None = None
     ) -> cst.BaseExpression | _Missing | None:
         """The expression passed for a parameter: the node, MISSING if certainly absent,
-        or None if it may be passed in a way we cannot see (``*args``, unresolved ``**kw``)."""
+        or None if it may be passed in a way we cannot see (``*args``, unresolved ``**kw``).
+        A keyword written out is authoritative: Python rejects a second value for it."""
+        explicit = self.keyword_arg(call, keyword)
+        if explicit is not None:
+            return explicit.value
         positional = 0
         for arg in call.args:
             if arg.keyword is not None:
@@ -352,12 +356,22 @@ class FileContext:
         return False
 
     @cached_property
+    def main_guards(self) -> list[cst.If]:
+        """The module-level ``if __name__ == "__main__":`` statements."""
+        return [s for s in self.module.body if isinstance(s, cst.If) and _is_main_test(s.test)]
+
+    @cached_property
     def has_main_guard(self) -> bool:
         """``if __name__ == "__main__":`` at module level (safe for spawned DataLoader workers)."""
-        for statement in self.module.body:
-            if isinstance(statement, cst.If) and _is_main_test(statement.test):
-                return True
-        return False
+        return bool(self.main_guards)
+
+    def runs_on_import(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` runs when the module is imported: outside any function and
+        outside the body of the ``__main__`` guard (spawned worker processes re-import
+        the main module, so such code runs again in each of them)."""
+        if self.enclosing(node, cst.FunctionDef, cst.Lambda) is not None:
+            return False
+        return not any(node is g.body or self.is_descendant(node, g.body) for g in self.main_guards)
 
     # -- building code in the file's own style -------------------------------------------
     def reference(self, qualname: str) -> tuple[cst.BaseExpression, tuple[str, ...]]:

@@ -48,19 +48,39 @@ def append_args(call: cst.Call, new_args: Sequence[cst.Arg]) -> cst.Call:
     if not args:
         return call.with_changes(args=new_args)
     if insert_at < len(args):
-        inline = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        # Before ``**kwargs``: take the separator that precedes it, so that a call written
+        # one argument a line stays that way.
+        previous = args[insert_at - 1].comma if insert_at > 0 else None
+        separator = (
+            _without_comment(previous)
+            if isinstance(previous, cst.Comma)
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
         for i, arg in enumerate(new_args):
-            new_args[i] = arg.with_changes(comma=inline)
+            new_args[i] = arg.with_changes(comma=separator)
         return call.with_changes(args=args[:insert_at] + new_args + args[insert_at:])
     last = args[-1]
+    previous = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else None
     if isinstance(last.comma, cst.Comma):
         # Trailing comma: usually one argument per line. Reuse the separator between
         # earlier arguments so the new ones line up, and keep the trailing comma last.
-        separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
-        rebuilt = [last.with_changes(comma=separator)]
+        # A comment after the old last argument stays on its line.
+        separator = _without_comment(previous or last.comma)
+        last_comma, closing = _keep_comment(separator, last.comma)
+        rebuilt = [last.with_changes(comma=last_comma)]
         for arg in new_args[:-1]:
             rebuilt.append(arg.with_changes(comma=separator))
-        rebuilt.append(new_args[-1].with_changes(comma=last.comma))
+        rebuilt.append(new_args[-1].with_changes(comma=closing))
+        return call.with_changes(args=args[:-1] + rebuilt)
+    if previous is not None and isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+        # One argument a line, no trailing comma, ``)`` on its own line.
+        separator = _without_comment(previous)
+        closing_line = cst.Comma(whitespace_after=last.whitespace_after_arg)
+        last_comma, closing_line = _keep_comment(separator, closing_line)
+        rebuilt = [last.with_changes(comma=last_comma, whitespace_after_arg=cst.SimpleWhitespace(""))]
+        for arg in new_args[:-1]:
+            rebuilt.append(arg.with_changes(comma=separator))
+        rebuilt.append(new_args[-1].with_changes(whitespace_after_arg=closing_line.whitespace_after))
         return call.with_changes(args=args[:-1] + rebuilt)
     inline = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     rebuilt = [last.with_changes(comma=inline)]
@@ -68,6 +88,31 @@ def append_args(call: cst.Call, new_args: Sequence[cst.Arg]) -> cst.Call:
         rebuilt.append(arg.with_changes(comma=inline))
     rebuilt.append(new_args[-1])
     return call.with_changes(args=args[:-1] + rebuilt)
+
+
+def _without_comment(comma: cst.Comma) -> cst.Comma:
+    """A separator to copy between new arguments: the layout of ``comma`` without its comment."""
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace) and (after.first_line.comment or after.empty_lines):
+        plain = after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        return comma.with_changes(whitespace_after=plain)
+    return comma
+
+
+def _keep_comment(separator: cst.Comma, closing: cst.Comma) -> tuple[cst.Comma, cst.Comma]:
+    """Move the comment that ends the old last argument's line from ``closing`` (now after the
+    new last argument) onto ``separator`` (now after the old last argument)."""
+    after = closing.whitespace_after
+    if (
+        isinstance(after, cst.ParenthesizedWhitespace)
+        and after.first_line.comment is not None
+        and isinstance(separator.whitespace_after, cst.ParenthesizedWhitespace)
+    ):
+        kept = separator.with_changes(
+            whitespace_after=separator.whitespace_after.with_changes(first_line=after.first_line)
+        )
+        return kept, closing.with_changes(whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace()))
+    return separator, closing
 
 
 def remove_keyword(call: cst.Call, name: str) -> cst.Call:

@@ -27,7 +27,7 @@ class Target:
     def describe(self) -> str:
         memory = f", {self.memory_gb:g} GB" if self.memory_gb else ""
         cc = ".".join(map(str, self.compute_capability))
-        return f"{self.name} (sm {cc}{memory}; bf16 {'yes' if self.bf16 else 'no'}) from {self.source}"
+        return f"{self.name} (sm {cc}{memory}, bf16 {'yes' if self.bf16 else 'no'}), from {self.source}"
 
 
 def _profile(name: str, cc: tuple[int, int], memory: float | None, multiple: int = 8) -> Target:
@@ -58,7 +58,7 @@ ASSUMED = Target(
     memory_gb=None,
     bf16=True,
     tf32=True,
-    source="no GPU named or detected",
+    source="no --gpu, no [tool.advisor] gpu, no local GPU found",
 )
 
 

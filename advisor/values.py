@@ -171,11 +171,11 @@ class ValueResolver:
         dest = expr.attr.value
         if self.ctx.attribute_assignments.get(f"{namespace}.{dest}"):
             return None
-        if not self._is_argparse_namespace(expr.value):
+        if not self._is_argparse_namespace(expr.value, dest):
             return None
         return self._argparse_default(dest, depth)
 
-    def _is_argparse_namespace(self, name: cst.Name) -> bool:
+    def _is_argparse_namespace(self, name: cst.Name, dest: str) -> bool:
         for binding in self.ctx.lookup(name.value, name):
             value = binding.value
             if value is None and isinstance(binding.node, cst.Assign):
@@ -189,9 +189,36 @@ class ValueResolver:
                 isinstance(value, cst.Call)
                 and _method_name(value) in ("parse_args", "parse_known_args")
                 and not value.args
-            ):
+            ) or self._is_parse_args_helper_call(value, dest):
                 return len(self.ctx.lookup(name.value, name)) == 1
         return False
+
+    def _is_parse_args_helper_call(self, value: cst.BaseExpression | None, dest: str) -> bool:
+        """``args = parse_args()`` where ``parse_args`` is a function of this file whose every
+        ``return`` hands back ``parser.parse_args()`` untouched at ``dest``: the common way
+        scripts (the transformers examples among them) build their namespace."""
+        if not isinstance(value, cst.Call) or value.args or not isinstance(value.func, cst.Name):
+            return False
+        bindings = self.ctx.lookup(value.func.value, value.func)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.FunctionDef):
+            return False
+        function = bindings[0].node
+        returns = [r for r in self.ctx.walk(function, cst.Return) if self.ctx.scope_of.get(r) is function]
+        if not returns:
+            return False
+        for statement in returns:
+            returned = statement.value
+            if isinstance(returned, cst.Name):
+                if self.ctx.attribute_assignments.get(f"{returned.value}.{dest}"):
+                    return False
+                returned = self.ctx.single_assignment(returned)
+            if not (
+                isinstance(returned, cst.Call)
+                and _method_name(returned) == "parse_args"
+                and not returned.args
+            ):
+                return False
+        return True
 
     def _argparse_default(self, dest: str, depth: int) -> Value | None:
         defaults: list[cst.BaseExpression | Value] = []

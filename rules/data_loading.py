@@ -1,17 +1,32 @@
 """ADV1xx: data loading (guide: "Data preloading")."""
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 
 from advisor.context import MISSING, FileContext
-from advisor.edits import set_keyword
+from advisor.edits import append_args, keyword_arg, set_keyword
+from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.values import Value
 
 DATALOADER = "torch.utils.data.DataLoader"
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
-POSITION = {"batch_size": 1, "num_workers": 5, "pin_memory": 7}
+POSITION = {"batch_size": 1, "shuffle": 2, "num_workers": 5, "pin_memory": 7}
+GUIDE = "Data preloading"
+# The guide's own example value. More workers rarely help a single GPU and each one
+# holds a copy of the dataset object; the docs say to tune it.
+SUGGESTED_WORKERS = 4
+
+_TRAINING_NAME = re.compile(r"train", re.I)
+_EVALUATION_NAME = re.compile(r"val|eval|test|dev(?!ice)|infer|pred|score|calib", re.I)
+_PROGRESS_WRAPPERS = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm", "rich.progress.track")
+# Datasets that must not get workers blindly: iterable ones yield every sample once per
+# worker unless they shard themselves; in-memory tensors are indexed faster in-process.
+_ITERABLE_PREFIXES = ("webdataset.", "torchdata.", "torch.utils.data.datapipes.", "streaming.")
+_IN_MEMORY_DATASETS = ("torch.utils.data.TensorDataset",)
 
 
 def dataset_on_gpu(ctx: FileContext, call: cst.Call) -> bool:
@@ -31,6 +46,173 @@ def dataset_on_gpu(ctx: FileContext, call: cst.Call) -> bool:
         if bound is not None and isinstance(bound.func, cst.Attribute) and bound.func.attr.value in ("cuda", "to"):
             return True
     return False
+
+
+# -- which DataLoader is which ---------------------------------------------------------------
+def loader_name(ctx: FileContext, call: cst.Call) -> str | None:
+    """What the file calls a DataLoader: the name it is assigned to (``train_loader``,
+    ``self.train_loader``), or the function that returns it (``train_dataloader``)."""
+    parent = ctx.parent.get(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    if isinstance(parent, cst.AnnAssign):
+        return dotted_name(parent.target)
+    values = ctx.parent.get(parent) if isinstance(parent, cst.Element) else None
+    if isinstance(values, cst.Tuple):  # ``train_loader, val_loader = DataLoader(...), DataLoader(...)``
+        assign = ctx.parent.get(values)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            target = assign.targets[0].target
+            if isinstance(target, cst.Tuple) and len(target.elements) == len(values.elements):
+                index = list(values.elements).index(parent)
+                return dotted_name(target.elements[index].value)
+    if isinstance(parent, cst.Return):
+        function = ctx.enclosing(call, cst.FunctionDef)
+        return function.name.value if isinstance(function, cst.FunctionDef) else None
+    return None
+
+
+def unwrap_iterable(ctx: FileContext, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
+    """The loader behind ``enumerate(...)`` / ``tqdm(...)``, and whether an index comes first."""
+    indexed = False
+    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
+        callee = dotted_name(expr.func)
+        if callee == "enumerate":
+            indexed = True
+        elif callee != "tqdm" and ctx.qualname(expr.func) not in _PROGRESS_WRAPPERS:
+            break
+        expr = expr.args[0].value
+    return expr, indexed
+
+
+def loader_calls(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.Call] | None:
+    """The DataLoader constructions an iterated expression can be, or None when it may be anything else.
+
+    A loader handed to a function (``def train(model, train_loader)``) is matched by
+    name with the DataLoaders the file assigns to that name, provided the name is never
+    bound to anything else.
+    """
+    if isinstance(expr, cst.Call):
+        return [expr] if ctx.qualname(expr.func) == DATALOADER else None
+    if isinstance(expr, cst.Attribute):
+        spelling = dotted_name(expr)
+        assignments = ctx.attribute_assignments.get(spelling or "", [])
+        values = [a.value for a in assignments if isinstance(a, cst.Assign) and len(a.targets) == 1]
+        if not values or len(values) != len(assignments):
+            return None
+        calls = [v for v in values if isinstance(v, cst.Call) and ctx.qualname(v.func) == DATALOADER]
+        return calls if len(calls) == len(values) else None
+    if not isinstance(expr, cst.Name):
+        return None
+    bindings = ctx.lookup(expr.value, expr)
+    if len(bindings) == 1 and isinstance(bindings[0].value, cst.Call):
+        value = bindings[0].value
+        return [value] if ctx.qualname(value.func) == DATALOADER else None
+    if not bindings or not all(isinstance(b.node, cst.Param) for b in bindings):
+        return None
+    calls: list[cst.Call] = []
+    for (_, name), found in ctx.bindings.items():
+        if name != expr.value:
+            continue
+        for binding in found:
+            if isinstance(binding.node, cst.Param):
+                continue
+            value = binding.value
+            if not (isinstance(value, cst.Call) and ctx.qualname(value.func) == DATALOADER):
+                return None
+            calls.append(value)
+    return calls or None
+
+
+def handed_to_framework(ctx: FileContext, spelling: str | None) -> bool:
+    """Whether ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)`` takes the loader
+    spelled ``spelling``: the framework then places batches on the device itself."""
+    if spelling is None:
+        return False
+    for call in ctx.method_calls("prepare", "prepare_data_loader", "setup_dataloaders"):
+        if any(dotted_name(arg.value) == spelling for arg in call.args):
+            return True
+    return False
+
+
+def loader_dataset(ctx: FileContext, call: cst.Call) -> cst.Call | None:
+    """The call that builds the loader's dataset, where the file shows it."""
+    dataset = ctx.argument(call, "dataset", 0)
+    if dataset is None or dataset is MISSING:
+        return None
+    return ctx.bound_call(dataset)
+
+
+def _file_streams_data(ctx: FileContext) -> bool:
+    """Whether the file uses iterable / streaming datasets anywhere (``IterableDataset``,
+    ``load_dataset(..., streaming=True)``, ``to_iterable_dataset()``, WebDataset, torchdata)."""
+    if any(n.value == "IterableDataset" for n in ctx.nodes(cst.Name)):
+        return True
+    if any(a.attr.value in ("IterableDataset", "to_iterable_dataset") for a in ctx.nodes(cst.Attribute)):
+        return True
+    for arg in ctx.nodes(cst.Arg):
+        if arg.keyword is not None and arg.keyword.value == "streaming" and ctx.values.value_of(arg.value) is not False:
+            return True
+    return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
+
+
+def dataset_unsuited_to_workers(ctx: FileContext, call: cst.Call) -> bool:
+    """Iterable datasets (each worker would replay the stream) and in-memory tensor datasets."""
+    if _file_streams_data(ctx):
+        return True
+    dataset = loader_dataset(ctx, call)
+    if dataset is None:
+        return False
+    return ctx.qualname(dataset.func) in _IN_MEMORY_DATASETS
+
+
+def spawn_safe(ctx: FileContext, *nodes: cst.CSTNode) -> bool:
+    """Whether worker processes may be started: the script guards its entry point and
+    none of ``nodes`` runs at import time (a spawned worker re-imports the main module)."""
+    return ctx.has_main_guard and not any(ctx.runs_on_import(node) for node in nodes)
+
+
+def local_callable(ctx: FileContext, call: cst.Call) -> str | None:
+    """The keyword (``collate_fn``, ``worker_init_fn``) of a DataLoader given a lambda or a
+    function defined inside another function: neither can be pickled for a spawned worker."""
+    for keyword in ("collate_fn", "worker_init_fn"):
+        argument = ctx.argument(call, keyword, 6 if keyword == "collate_fn" else None)
+        if argument is None or argument is MISSING:
+            continue
+        if isinstance(argument, cst.Lambda):
+            return keyword
+        if isinstance(argument, cst.Name):
+            for binding in ctx.lookup(argument.value, argument):
+                nested = isinstance(binding.node, cst.FunctionDef) and binding.scope is not ctx.module
+                if nested or isinstance(binding.value, cst.Lambda):
+                    return keyword
+    return None
+
+
+def _replace_argument(call: cst.Call, old: cst.BaseExpression, new: str) -> cst.Call:
+    """``call`` with the argument whose value is ``old`` given the value ``new``."""
+    args = [a.with_changes(value=cst.parse_expression(new)) if a.value is old else a for a in call.args]
+    return call.with_changes(args=args)
+
+
+def _is_zero(value: Value) -> bool:
+    return type(value.value) is int and value.value == 0
+
+
+def _argparse_option(ctx: FileContext, value: Value) -> str | None:
+    """``--num_workers`` for a value that is an argparse default, as the file spells the option."""
+    call = value.node if isinstance(value.node, cst.Call) else ctx.enclosing(value.node, cst.Call)
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+        for arg in call.args:
+            if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
+                option = arg.value.evaluated_value
+                if isinstance(option, str) and option.startswith("--"):
+                    return option
+    return None
+
+
+def _default_phrase(ctx: FileContext, value: Value, setting: str) -> str:
+    option = _argparse_option(ctx, value)
+    return f"`{option}` defaults to 0" if option else f"`{setting}` defaults to 0 on the command line"
 
 
 class DataLoaderPinMemory(Rule):
@@ -177,3 +359,1107 @@ class DataLoaderPinMemory(Rule):
                 message = "DataLoader with `pin_memory=False` on a CUDA script: pinned batches transfer faster"
             fix = self.fix("Set `pin_memory=True`", Edit(call, set_keyword(call, "pin_memory", "True")))
             yield self.report(call, message + " (guide: Data preloading)", fix)
+
+
+# -- ADV102 ------------------------------------------------------------------------------------
+def _training_iterations(ctx: FileContext) -> dict[cst.Call, list[cst.For]]:
+    """DataLoaders that training loops draw batches from, with the loops that do."""
+    found: dict[cst.Call, list[cst.For]] = {}
+    for loop in ctx.loops.training_loops:
+        for node in [loop.node, *ctx.ancestors(loop.node)]:
+            if not isinstance(node, cst.For):
+                continue
+            source, _ = unwrap_iterable(ctx, node.iter)
+            for call in loader_calls(ctx, source) or ():
+                found.setdefault(call, []).append(node)
+    return found
+
+
+def _looks_like_training(ctx: FileContext, call: cst.Call) -> bool:
+    name = (loader_name(ctx, call) or "").split(".")[-1]
+    if _EVALUATION_NAME.search(name):
+        return False
+    if _TRAINING_NAME.search(name):
+        return True
+    shuffle = ctx.argument(call, "shuffle", POSITION["shuffle"])
+    return shuffle is not None and shuffle is not MISSING and ctx.values.value_of(shuffle) is True
+
+
+class DataLoaderSyncLoading(Rule):
+    code = "ADV102"
+    name = "dataloader-sync-loading"
+    summary = "A training DataLoader loads every batch in the main process (`num_workers` missing or 0)."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        With `num_workers=0` (the default) the training process reads, decodes, augments
+        and collates every batch itself, between two training steps, while the GPU
+        waits. The guide's *Data preloading* section: "By default, everything happens in
+        the main process, and it might not be able to read the data from disk fast
+        enough, and thus create a bottleneck, leading to GPU under-utilization", and it
+        recommends `DataLoader(num_workers=4, ...)` to "spawn several workers to preload
+        data faster". `persistent_workers=True` keeps the workers alive between epochs
+        instead of starting them again each epoch.
+
+        The fix is unsafe because it changes the process model: workers are separate
+        processes. Where processes are started with *spawn* (macOS, Windows, or a CUDA
+        program that sets it), every worker re-imports the main script, so the training
+        code must sit under `if __name__ == "__main__":`. The fix is offered only for
+        such scripts, and only where `collate_fn` / `worker_init_fn` can be pickled (not a
+        lambda or a function nested in another); otherwise the message says what to do
+        first. Four workers is the guide's example: watch GPU utilisation and tune it.
+    """
+    example = """
+        def main():
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True)
+            for x, y in train_loader:
+                ...
+
+        if __name__ == "__main__":
+            main()
+    """
+    use_instead = """
+        def main():
+            train_loader = DataLoader(
+                train_set, batch_size=64, shuffle=True, pin_memory=True,
+                num_workers=4, persistent_workers=True,
+            )
+    """
+    silent_when = """
+        - the file shows no CUDA device at all (CPU-only scripts);
+        - the DataLoader is not a training one: not iterated by a training loop, not named
+          like one (`train_loader`, `train_dataloader()`), not shuffled; evaluation loaders
+          (`val_loader`, `test_loader`) are left alone;
+        - `num_workers` cannot be read (`**kwargs` changed at run time as in the PyTorch
+          MNIST example's `train_kwargs.update(cuda_kwargs)`, `os.cpu_count()`, a config
+          file), or resolves to more than 0;
+        - the dataset is an `IterableDataset` (or a streaming / WebDataset pipeline, or
+          unknown in a file that uses iterable datasets): each worker would replay the
+          whole stream unless the dataset shards itself;
+        - the dataset is a `TensorDataset` of in-memory tensors, or tensors already on the
+          GPU: indexing them in-process is cheaper than shipping batches between processes.
+
+        Accelerate, Lightning and Fabric do not add workers: loaders they wrap are checked
+        like any other.
+    """
+    valid = [
+        Valid(
+            """
+            import torch
+            from torchvision import datasets, transforms
+
+            def main():
+                use_cuda = torch.cuda.is_available()
+                device = torch.device("cuda" if use_cuda else "cpu")
+                train_kwargs = {"batch_size": 64}
+                if use_cuda:
+                    cuda_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+                    train_kwargs.update(cuda_kwargs)
+                dataset1 = datasets.MNIST("../data", train=True, download=True, transform=transforms.ToTensor())
+                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            note="PyTorch MNIST example: the kwargs dict is updated at run time",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            model = Net()
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            for x, y in train_loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="CPU-only script",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-j", "--workers", type=int, default=4)
+            args = parser.parse_args()
+            train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=args.workers)
+            model = model.cuda()
+            """,
+            note="argparse default above 0",
+        ),
+        Valid(
+            """
+            import os
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=os.cpu_count() // 2)
+            val_loader = DataLoader(val_set, batch_size=512)
+            device = torch.device("cuda")
+            """,
+            note="value known only at run time; the evaluation loader is not a training one",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class ShardedStream(IterableDataset):
+                def __iter__(self):
+                    yield from read_shards()
+
+            loader = DataLoader(ShardedStream(), batch_size=32)
+            for batch in loader:
+                loss = model(batch.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+            """,
+            note="iterable dataset: each worker would replay the stream",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
+            train_loader = DataLoader(train_set, batch_size=128, shuffle=True)
+            model = model.to("cuda")
+            """,
+            note="in-memory tensors: indexing them in-process is cheap",
+        ),
+        Valid(
+            """
+            import json
+            import torch
+            from torch.utils.data import DataLoader
+
+            config = json.load(open("config.json"))
+            train_loader = DataLoader(train_set, batch_size=16, num_workers=config["num_workers"])
+            model.cuda()
+            """,
+            note="value from a config file",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                device = torch.device("cuda")
+                train_loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True)
+                for x, y in train_loader:
+                    ...
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                device = torch.device("cuda")
+                train_loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True, num_workers=4, persistent_workers=True)
+                for x, y in train_loader:
+                    ...
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.utils.data as tud
+
+            def train(model, device, loader, optimizer):
+                for step, (images, targets) in enumerate(loader):
+                    loss = model(images.to(device), targets.to(device))
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            def main():
+                loader = tud.DataLoader(
+                    dataset,
+                    batch_size=32,
+                    num_workers=0,  # TODO: tune
+                )
+                train(model.cuda(), "cuda", loader, optimizer)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            import torch.utils.data as tud
+
+            def train(model, device, loader, optimizer):
+                for step, (images, targets) in enumerate(loader):
+                    loss = model(images.to(device), targets.to(device))
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            def main():
+                loader = tud.DataLoader(
+                    dataset,
+                    batch_size=32,
+                    num_workers=4,  # TODO: tune
+                    persistent_workers=True,
+                )
+                train(model.cuda(), "cuda", loader, optimizer)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            note="loader handed to the training function by name",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader_kwargs = {"batch_size": 128, "shuffle": True}
+            loader = DataLoader(train_set, **loader_kwargs)
+            model = model.cuda()
+            """,
+            fixed=None,
+            note="no `__main__` guard: advice only",
+        ),
+        Invalid(
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--num_workers", type=int, default=0)
+                args = parser.parse_args()
+                train_dataloader = DataLoader(train_set, batch_size=8, num_workers=args.num_workers)
+                model.to("cuda")
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed=None,
+            note="argparse default 0: advice to change the default",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                loader_kwargs = dict(batch_size=128, shuffle=True, pin_memory=True)
+                loader = DataLoader(train_set, **loader_kwargs)
+                model = model.cuda()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                loader_kwargs = dict(batch_size=128, shuffle=True, pin_memory=True)
+                loader = DataLoader(train_set, num_workers=4, persistent_workers=True, **loader_kwargs)
+                model = model.cuda()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            note="settings in a visible dict: the keywords go before `**`",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.uses_cuda:
+            return
+        training = _training_iterations(ctx)
+        for call in ctx.calls(DATALOADER):
+            loops = training.get(call)
+            if loops is None and not _looks_like_training(ctx, call):
+                continue
+            workers = ctx.argument(call, "num_workers", POSITION["num_workers"])
+            if workers is None or dataset_on_gpu(ctx, call) or dataset_unsuited_to_workers(ctx, call):
+                continue
+            written_here = workers is MISSING
+            value = None
+            if workers is MISSING:
+                problem = "`num_workers` not set"
+            else:
+                value = ctx.values.resolve(workers)
+                if value is None or not _is_zero(value):
+                    continue
+                written_here = any(arg.value is value.node for arg in call.args)
+                if value.origin == "argparse default":
+                    problem = _default_phrase(ctx, value, "num_workers")
+                else:
+                    problem = "`num_workers=0`"
+            head = f"Training DataLoader loads batches in the main process ({problem}): the GPU waits for data"
+            advice = f"set `num_workers={SUGGESTED_WORKERS}` and `persistent_workers=True`"
+            if not written_here:
+                from_argparse = value is not None and value.origin == "argparse default"
+                where = "make its default" if from_argparse else "set it where it is defined to"
+                message = f"{head}; {where} {SUGGESTED_WORKERS} and pass `persistent_workers=True`"
+                fix = None
+            elif not spawn_safe(ctx, call, *(loops or ())):
+                message = (
+                    f"{head}; {advice} once the entry point runs under `if __name__ == \"__main__\":` "
+                    "(worker processes re-import the script)"
+                )
+                fix = None
+            elif (local := local_callable(ctx, call)) is not None:
+                message = (
+                    f"{head}; {advice} once `{local}` is a module-level function "
+                    "(worker processes started with spawn must pickle it)"
+                )
+                fix = None
+            else:
+                message = f"{head}; {advice}"
+                fix = self.fix(
+                    f"Set `num_workers={SUGGESTED_WORKERS}` and `persistent_workers=True`",
+                    Edit(call, self._with_workers(ctx, call, workers)),
+                )
+            yield self.report(call, f"{message} (guide: {GUIDE})", fix)
+
+    @staticmethod
+    def _with_workers(ctx: FileContext, call: cst.Call, workers) -> cst.Call:
+        added = []
+        if workers is MISSING:
+            added.append(keyword_arg("num_workers", str(SUGGESTED_WORKERS)))
+            updated = call
+        else:
+            updated = _replace_argument(call, ctx.values.resolve(workers).node, str(SUGGESTED_WORKERS))
+        if ctx.argument(call, "persistent_workers") is MISSING:
+            added.append(keyword_arg("persistent_workers", "True"))
+        return append_args(updated, added)
+
+
+# -- ADV103 ------------------------------------------------------------------------------------
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+_DEVICE_NAME = re.compile(r"device|gpu|cuda|rank|^dev$", re.I)
+_CUDA_DEVICE = re.compile(r"^(cuda(:\d+)?|gpu)$")
+_DTYPES = {
+    "float", "float16", "half", "bfloat16", "float32", "float64", "double", "int", "int8", "int16", "int32",
+    "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+}
+
+
+def _means_cuda_available(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """``torch.cuda.is_available()``, possibly behind names and ``and`` (``use_cuda``, ``args.cuda``)."""
+    if depth > 6:
+        return False
+    if isinstance(expr, cst.Call):
+        return ctx.qualname(expr.func) == "torch.cuda.is_available"
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
+        return _means_cuda_available(ctx, expr.left, depth + 1) or _means_cuda_available(ctx, expr.right, depth + 1)
+    if isinstance(expr, cst.Name):
+        value = ctx.single_assignment(expr)
+        return value is not None and _means_cuda_available(ctx, value, depth + 1)
+    if isinstance(expr, cst.Attribute):
+        assignments = ctx.attribute_assignments.get(dotted_name(expr) or "", [])
+        if len(assignments) == 1 and isinstance(assignments[0], cst.Assign) and len(assignments[0].targets) == 1:
+            return _means_cuda_available(ctx, assignments[0].value, depth + 1)
+    return False
+
+
+def pinned(ctx: FileContext, call: cst.Call) -> bool:
+    """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
+    pin = ctx.argument(call, "pin_memory", POSITION["pin_memory"])
+    if pin is None or pin is MISSING:
+        return False
+    value = ctx.values.resolve(pin)
+    if value is not None:
+        return value.value is True
+    return _means_cuda_available(ctx, pin)
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: set[str] = set()
+        for element in target.elements:
+            names |= _target_names(element.value)
+        return names
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
+
+
+def _batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpression | None:
+    """The part of a loop target that holds the batch (``(x, y)`` in ``for i, (x, y) in enumerate(...)``)."""
+    if not indexed:
+        return target
+    if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        return target.elements[1].value
+    return None
+
+
+class _BatchScope:
+    """The names in one loop body that hold (parts of) the batch the loop draws."""
+
+    def __init__(self, ctx: FileContext, loop: cst.For, names: set[str]) -> None:
+        self.ctx = ctx
+        self.loop = loop
+        self.names = names
+        # ``x, y = batch`` / ``inputs = batch["input_ids"]``: still host tensors of the batch.
+        assignments = [a for a in ctx.walk(loop.body, cst.Assign) if not self.outside(a)]
+        for _ in range(2):
+            for assign in assignments:
+                if self._is_batch_value(assign.value):
+                    for target in assign.targets:
+                        self.names |= _target_names(target.target)
+
+    def outside(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is not run by the loop body itself (it sits in a nested def or class)."""
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is self.loop:
+                return False
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return True
+        return True
+
+    def _is_batch_value(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, (cst.Tuple, cst.List)) and expr.elements:
+            return all(self.holds_batch(e.value, None) for e in expr.elements)
+        return self.holds_batch(expr, None)
+
+    def holds_batch(self, expr: cst.BaseExpression, at: cst.CSTNode | None) -> bool:
+        """``batch``, ``batch[0]``, ``batch["x"]``, ``batch.x``, or ``v`` of ``for k, v in batch.items()``."""
+        while isinstance(expr, (cst.Subscript, cst.Attribute)):
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return False
+        if expr.value in self.names:
+            return True
+        return at is not None and self._comprehension_over_batch(expr.value, at)
+
+    def _comprehension_over_batch(self, name: str, at: cst.CSTNode) -> bool:
+        for ancestor in self.ctx.ancestors(at):
+            if ancestor is self.loop:
+                return False
+            if not isinstance(ancestor, _COMPREHENSIONS):
+                continue
+            clause: cst.CompFor | None = ancestor.for_in
+            while clause is not None:
+                iterable, target = clause.iter, clause.target
+                if (
+                    isinstance(iterable, cst.Call)
+                    and isinstance(iterable.func, cst.Attribute)
+                    and iterable.func.attr.value in ("items", "values")
+                    and not iterable.args
+                ):
+                    if iterable.func.attr.value == "items":
+                        target = _batch_target(target, indexed=True)
+                    iterable = iterable.func.value
+                if target is not None and name in _target_names(target):
+                    return self.holds_batch(iterable, ancestor)
+                clause = clause.inner_for_in
+        return False
+
+
+def _is_dtype(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    spelling = ctx.qualname(expr) or dotted_name(expr) or ""
+    last = spelling.split(".")[-1]
+    return (spelling.startswith("torch.") and last in _DTYPES) or last.endswith("dtype")
+
+
+def _cuda_device(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """Whether ``expr`` names a CUDA device (or a device that is only known at run time by its name)."""
+    if depth > 6:
+        return False
+    value = ctx.values.resolve(expr)
+    if value is not None:
+        if isinstance(value.value, str):
+            return bool(_CUDA_DEVICE.match(value.value))
+        return type(value.value) is int  # a device index
+    if isinstance(expr, cst.FormattedString):
+        first = expr.parts[0] if expr.parts else None
+        return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda")
+    if isinstance(expr, cst.IfExp):
+        return _cuda_device(ctx, expr.body, depth + 1) or _cuda_device(ctx, expr.orelse, depth + 1)
+    if isinstance(expr, cst.Call):
+        if ctx.qualname(expr.func) != "torch.device" or not expr.args:
+            return False
+        first = expr.args[0].value
+        known = ctx.values.resolve(first)
+        return _cuda_device(ctx, first, depth + 1) if known is not None or isinstance(first, cst.IfExp) else True
+    if isinstance(expr, cst.Name):
+        assigned = ctx.single_assignment(expr)
+        if assigned is not None:
+            return _cuda_device(ctx, assigned, depth + 1)
+    spelling = dotted_name(expr)
+    return spelling is not None and bool(_DEVICE_NAME.search(spelling.split(".")[-1]))
+
+
+def _blocking_copy(ctx: FileContext, call: cst.Call) -> bool:
+    """``.to(<cuda device>)`` / ``.cuda()`` without ``non_blocking=True``."""
+    if any(arg.star for arg in call.args):
+        return False
+    non_blocking = ctx.keyword_arg(call, "non_blocking")
+    if non_blocking is not None and ctx.values.value_of(non_blocking.value) is not False:
+        return False  # already set, or set from a value we cannot read
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    device_keyword = ctx.keyword_arg(call, "device")
+    assert isinstance(call.func, cst.Attribute)
+    if call.func.attr.value == "cuda":
+        if len(positional) > 1:
+            return False
+        device = device_keyword.value if device_keyword else positional[0] if positional else None
+        return device is None or _cuda_device(ctx, device)
+    if len(positional) > 2:
+        return False
+    if len(positional) == 2 and isinstance(ctx.values.value_of(positional[1]), bool):
+        return False  # ``to(other, non_blocking)``
+    device = device_keyword.value if device_keyword else positional[0] if positional else None
+    return device is not None and not _is_dtype(ctx, device) and _cuda_device(ctx, device)
+
+
+class BlockingHostToDeviceCopy(Rule):
+    code = "ADV103"
+    name = "blocking-host-to-device-copy"
+    summary = "A batch from a pinned DataLoader is copied to the GPU without `non_blocking=True`."
+    guide = GUIDE
+    fix_applicability = Applicability.SAFE
+    why = """
+        Pinning a loader's memory (`pin_memory=True`, the guide's *Data preloading*
+        advice) is what makes host-to-device copies fast and lets them run
+        asynchronously. A plain `.to(device)` / `.cuda()` still makes the host wait until
+        the copy is done before it can queue the forward pass. With
+        `non_blocking=True` the copy is queued on the current stream and the CPU goes on
+        preparing the next kernels; kernels on the same stream still run after the copy,
+        so results are the same.
+    """
+    example = """
+        loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+    """
+    use_instead = """
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    """
+    silent_when = """
+        - the loader is not known to pin its memory (ADV101 reports that first), or its
+          `pin_memory` cannot be read;
+        - Accelerate or Fabric prepares the loader (it places batches itself);
+        - the call converts the dtype (`.to(torch.float16)`) or moves to a device that is
+          not CUDA (`.to("cpu")`, a `device` that resolves to `"cpu"`), or to something
+          that is not visibly a device (`x.to(other_tensor)`);
+        - the tensor is not the batch itself (a model, a tensor computed in the loop,
+          `batch[0].float().to(device)`);
+        - `non_blocking` is already passed, or passed a value that cannot be read.
+    """
+    valid = [
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            for x, y in loader:
+                x, y = x.to("cuda"), y.to("cuda")
+            """,
+            note="loader not pinned: ADV101's business",
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+
+            accelerator = Accelerator()
+            train_loader = DataLoader(train_set, batch_size=16, pin_memory=True)
+            model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+            for batch in train_loader:
+                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            """,
+            note="Accelerate prepares the loader",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda")
+            loader = DataLoader(train_set, batch_size=64, pin_memory=True)
+            for images, labels in loader:
+                images = images.to(device, non_blocking=True).to(torch.float16)
+                labels = labels.to(torch.long)
+                model.to(device)
+                logits = model(images)
+                logits.to(device)
+            """,
+            note="already non-blocking; dtype conversions; not the batch",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = "cpu"
+            model = model.cuda()
+            loader = DataLoader(train_set, batch_size=64, pin_memory=True)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+            """,
+            note="the device resolves to the CPU",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            kwargs = {"batch_size": 64}
+            if torch.cuda.is_available():
+                kwargs.update({"num_workers": 1, "pin_memory": True})
+            loader = DataLoader(train_set, **kwargs)
+            for data, target in loader:
+                data, target = data.to("cuda"), target.to("cuda")
+            """,
+            note="pinning set at run time: unknown",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            import torch.utils.data
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            trainloader = torch.utils.data.DataLoader(trainset, batch_size=4, shuffle=True, num_workers=2, pin_memory=True)
+            for epoch in range(2):
+                for i, data in enumerate(trainloader, 0):
+                    inputs, labels = data[0].to(device), data[1].to(device)
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            import torch.utils.data
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            trainloader = torch.utils.data.DataLoader(trainset, batch_size=4, shuffle=True, num_workers=2, pin_memory=True)
+            for epoch in range(2):
+                for i, data in enumerate(trainloader, 0):
+                    inputs, labels = data[0].to(device, non_blocking=True), data[1].to(device, non_blocking=True)
+                    optimizer.zero_grad()
+            """,
+            count=2,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm.auto import tqdm
+
+            loader = DataLoader(tokenized, batch_size=8, collate_fn=collator, pin_memory=True)
+            model.to("cuda")
+            for batch in tqdm(loader, desc="train"):
+                batch = {k: v.to("cuda") for k, v in batch.items()}
+                outputs = model(**batch)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm.auto import tqdm
+
+            loader = DataLoader(tokenized, batch_size=8, collate_fn=collator, pin_memory=True)
+            model.to("cuda")
+            for batch in tqdm(loader, desc="train"):
+                batch = {k: v.to("cuda", non_blocking=True) for k, v in batch.items()}
+                outputs = model(**batch)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(model, train_loader, optimizer):
+                for x, y in train_loader:
+                    x, y = x.cuda(), y.cuda(non_blocking=False)
+                    optimizer.zero_grad()
+
+            use_cuda = not no_cuda and torch.cuda.is_available()
+            train_loader = DataLoader(train_set, batch_size=64, pin_memory=use_cuda)
+            train(model, train_loader, optimizer)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(model, train_loader, optimizer):
+                for x, y in train_loader:
+                    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                    optimizer.zero_grad()
+
+            use_cuda = not no_cuda and torch.cuda.is_available()
+            train_loader = DataLoader(train_set, batch_size=64, pin_memory=use_cuda)
+            train(model, train_loader, optimizer)
+            """,
+            count=2,
+            note="pinned whenever CUDA is there; loader handed to a function by name",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.uses_cuda:
+            return
+        reported: set[cst.Call] = set()
+        for loop in ctx.nodes(cst.For):
+            source, indexed = unwrap_iterable(ctx, loop.iter)
+            loaders = loader_calls(ctx, source)
+            if not loaders or not all(pinned(ctx, c) for c in loaders):
+                continue
+            spellings = {dotted_name(source), *(loader_name(ctx, c) for c in loaders)}
+            if any(handed_to_framework(ctx, spelling) for spelling in spellings):
+                continue
+            target = _batch_target(loop.target, indexed)
+            names = _target_names(target) if target is not None else set()
+            if not names:
+                continue
+            scope = _BatchScope(ctx, loop, names)
+            for call in ctx.walk(loop.body, cst.Call):
+                func = call.func
+                if call in reported or not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+                    continue
+                if scope.outside(call) or not scope.holds_batch(func.value, call):
+                    continue
+                if not _blocking_copy(ctx, call):
+                    continue
+                reported.add(call)
+                copy = f"`.{func.attr.value}()`"
+                fix = self.fix("Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")))
+                yield self.report(
+                    call,
+                    f"Batch from a pinned DataLoader copied with a blocking {copy}: pass `non_blocking=True` "
+                    f"so the copy overlaps host work (guide: {GUIDE})",
+                    fix,
+                )
+
+
+# -- ADV104 ------------------------------------------------------------------------------------
+TRAINING_ARGUMENTS = (
+    "transformers.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments",
+    # TRL's configs subclass TrainingArguments and keep its data loader defaults.
+    "trl.SFTConfig",
+    "trl.DPOConfig",
+    "trl.GRPOConfig",
+    "trl.KTOConfig",
+    "trl.ORPOConfig",
+    "trl.CPOConfig",
+    "trl.RewardConfig",
+)
+
+
+def _set_elsewhere(ctx: FileContext, setting: str) -> bool:
+    """``args.dataloader_num_workers = 8``, ``args.set_dataloader(...)`` or
+    ``dataclasses.replace(args, dataloader_num_workers=...)`` change the value after construction."""
+    if any(key.endswith("." + setting) for key in ctx.attribute_assignments):
+        return True
+    if ctx.method_calls("set_dataloader"):
+        return True
+    return any(ctx.keyword_arg(call, setting) for call in ctx.calls("dataclasses.replace"))
+
+
+def _trainer_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
+    """``use_cpu=True`` / ``no_cuda=True``, or a value for them that cannot be read."""
+    for keyword in ("use_cpu", "no_cuda"):
+        argument = ctx.argument(call, keyword)
+        if argument is MISSING:
+            continue
+        if argument is None or ctx.values.value_of(argument) is not False:
+            return True
+    return False
+
+
+class TrainerDataLoaderSettings(Rule):
+    code = "ADV104"
+    name = "trainer-dataloader-settings"
+    summary = "`TrainingArguments` load data in the main process or turn off pinned memory."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        The `Trainer` builds its DataLoaders from `TrainingArguments`. The guide's *Data
+        preloading* section: "When using `Trainer`, the corresponding `TrainingArguments`
+        are: `dataloader_pin_memory` (`True` by default), and `dataloader_num_workers`
+        (defaults to `0`)". With 0 workers every batch is tokenized, collated and padded
+        in the training process while the GPU waits; with pinning off, host-to-device
+        copies are slower. The guide's example sets `dataloader_pin_memory=True` and
+        `dataloader_num_workers=4`.
+
+        Setting workers is unsafe because workers are separate processes: under the
+        *spawn* start method they re-import the main script, so worker settings are
+        only written where the script guards its entry point with
+        `if __name__ == "__main__":`. A fix that only turns pinning back on is safe,
+        as ADV101's.
+    """
+    example = """
+        args = TrainingArguments(output_dir="out", per_device_train_batch_size=16, bf16=True)
+    """
+    use_instead = """
+        args = TrainingArguments(
+            output_dir="out", per_device_train_batch_size=16, bf16=True,
+            dataloader_num_workers=4, dataloader_pin_memory=True,
+        )
+    """
+    silent_when = """
+        - the arguments are built from a dict that cannot be read (`TrainingArguments(**vars(args))`,
+          `TrainingArguments(**config)` loaded from a file) or parsed from the command line
+          (`HfArgumentParser(...).parse_args_into_dataclasses()`);
+        - training runs on the CPU (`use_cpu=True`, `no_cuda=True`) or that choice cannot be read;
+        - `dataloader_num_workers` resolves above 0, or cannot be read;
+        - the file changes the settings after construction (`args.dataloader_num_workers = 8`,
+          `args.set_dataloader(...)`, `dataclasses.replace(...)`).
+    """
+    valid = [
+        Valid(
+            """
+            import argparse
+            from transformers import Trainer, TrainingArguments
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--output_dir", default="out")
+            args = parser.parse_args()
+            training_args = TrainingArguments(**vars(args))
+            """,
+            note="settings from the command line",
+        ),
+        Valid(
+            """
+            import json
+            from transformers import TrainingArguments
+
+            with open("train_config.json") as handle:
+                config = json.load(handle)
+            training_args = TrainingArguments(**config)
+            """,
+            note="settings from a config file",
+        ),
+        Valid(
+            """
+            from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+            parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+            model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+            trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset)
+            """,
+            note="parsed from the command line: nothing to flag",
+        ),
+        Valid(
+            """
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(output_dir="out", use_cpu=True)
+            """,
+            note="CPU training",
+        ),
+        Valid(
+            """
+            import os
+            from transformers import TrainingArguments
+
+            NUM_WORKERS = 8
+            args = TrainingArguments(output_dir="out", dataloader_num_workers=NUM_WORKERS)
+            eval_args = TrainingArguments(output_dir="out", dataloader_num_workers=os.cpu_count())
+            """,
+        ),
+        Valid(
+            """
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(output_dir="out", per_device_train_batch_size=8)
+            args.dataloader_num_workers = 8
+            """,
+            note="set after construction",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            def main():
+                args = TrainingArguments(
+                    output_dir="out",
+                    per_device_train_batch_size=16,
+                    bf16=True,
+                )
+                Trainer(model=model, args=args, train_dataset=train_dataset).train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            from transformers import Trainer, TrainingArguments
+
+            def main():
+                args = TrainingArguments(
+                    output_dir="out",
+                    per_device_train_batch_size=16,
+                    bf16=True,
+                    dataloader_num_workers=4,
+                )
+                Trainer(model=model, args=args, train_dataset=train_dataset).train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(
+            """
+            import transformers
+
+            if __name__ == "__main__":
+                args = transformers.Seq2SeqTrainingArguments("out", dataloader_num_workers=0, dataloader_pin_memory=False)
+            """,
+            fixed="""
+            import transformers
+
+            if __name__ == "__main__":
+                args = transformers.Seq2SeqTrainingArguments("out", dataloader_num_workers=4, dataloader_pin_memory=True)
+            """,
+        ),
+        Invalid(
+            """
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(output_dir="out", dataloader_pin_memory=False)
+            """,
+            fixed="""
+            from transformers import TrainingArguments
+
+            args = TrainingArguments(output_dir="out", dataloader_pin_memory=True)
+            """,
+            note="no `__main__` guard: pinning is fixed, workers are advice",
+        ),
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM
+            from trl import SFTConfig
+
+            def build():
+                defaults = dict(output_dir="out", learning_rate=2e-5)
+                return SFTConfig(**defaults)
+
+            if __name__ == "__main__":
+                build()
+            """,
+            fixed="""
+            from transformers import AutoModelForCausalLM
+            from trl import SFTConfig
+
+            def build():
+                defaults = dict(output_dir="out", learning_rate=2e-5)
+                return SFTConfig(dataloader_num_workers=4, **defaults)
+
+            if __name__ == "__main__":
+                build()
+            """,
+            note="visible dict behind `**`",
+        ),
+        Invalid(
+            """
+            import argparse
+            from transformers import TrainingArguments
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--num_workers", type=int, default=0)
+                cli = parser.parse_args()
+                args = TrainingArguments(output_dir="out", dataloader_num_workers=cli.num_workers)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed=None,
+            note="argparse default 0: advice to change the default",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for call in ctx.calls(*TRAINING_ARGUMENTS):
+            if _trainer_on_cpu(ctx, call):
+                continue
+            problems: list[str] = []
+            advice: list[str] = []
+            updated = call
+            workers_changed = False
+
+            pin = ctx.argument(call, "dataloader_pin_memory")
+            if pin is not None and pin is not MISSING and not _set_elsewhere(ctx, "dataloader_pin_memory"):
+                value = ctx.values.resolve(pin)
+                if value is not None and value.value is False and value.origin != "argparse default":
+                    problems.append("`dataloader_pin_memory=False` copies batches from pageable memory")
+                    if any(arg.value is value.node for arg in call.args):
+                        updated = _replace_argument(updated, value.node, "True")
+                    else:
+                        advice.append("set `dataloader_pin_memory=True` where it is defined")
+
+            workers = ctx.argument(call, "dataloader_num_workers")
+            if workers is not None and not _set_elsewhere(ctx, "dataloader_num_workers"):
+                value = None if workers is MISSING else ctx.values.resolve(workers)
+                if workers is MISSING or (value is not None and _is_zero(value)):
+                    if value is None:
+                        detail = "`dataloader_num_workers` not set (default 0)"
+                    elif value.origin == "argparse default":
+                        detail = _default_phrase(ctx, value, "dataloader_num_workers")
+                    else:
+                        detail = "`dataloader_num_workers=0`"
+                    problems.append(f"{detail}, the Trainer loads batches in the training process")
+                    wanted = f"`dataloader_num_workers={SUGGESTED_WORKERS}`"
+                    if value is not None and not any(arg.value is value.node for arg in call.args):
+                        from_argparse = value.origin == "argparse default"
+                        where = "make its default" if from_argparse else "set it where it is defined to"
+                        advice.append(f"{where} {SUGGESTED_WORKERS}")
+                    elif not spawn_safe(ctx, call):
+                        advice.append(
+                            f"set {wanted} once the entry point runs under `if __name__ == \"__main__\":` "
+                            "(worker processes re-import the script)"
+                        )
+                    else:
+                        workers_changed = True
+                        if value is None:
+                            added = keyword_arg("dataloader_num_workers", str(SUGGESTED_WORKERS))
+                            updated = append_args(updated, [added])
+                        else:
+                            updated = _replace_argument(updated, value.node, str(SUGGESTED_WORKERS))
+
+            if not problems:
+                continue
+            callee = ctx.code(call.func).split(".")[-1]
+            message = f"`{callee}`: " + "; ".join(problems)
+            fix = None
+            if updated is not call:
+                changed = _settings_changed(call, updated)
+                message += f"; set {changed}"
+                # Pinning alone is ADV101's safe change; workers change the process model.
+                applicability = Applicability.UNSAFE if workers_changed else Applicability.SAFE
+                fix = self.fix(f"Set {changed}", Edit(call, updated), applicability=applicability)
+            if advice:
+                message += "; " + "; ".join(advice)
+            yield self.report(call, f"{message} (guide: {GUIDE})", fix)
+
+
+def _settings_changed(before: cst.Call, after: cst.Call) -> str:
+    """The keywords a fix writes, as the message shows them (``dataloader_num_workers=4``)."""
+    old = {arg.keyword.value: cst.Module([]).code_for_node(arg.value) for arg in before.args if arg.keyword}
+    new = [
+        f"`{arg.keyword.value}={cst.Module([]).code_for_node(arg.value)}`"
+        for arg in after.args
+        if arg.keyword and old.get(arg.keyword.value) != cst.Module([]).code_for_node(arg.value)
+    ]
+    return " and ".join(new)

@@ -1,0 +1,312 @@
+"""ADV101-ADV104 beyond their own examples: linking loaders to loops, process-model
+safety of the worker fixes, and how the data-loading fixes combine."""
+from __future__ import annotations
+
+import textwrap
+
+from helpers import fix, lint
+
+DATA_LOADING = ["ADV101", "ADV102", "ADV103", "ADV104"]
+
+
+def codes(source: str, selected=DATA_LOADING) -> list[str]:
+    return [d.code for d in lint(source, codes=selected)]
+
+
+def fixed(source: str, selected=DATA_LOADING) -> str:
+    result = fix(source, codes=selected, unsafe=True)
+    assert not result.dropped, result.dropped
+    return result.fixed.decode()
+
+
+# -- ADV102 ------------------------------------------------------------------------------------
+def test_evaluation_loaders_are_not_training_loaders():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            val_loader = DataLoader(val_set, batch_size=64)
+            test_loader = DataLoader(test_set, batch_size=64, shuffle=True)
+            predict_dataloader = DataLoader(ds, batch_size=64)
+            model.cuda()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert codes(source, ["ADV102"]) == []
+
+
+def test_loader_iterated_by_training_loop_is_training_even_with_a_neutral_name():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            loader = DataLoader(ds, batch_size=64)
+            for x, y in loader:
+                loss = model(x.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert codes(source, ["ADV102"]) == ["ADV102"]
+
+
+def test_loader_on_self_attribute_and_lightning_hook():
+    source = """
+        import lightning.pytorch as pl
+        from torch.utils.data import DataLoader
+
+        class Data(pl.LightningDataModule):
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=32)
+
+            def val_dataloader(self):
+                return DataLoader(self.val_set, batch_size=32)
+
+        if __name__ == "__main__":
+            pl.Trainer(accelerator="gpu").fit(Model(), Data())
+    """
+    found = lint(source, codes=["ADV102"])
+    assert [d.line for d in found] == [7]
+    assert "num_workers=4" in fixed(source, ["ADV102"])
+
+
+def test_module_level_loader_gets_advice_even_with_a_main_guard():
+    # Spawned workers re-import the script: a loader built at import time is rebuilt in each.
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+
+        def main():
+            model.cuda()
+
+        if __name__ == "__main__":
+            main()
+    """
+    (finding,) = lint(source, codes=["ADV102"])
+    assert "__main__" in finding.message
+    assert finding.fix_applicability is None
+    assert fixed(source, ["ADV102"]) == textwrap.dedent(source)
+
+
+def test_loader_inside_main_guard_is_fixed():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        if __name__ == "__main__":
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True, persistent_workers=False)
+            model.cuda()
+    """
+    assert "DataLoader(train_set, batch_size=64, shuffle=True, persistent_workers=False, num_workers=4)" in fixed(
+        source, ["ADV102"]
+    )
+
+
+def test_constant_zero_is_advice_not_a_rewrite_of_the_call():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        NUM_WORKERS = 0
+
+        def main():
+            train_loader = DataLoader(train_set, batch_size=64, num_workers=NUM_WORKERS)
+            model.cuda()
+
+        if __name__ == "__main__":
+            main()
+    """
+    (finding,) = lint(source, codes=["ADV102"])
+    assert "where it is defined" in finding.message
+    assert finding.fix_applicability is None
+
+
+def test_positional_num_workers_zero_is_replaced():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            train_loader = DataLoader(train_set, 64, True, None, None, 0)
+            model.cuda()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert "DataLoader(train_set, 64, True, None, None, 4, persistent_workers=True)" in fixed(source, ["ADV102"])
+
+
+def test_streaming_datasets_are_left_alone():
+    source = """
+        import torch
+        from datasets import load_dataset
+        from torch.utils.data import DataLoader
+
+        def main():
+            ds = load_dataset("allenai/c4", "en", split="train", streaming=True)
+            ds = ds.map(tokenize)
+            train_loader = DataLoader(ds, batch_size=8)
+            model.cuda()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert codes(source, ["ADV102"]) == []
+
+
+# -- ADV103 ------------------------------------------------------------------------------------
+def test_only_batch_tensors_moved_to_cuda_are_reported():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        device = torch.device("cuda")
+        loader = DataLoader(ds, batch_size=64, pin_memory=True)
+        for step, batch in enumerate(loader):
+            inputs = batch["input_ids"]
+            inputs = inputs.to(device)
+            labels = batch["labels"].to(device=device)
+            mask = torch.ones(4).to(device)
+            pair = tuple(t.to(device) for t in batch["pair"])
+            step_tensor = torch.tensor(step).to(device)
+            half = inputs.to(torch.float16)
+            cpu_copy = labels.to("cpu")
+
+            def helper(x):
+                return x.to(device)
+    """
+    found = lint(source, codes=["ADV103"])
+    assert [d.line for d in found] == [9, 10, 12]
+
+
+def test_enumerate_without_unpacking_is_not_a_batch():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(ds, batch_size=64, pin_memory=True)
+        for pair in enumerate(loader):
+            pair[1].cuda()
+    """
+    assert codes(source, ["ADV103"]) == []
+
+
+def test_argparse_pinning_and_cuda_device_from_argparse():
+    source = """
+        import argparse
+        import torch
+        from torch.utils.data import DataLoader
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--no-pin", dest="pin", action="store_false")
+        parser.add_argument("--device", default="cuda:1")
+        args = parser.parse_args()
+        loader = DataLoader(ds, batch_size=64, pin_memory=args.pin)
+        for x, y in loader:
+            x = x.to(args.device)
+    """
+    assert codes(source, ["ADV103"]) == ["ADV103"]
+
+
+def test_fabric_prepared_loader_is_left_alone():
+    source = """
+        import torch
+        from lightning.fabric import Fabric
+        from torch.utils.data import DataLoader
+
+        fabric = Fabric(accelerator="cuda")
+        loader = DataLoader(ds, batch_size=64, pin_memory=True)
+        dataloader = fabric.setup_dataloaders(loader)
+        for x, y in loader:
+            x = x.cuda()
+    """
+    assert codes(source, ["ADV103"]) == []
+
+
+# -- ADV104 ------------------------------------------------------------------------------------
+def test_trainer_settings_silent_cases():
+    source = """
+        from transformers import TrainingArguments
+
+        a = TrainingArguments(output_dir="out", no_cuda=True)
+        b = TrainingArguments(output_dir="out", use_cpu=args_cpu)
+        c = TrainingArguments(output_dir="out", dataloader_num_workers=2)
+        d = TrainingArguments(output_dir="out")
+        d.set_dataloader(num_workers=8)
+    """
+    assert codes(source, ["ADV104"]) == []
+
+
+def test_pinning_from_a_visible_dict_is_advice():
+    source = """
+        from transformers import TrainingArguments
+
+        def main():
+            config = {"output_dir": "out", "dataloader_pin_memory": False, "dataloader_num_workers": 4}
+            args = TrainingArguments(**config)
+
+        if __name__ == "__main__":
+            main()
+    """
+    (finding,) = lint(source, codes=["ADV104"])
+    assert "where it is defined" in finding.message
+    assert finding.fix_applicability is None
+
+
+# -- the fixes together ------------------------------------------------------------------------
+def test_data_loading_fixes_combine_on_a_tutorial_script():
+    source = """
+        import torch
+        import torchvision
+
+        def main():
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            trainloader = torch.utils.data.DataLoader(trainset, batch_size=4, shuffle=True)
+            for epoch in range(2):
+                for i, data in enumerate(trainloader, 0):
+                    inputs, labels = data[0].to(device), data[1].to(device)
+                    optimizer.zero_grad()
+                    loss = criterion(net(inputs), labels)
+                    loss.backward()
+                    optimizer.step()
+
+        if __name__ == "__main__":
+            main()
+    """
+    result = fixed(source)
+    assert (
+        "DataLoader(trainset, batch_size=4, shuffle=True, pin_memory=True, num_workers=4, persistent_workers=True)"
+        in result
+    )
+    assert "data[0].to(device, non_blocking=True), data[1].to(device, non_blocking=True)" in result
+    assert codes(result) == []
+
+
+def test_local_collate_fn_blocks_the_worker_fix():
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def get_dataloaders(tokenizer, batch_size):
+            def collate_fn(examples):
+                return tokenizer.pad(examples, return_tensors="pt")
+
+            train_dataloader = DataLoader(ds["train"], shuffle=True, collate_fn=collate_fn, batch_size=batch_size)
+            other = DataLoader(ds["train"], shuffle=True, collate_fn=lambda b: b, batch_size=batch_size)
+            fine = DataLoader(ds["train"], shuffle=True, collate_fn=default_collate, batch_size=batch_size)
+            return train_dataloader, other, fine
+
+        if __name__ == "__main__":
+            torch.cuda.set_device(0)
+    """
+    found = lint(source, codes=["ADV102"])
+    assert [d.fix_applicability for d in found] == [None, None, "unsafe"]
+    assert "`collate_fn` is a module-level function" in found[0].message
