@@ -50,10 +50,26 @@ class Event:
     guards: tuple[cst.If, ...]  # ``if`` statements between the loop and the call
     in_nested_loop: bool
     via_helper: cst.FunctionDef | None = None
+    # Compound statements between the loop (or the helper's ``def``) and the call,
+    # outermost first: ``with``, ``if``, ``try``, nested loops...
+    enclosing: tuple[cst.BaseCompoundStatement, ...] = ()
+    # Where the event happens in the loop body: the call itself, or the call of the
+    # helper that holds it. Events are ordered by it.
+    site: cst.CSTNode | None = None
 
     @property
     def conditional(self) -> bool:
         return bool(self.guards)
+
+    @property
+    def straight_line(self) -> bool:
+        """Runs every time its body runs: only ``with`` blocks around it (no ``if``, ``try``, loop)."""
+        return all(isinstance(node, cst.With) for node in self.enclosing)
+
+    @property
+    def direct(self) -> bool:
+        """A straight-line statement of the loop body itself, not inside a helper."""
+        return self.via_helper is None and self.straight_line
 
 
 @dataclass
@@ -83,18 +99,30 @@ class TrainingLoopModel:
 
     # -- what objects are -----------------------------------------------------------------
     @cached_property
-    def optimizer_names(self) -> set[str]:
-        """Names bound to an optimizer constructor, or handed back by ``accelerator.prepare``."""
-        names: set[str] = set()
+    def _constructors(self) -> dict[str, list[cst.Call]]:
+        found: dict[str, list[cst.Call]] = {}
         for prefix in _OPTIMIZER_QUALNAMES:
             for call in self.ctx.calls_with_prefix(prefix):
                 qualname = self.ctx.qualname(call.func) or ""
-                if "lr_scheduler" in qualname or "scheduler" in qualname.lower():
+                if "scheduler" in qualname.lower() or ".swa_utils." in qualname:
                     continue
                 target = _assigned_name(self.ctx, call)
                 if target:
-                    names.add(target)
-        return names
+                    found.setdefault(target, []).append(call)
+        return found
+
+    @cached_property
+    def optimizer_names(self) -> set[str]:
+        """Names bound to an optimizer constructor (``optimizer = torch.optim.AdamW(...)``)."""
+        return set(self._constructors)
+
+    def optimizer_constructors(self, spelling: str) -> list[cst.Call]:
+        """The constructor calls assigned to ``spelling`` (``self.opt`` also matches ``opt = ...``)."""
+        exact = self._constructors.get(spelling)
+        if exact:
+            return list(exact)
+        last = spelling.split(".")[-1]
+        return [c for name, calls in self._constructors.items() if name.split(".")[-1] == last for c in calls]
 
     def is_optimizer(self, spelling: str) -> bool:
         last = spelling.split(".")[-1]
@@ -126,7 +154,9 @@ class TrainingLoopModel:
             return None
         method = func.attr.value
         receiver = dotted_name(func.value)
-        if method == "backward":  # loss.backward(), scaler.scale(loss).backward(), accelerator.backward(loss)
+        # loss.backward(), scaler.scale(loss).backward(), accelerator.backward(loss),
+        # Lightning's self.manual_backward(loss)
+        if method in ("backward", "manual_backward"):
             return ("backward", None)
         if method == "zero_grad":
             if receiver is None:
@@ -144,13 +174,15 @@ class TrainingLoopModel:
 
     def _events_under(self, root: cst.CSTNode, loop: cst.CSTNode | None) -> list[Event]:
         events: list[Event] = []
-        for call in self.ctx.method_calls("backward", "step", "zero_grad") + self.ctx.calls("torch.autograd.backward"):
+        calls = self.ctx.method_calls("backward", "manual_backward", "step", "zero_grad")
+        for call in calls + self.ctx.calls("torch.autograd.backward"):
             if not (self.ctx.is_descendant(call, root)):
                 continue
             described = self._event_for(call)
             if described is None:
                 continue
             guards: list[cst.If] = []
+            enclosing: list[cst.BaseCompoundStatement] = []
             nested = False
             statement: cst.CSTNode | None = None
             crossed_scope = False
@@ -160,6 +192,8 @@ class TrainingLoopModel:
                 if isinstance(ancestor, _SCOPES):
                     crossed_scope = True
                     break
+                if isinstance(ancestor, cst.BaseCompoundStatement):
+                    enclosing.append(ancestor)
                 if isinstance(ancestor, cst.If):
                     guards.append(ancestor)
                 elif isinstance(ancestor, _LOOPS):
@@ -168,9 +202,28 @@ class TrainingLoopModel:
                     statement = ancestor
             if crossed_scope or statement is None:
                 continue
-            events.append(Event(described[0], call, described[1], statement, tuple(reversed(guards)), nested))
+            events.append(
+                Event(
+                    described[0],
+                    call,
+                    described[1],
+                    statement,
+                    tuple(reversed(guards)),
+                    nested,
+                    enclosing=tuple(reversed(enclosing)),
+                    site=call,
+                )
+            )
         events.sort(key=lambda e: self.ctx.order[e.call])
         return events
+
+    def position(self, event: Event) -> tuple[int, int]:
+        """Sort key of an event in its loop: where it happens in the body, then in its helper."""
+        return (self.ctx.order[event.site or event.call], self.ctx.order[event.call])
+
+    def function_events(self, function: cst.FunctionDef) -> list[Event]:
+        """Events in ``function``'s own body, their guards and ``enclosing`` counted from its ``def``."""
+        return self._events_under(function, None)
 
     @cached_property
     def _local_functions(self) -> dict[str, cst.FunctionDef]:
@@ -192,6 +245,7 @@ class TrainingLoopModel:
             for event in self._events_under(helper, None):
                 event.via_helper = helper
                 event.statement = statement or event.statement
+                event.site = call
                 events.append(event)
         return events
 
@@ -203,7 +257,8 @@ class TrainingLoopModel:
                 events = self._events_under(node, node) + self._helper_events(node)
                 kinds = {e.kind for e in events}
                 if "backward" in kinds and "step" in kinds:
-                    candidates.append(TrainingLoop(node, sorted(events, key=lambda e: self.ctx.order[e.call])))
+                    # Helper events sit where the helper is called, in the helper's own order.
+                    candidates.append(TrainingLoop(node, sorted(events, key=self.position)))
         # Keep the innermost: an epoch loop around a step loop is not itself the step loop.
         innermost = [
             loop

@@ -1,0 +1,1769 @@
+"""ADV301-ADV303: the optimizer step (guide: "Gradient Accumulation").
+
+When the gradients are zeroed, when the optimizer steps and what the loss is divided
+by decide whether a training loop trains at all, or trains with the batch it claims.
+These rules read the shared training-loop model (``ctx.loops``): the backward,
+``step()`` and ``zero_grad()`` events of each loop, in order, with the ``if``/``with``
+statements around them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from advisor.context import MISSING, FileContext
+from advisor.loops import Event, TrainingLoop
+from advisor.names import dotted_name
+from advisor.rule import Applicability, Edit, Finding, Fix, Invalid, Rule, Valid
+
+GUIDE = "Gradient Accumulation"
+
+# ``torch.nn.functional`` functions that compute a loss.
+_FUNCTIONAL_LOSSES = frozenset(
+    {
+        "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+        "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+        "gaussian_nll_loss", "cosine_embedding_loss", "ctc_loss", "hinge_embedding_loss",
+        "margin_ranking_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
+        "multi_margin_loss", "soft_margin_loss", "triplet_margin_loss", "triplet_margin_with_distance_loss",
+    }
+)
+# How loss objects are usually named: ``criterion``, ``loss_fn``, HF's ``loss_fct``...
+_CRITERION = re.compile(
+    r"^(criterion\w*|\w*_criterion|loss_fn\w*|loss_fct|loss_func|loss_function|lossfn|loss_fcn|\w*_loss_fn|\w*_loss_fct)$",
+    re.I,
+)
+# Names that count steps: the modulo of an accumulation condition is taken of one of them.
+_COUNTER = re.compile(r"step|iter|idx|index|batch|^(i|j|it|n|t)$", re.I)
+
+
+# -- what the loop does ------------------------------------------------------------------
+def uses_lightning(ctx: FileContext) -> bool:
+    """Lightning and Fabric own the loop, accumulation and zeroing (or the file is theirs)."""
+    return any(
+        target.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")
+        for target in ctx.imports.aliases.values()
+    )
+
+
+def applies_to(ctx: FileContext, zero: Event, optimizer: str, loop_optimizers: Sequence[str]) -> bool:
+    """Whether a ``zero_grad()`` clears ``optimizer``'s gradients.
+
+    ``model.zero_grad()`` names no optimizer: it is taken to clear the one optimizer of a
+    loop that has exactly one (and none of a loop with several: GANs), unless the
+    optimizer's constructor is in the file and is built from other parameters (a frozen
+    teacher or encoder zeroed on its own).
+    """
+    if zero.target is not None:
+        return zero.target == optimizer
+    if list(loop_optimizers) != [optimizer]:
+        return False
+    func = zero.call.func
+    receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+    constructors = ctx.loops.optimizer_constructors(optimizer)
+    if receiver is None or not constructors:
+        return True
+    return any(_built_from(ctx, constructor, receiver) for constructor in constructors)
+
+
+def _built_from(ctx: FileContext, constructor: cst.Call, module: str) -> bool:
+    """Whether the optimizer's parameters may come from ``module`` (``model.parameters()``,
+    param groups built from ``model.named_parameters()``). Unknown counts as yes."""
+    roots: list[cst.CSTNode] = [arg.value for arg in constructor.args]
+    for arg in constructor.args:
+        if isinstance(arg.value, cst.Name):
+            bindings = ctx.lookup(arg.value.value, arg.value)
+            if any(b.value is None for b in bindings):
+                return True  # built in a way we do not follow
+            roots.extend(b.value for b in bindings if b.value is not None)
+    for root in roots:
+        for node in ctx.walk(root, cst.Name) + ctx.walk(root, cst.Attribute):  # type: ignore[operator]
+            spelling = dotted_name(node)
+            if spelling and (
+                spelling == module
+                or spelling.startswith(module + ".")
+                or (spelling != "self" and module.startswith(spelling + "."))  # model.module.zero_grad()
+            ):
+                return True
+    return False
+
+
+def is_closure_step(event: Event) -> bool:
+    """``optimizer.step(closure)`` (LBFGS): the closure zeroes, runs backward and is stepped."""
+    func = event.call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and dotted_name(func.value) == event.target
+        and bool(event.call.args)
+    )
+
+
+def steps_of(loop: TrainingLoop, optimizer: str) -> list[Event]:
+    return [e for e in loop.events if e.kind == "step" and e.target == optimizer]
+
+
+def _functions_with_backward(ctx: FileContext) -> set[str]:
+    """Names of the functions (and methods) of the file that call a backward themselves."""
+    names: set[str] = set()
+    for call in ctx.method_calls("backward", "manual_backward") + ctx.calls("torch.autograd.backward"):
+        for ancestor in ctx.ancestors(call):
+            if isinstance(ancestor, cst.FunctionDef):
+                names.add(ancestor.name.value)
+    return names
+
+
+def _gradients_made_in(ctx: FileContext, root: cst.CSTNode, low: int, high: int, wrapped: bool) -> bool:
+    """Whether code in ``root`` between two positions may produce gradients we do not see
+    as a backward event: a function of the file that calls ``backward()`` (not followed as
+    a helper), ``torch.autograd.grad`` results written into ``.grad`` by hand."""
+    def between(node: cst.CSTNode) -> bool:
+        position = ctx.order[node]
+        return (position > low or position < high) if wrapped else (low < position < high)
+
+    hidden = _functions_with_backward(ctx)
+    for call in ctx.walk(root, cst.Call):
+        if not between(call):
+            continue
+        name = dotted_name(call.func)
+        if name is not None and name.split(".")[-1] in hidden:
+            return True
+        if ctx.qualname(call.func) == "torch.autograd.grad":
+            return True
+    return any(between(node) for node in _grad_writes(ctx) if ctx.is_descendant(node, root))
+
+
+@dataclass
+class Accumulation:
+    """``step()`` that runs only every ``steps`` micro-steps, under ``guard``."""
+
+    guard: cst.If
+    steps: cst.BaseExpression  # k, as the file writes it
+    step_events: list[Event]
+
+
+def _modulo_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """``(counter, k)`` for ``counter % k == 0`` / ``0 == counter % k`` / ``not counter % k``,
+    alone or as one operand of ``or`` / ``and`` (``... or last_batch``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return _modulo_test(test.left) or _modulo_test(test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Modulo):
+            return inner.left, inner.right
+        return None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comparison = test.comparisons[0]
+        if not isinstance(comparison.operator, cst.Equal):
+            return None
+        for modulo, zero in ((test.left, comparison.comparator), (comparison.comparator, test.left)):
+            if (
+                isinstance(modulo, cst.BinaryOperation)
+                and isinstance(modulo.operator, cst.Modulo)
+                and isinstance(zero, cst.Integer)
+                and zero.evaluated_value == 0
+            ):
+                return modulo.left, modulo.right
+    return None
+
+
+def _counts_steps(ctx: FileContext, loop: TrainingLoop, counter: cst.BaseExpression) -> bool:
+    """Whether ``counter`` counts the loop's micro-steps (not epochs): the loop's own index,
+    a counter the loop increments, or a name that says so (``step``, ``batch_idx``, ``i``)."""
+    spellings = {dotted_name(n) for n in ctx.walk(counter, cst.Attribute)} | {
+        n.value for n in ctx.walk(counter, cst.Name)
+    }
+    spellings.discard(None)
+    if any("epoch" in s.lower() for s in spellings):  # type: ignore[union-attr]
+        return False
+    node = loop.node
+    if isinstance(node, cst.For) and any(n.value in spellings for n in ctx.walk(node.target, cst.Name)):
+        return True
+    for augmented in ctx.walk(node, cst.AugAssign):
+        if dotted_name(augmented.target) in spellings:
+            return True
+    return any(_COUNTER.search(s.split(".")[-1]) for s in spellings)  # type: ignore[union-attr]
+
+
+def _is_one(ctx: FileContext, steps: cst.BaseExpression) -> bool:
+    """k that is fixed at 1 in the file: every micro-step steps, nothing accumulates.
+    A command-line default of 1 is not fixed: the loop is written for larger values."""
+    value = ctx.values.resolve(steps)
+    return value is not None and value.value == 1 and value.origin != "argparse default"
+
+
+def _modulo_guard(ctx: FileContext, loop: TrainingLoop, step: Event) -> tuple[cst.If, cst.BaseExpression] | None:
+    for guard in reversed(step.guards):
+        if not ctx.is_descendant(step.call, guard.body):
+            continue  # in the ``else`` branch
+        found = _modulo_test(guard.test)
+        if found is None:
+            continue
+        counter, steps = found
+        if _counts_steps(ctx, loop, counter) and not _is_one(ctx, steps):
+            return guard, steps
+    return None
+
+
+def accumulation_of(ctx: FileContext, loop: TrainingLoop, optimizer: str) -> Accumulation | None:
+    """Manual gradient accumulation for ``optimizer``: every ``step()`` sits under one
+    ``if <counter> % k == 0`` of the loop, and a backward runs outside it (each micro-step).
+    A backward under the same condition means no accumulation (a GAN generator trained
+    every ``n_critic`` iterations)."""
+    steps = steps_of(loop, optimizer)
+    if not steps or any(e.via_helper or is_closure_step(e) for e in steps):
+        return None
+    guard: tuple[cst.If, cst.BaseExpression] | None = None
+    for step in steps:
+        found = _modulo_guard(ctx, loop, step)
+        if found is None or (guard is not None and found[0] is not guard[0]):
+            return None
+        guard = found
+    assert guard is not None
+    backwards = [e for e in loop.events if e.kind == "backward"]
+    inside = [e for e in backwards if ctx.is_descendant(e.site or e.call, guard[0])]
+    if inside or not backwards:
+        return None
+    return Accumulation(guard[0], guard[1], steps)
+
+
+# -- fixes: moving a statement -------------------------------------------------------------
+def _alone_in_line(ctx: FileContext, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The line holding ``call`` as its only statement, in an indented block."""
+    statement = ctx.statement_of(call)
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Expr) or small.value is not call:
+        return None
+    if not isinstance(ctx.parent.get(statement), cst.IndentedBlock):
+        return None
+    return statement
+
+
+def _anchor_line(ctx: FileContext, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The line of ``call`` if a statement can go right after it (not a one-line ``if x: step()``)."""
+    statement = ctx.statement_of(call)
+    if isinstance(statement, cst.SimpleStatementLine) and isinstance(ctx.parent.get(statement), cst.IndentedBlock):
+        return statement
+    return None
+
+
+def _insert_after(anchors: Sequence[cst.SimpleStatementLine], new: cst.SimpleStatementLine) -> list[Edit]:
+    return [Edit(anchor, cst.FlattenSentinel([anchor, new])) for anchor in anchors]
+
+
+def move_after(
+    ctx: FileContext, moved: cst.SimpleStatementLine, anchors: Sequence[cst.SimpleStatementLine]
+) -> tuple[Edit, ...] | None:
+    """Edits that move ``moved`` right after each of ``anchors`` (or only remove it when
+    ``anchors`` is empty). Comments above it travel with it; blank lines above it stay where
+    they were, given to the statement that follows it."""
+    block = ctx.parent.get(moved)
+    if not isinstance(block, cst.IndentedBlock) or len(block.body) < 2 or moved in anchors:
+        return None
+    leading = list(moved.leading_lines)
+    blank_count = 0
+    while blank_count < len(leading) and leading[blank_count].comment is None:
+        blank_count += 1
+    blank, kept = leading[:blank_count], leading[blank_count:]
+    travelling = moved.with_changes(leading_lines=kept)
+    index = next(i for i, s in enumerate(block.body) if s is moved)
+    following = block.body[index + 1] if index + 1 < len(block.body) else None
+    edits = [Edit(moved, cst.RemoveFromParent())]
+    for anchor in anchors:
+        kept_anchor = anchor
+        if blank and anchor is following:
+            kept_anchor = anchor.with_changes(leading_lines=blank + list(anchor.leading_lines))
+        edits.append(Edit(anchor, cst.FlattenSentinel([kept_anchor, travelling])))
+    if (
+        blank
+        and following is not None
+        and following not in anchors
+        and not any(ctx.is_descendant(anchor, following) for anchor in anchors)
+    ):
+        edits.append(Edit(following, following.with_changes(leading_lines=blank + list(following.leading_lines))))
+    return tuple(edits)
+
+
+# -- ADV301 -----------------------------------------------------------------------------------
+def _grad_writes(ctx: FileContext) -> list[cst.Attribute]:
+    """``.grad`` attributes written to: ``p.grad = None``, ``del p.grad``, ``p.grad += g``,
+    ``p.grad.zero_()``, ``p.grad.data.copy_(g)``..."""
+    written: list[cst.Attribute] = []
+    for attribute in ctx.nodes(cst.Attribute):
+        if attribute.attr.value == "grad" and _is_written(ctx, attribute):
+            written.append(attribute)
+    return written
+
+
+def _is_written(ctx: FileContext, attribute: cst.Attribute) -> bool:
+    node: cst.CSTNode = attribute
+    parent = ctx.parent.get(node)
+    while isinstance(parent, (cst.Attribute, cst.Call)):
+        if isinstance(parent, cst.Attribute):
+            if parent.value is not node:
+                break
+            if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
+                return True  # an in-place method: zero_(), copy_(), add_()...
+        elif parent.func is not node:
+            break
+        node, parent = parent, ctx.parent.get(parent)
+    for ancestor in ctx.ancestors(attribute):
+        if isinstance(ancestor, (cst.AssignTarget, cst.Del)):
+            return True
+        if isinstance(ancestor, (cst.AugAssign, cst.AnnAssign)):
+            return ctx.is_descendant(attribute, ancestor.target)
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+    return False
+
+
+def _is_scaler_method(call: cst.Call) -> bool:
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in ("step", "unscale_", "update")
+        and "scaler" in (dotted_name(func.value) or "").split(".")[-1].lower()
+    )
+
+
+def _optimizer_handed_over(ctx: FileContext, loop: TrainingLoop, optimizer: str) -> bool:
+    """The loop passes the optimizer to some function, which may zero it."""
+    for call in ctx.walk(loop.node, cst.Call):
+        if _is_scaler_method(call):
+            continue
+        if any(dotted_name(arg.value) == optimizer for arg in call.args):
+            return True
+    return False
+
+
+def _constructed_here(ctx: FileContext, optimizer: str) -> bool:
+    known = ctx.loops.optimizer_names
+    last = optimizer.split(".")[-1]
+    return optimizer in known or last in {name.split(".")[-1] for name in known}
+
+
+def _rebound_in_loop(ctx: FileContext, loop: TrainingLoop, optimizer: str) -> bool:
+    """A fresh optimizer every iteration: not a plain training loop (numeric checks, probes)."""
+    if "." in optimizer:
+        nodes = ctx.attribute_assignments.get(optimizer, [])
+    else:
+        nodes = [b.node for b in ctx.lookup(optimizer, loop.node)]
+    return any(ctx.is_descendant(node, loop.node) for node in nodes)
+
+
+def _in_subclass(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Inside a class with a base other than ``object``/``nn.Module``: a base class we
+    cannot see may zero the gradients."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            for base in ancestor.bases:
+                qualname = ctx.qualname(base.value) or ""
+                if dotted_name(base.value) != "object" and qualname != "torch.nn.Module":
+                    return True
+    return False
+
+
+class ZeroGradOrder(Rule):
+    code = "ADV301"
+    name = "zero-grad-order"
+    summary = "`zero_grad()` runs between `backward()` and `step()`, or a loop steps without ever zeroing."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        `optimizer.step()` applies whatever is in `.grad`. A `zero_grad()` placed after
+        `backward()` and before `step()` wipes the gradients just computed: the model
+        steps on zeros (or, with `set_to_none=True`, does not step at all) and silently
+        does not train. A loop that never zeroes does the opposite: every step adds its
+        gradients to all the previous ones.
+
+        The guide's notes on *Gradient Accumulation* spell out the order: "Normal
+        training flow: zero_grad then step ... Gradient accumulation process: step then
+        zero_grad". Either way the gradients are zeroed *before* the next `backward()`,
+        never between a `backward()` and the `step()` that should use it.
+    """
+    example = """
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.zero_grad()
+            optimizer.step()
+    """
+    use_instead = """
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+    silent_when = """
+        - each optimizer zeroes its own gradients before its own backward (GANs: `opt_d` and
+          `opt_g` each zero, step, in turn; `model.zero_grad()` is taken to clear an
+          optimizer only in a loop with a single optimizer);
+        - `zero_grad()`, a `backward()` or the `step()` in question sits under an `if`, in a
+          `try`, in a nested loop, or in a helper function whose order is not certain;
+        - `optimizer.step(closure)` (LBFGS): the closure zeroes and runs backward;
+        - for a loop without `zero_grad()`: the file calls `zero_grad` anywhere, resets `.grad`
+          by hand (`p.grad = None`, `p.grad.zero_()`), hands the optimizer to another function
+          in the loop, builds no optimizer itself, subclasses a base class that may zero,
+          or uses Lightning / Fabric.
+    """
+    valid = [
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data.dataloader import DataLoader
+
+            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
+            accelerator = Accelerator(fp16=training_args.fp16)
+            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
+
+            model.train()
+            for step, batch in enumerate(dataloader, start=1):
+                loss = model(**batch).loss
+                loss = loss / training_args.gradient_accumulation_steps
+                accelerator.backward(loss)
+                if step % training_args.gradient_accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="the guide's Using Accelerate example",
+        ),
+        Valid(
+            """
+            import torch
+            for epoch in range(args.num_train_epochs):
+                model.train()
+                for step, batch in enumerate(train_dataloader):
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    outputs = model(**batch)
+                    loss = outputs.loss
+                    loss = loss / args.gradient_accumulation_steps
+                    loss.backward()
+                    if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                        optimizer.step()
+                        lr_scheduler.step()
+                        optimizer.zero_grad()
+                        progress_bar.update(1)
+                        completed_steps += 1
+            """,
+            note="HF no_trainer style accumulation",
+        ),
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.AdamW(model.parameters())
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            note="zero_grad, backward, step",
+        ),
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.AdamW(model.parameters())
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            """,
+            note="backward, step, zero_grad",
+        ),
+        Valid(
+            """
+            import torch
+            for i, (imgs, _) in enumerate(dataloader):
+                real = imgs.cuda()
+                optimizer_D.zero_grad()
+                d_loss = adversarial_loss(discriminator(real), valid) + adversarial_loss(discriminator(generator(z).detach()), fake)
+                d_loss.backward()
+                optimizer_D.step()
+                optimizer_G.zero_grad()
+                g_loss = adversarial_loss(discriminator(generator(z)), valid)
+                g_loss.backward()
+                optimizer_G.step()
+            """,
+            note="GAN: each optimizer zeroes its own gradients before its own backward",
+        ),
+        Valid(
+            """
+            import torch
+            for i, data in enumerate(dataloader, 0):
+                netD.zero_grad()
+                errD_real = criterion(netD(real_cpu), label)
+                errD_real.backward()
+                errD_fake = criterion(netD(fake.detach()), label)
+                errD_fake.backward()
+                optimizerD.step()
+                netG.zero_grad()
+                errG = criterion(netD(fake), label)
+                errG.backward()
+                optimizerG.step()
+            """,
+            note="DCGAN tutorial: model.zero_grad() with two optimizers",
+        ),
+        Valid(
+            """
+            import torch
+            scaler = torch.amp.GradScaler("cuda")
+            for batch in loader:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(**batch).loss
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                optimizer.zero_grad()
+            """,
+            note="GradScaler; scheduler.step() is not an optimizer step",
+        ),
+        Valid(
+            """
+            import torch
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    with ctx:
+                        logits, loss = model(X, Y)
+                        loss = loss / gradient_accumulation_steps
+                    X, Y = get_batch("train")
+                    scaler.scale(loss).backward()
+                if grad_clip != 0.0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                iter_num += 1
+            """,
+            note="nanoGPT: backward in an inner micro-step loop",
+        ),
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.LBFGS(model.parameters())
+            for x, y in loader:
+                def closure():
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    return loss
+                optimizer.step(closure)
+            """,
+            note="LBFGS closure",
+        ),
+        Valid(
+            """
+            import torch
+            for batch in loader:
+                try:
+                    loss = model(batch)
+                    loss.backward()
+                except torch.cuda.OutOfMemoryError:
+                    optimizer.zero_grad()
+                    continue
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="zero_grad in an OOM handler: not part of the normal order",
+        ),
+        Valid(
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                optimizer.zero_grad()
+                if use_amp:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+            """,
+            note="the backward is under an if, but it is there",
+        ),
+        Valid(
+            """
+            import torch
+            def train_step(model, batch, optimizer):
+                optimizer.zero_grad()
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+
+            for batch in loader:
+                train_step(model, batch, optimizer)
+            """,
+            note="helper function with the right order",
+        ),
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                for p in model.parameters():
+                    p.grad = None
+            """,
+            note="gradients reset by hand",
+        ),
+        Valid(
+            """
+            import torch
+            import pytorch_lightning as pl
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            note="Lightning file: no missing-zero_grad advice",
+        ),
+        Valid(
+            """
+            import torch
+            from apex import amp
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            """,
+            note="the optimizer is handed to another function in the loop",
+        ),
+        Valid(
+            """
+            import torch
+            def train(model, loader, optimizer):
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            note="the optimizer comes from outside the file",
+        ),
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.AdamW(model.parameters())
+            for step, batch in enumerate(loader):
+                optimizer.step()
+                optimizer.zero_grad()
+                loss = model(batch)
+                loss.backward()
+            """,
+            note="step, zero_grad, backward: steps the previous iteration's gradients",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.zero_grad()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(**batch).loss
+                loss.backward()
+
+                # start the next step clean
+                model.zero_grad()
+                optimizer.step()
+                scheduler.step()
+            """,
+            fixed="""
+            import torch
+            for batch in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(**batch).loss
+                loss.backward()
+
+                optimizer.step()
+                # start the next step clean
+                model.zero_grad()
+                scheduler.step()
+            """,
+            note="model.zero_grad() with one optimizer; comment travels, blank line stays",
+        ),
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                scaler.step(optimizer)
+                scaler.update()
+                with torch.autocast("cuda"):
+                    loss = model(batch)
+                scaler.scale(loss).backward()
+                optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            for batch in loader:
+                scaler.step(optimizer)
+                optimizer.zero_grad()
+                scaler.update()
+                with torch.autocast("cuda"):
+                    loss = model(batch)
+                scaler.scale(loss).backward()
+            """,
+            note="around the loop: zero_grad at the end wipes what the next iteration steps",
+        ),
+        Invalid(
+            """
+            import torch
+            def train_step(model, batch, optimizer):
+                loss = model(batch)
+                loss.backward()
+                optimizer.zero_grad()
+                optimizer.step()
+
+            for batch in loader:
+                train_step(model, batch, optimizer)
+            """,
+            fixed="""
+            import torch
+            def train_step(model, batch, optimizer):
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+            for batch in loader:
+                train_step(model, batch, optimizer)
+            """,
+            note="inside a helper: backward, zero_grad, step in straight line",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.optim as optim
+            model = Net().cuda()
+            optimizer = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            for epoch in range(10):
+                for inputs, labels in trainloader:
+                    outputs = model(inputs.cuda())
+                    loss = criterion(outputs, labels.cuda())
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.optim as optim
+            model = Net().cuda()
+            optimizer = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            for epoch in range(10):
+                for inputs, labels in trainloader:
+                    outputs = model(inputs.cuda())
+                    loss = criterion(outputs, labels.cuda())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="no zero_grad anywhere",
+        ),
+        Invalid(
+            """
+            import torch
+            opt = torch.optim.Adam(model.parameters())
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / 4
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    opt.step()
+            """,
+            fixed="""
+            import torch
+            opt = torch.optim.Adam(model.parameters())
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / 4
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            note="accumulation that never zeroes: the zero_grad goes under the condition",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        loops = ctx.loops.training_loops
+        if not loops:
+            return
+        reported: set[cst.Call] = set()
+        helpers_seen: set[cst.FunctionDef] = set()
+        for loop in loops:
+            for optimizer in loop.optimizers:
+                for finding in self._misplaced_in_loop(ctx, loop, optimizer):
+                    if finding.node not in reported:
+                        reported.add(finding.node)  # type: ignore[arg-type]
+                        yield finding
+            for event in loop.events:
+                helper = event.via_helper
+                if helper is None or helper in helpers_seen:
+                    continue
+                helpers_seen.add(helper)
+                for finding in self._misplaced_in_helper(ctx, helper):
+                    if finding.node not in reported:
+                        reported.add(finding.node)  # type: ignore[arg-type]
+                        yield finding
+        yield from self._missing(ctx, loops)
+
+    # A zero_grad followed, around the loop body, by the step with no backward in between.
+    def _misplaced_in_loop(self, ctx: FileContext, loop: TrainingLoop, optimizer: str) -> Iterator[Finding]:
+        position = ctx.loops.position
+        relevant = [e for e in loop.events if e.kind == "backward" or (e.kind == "step" and e.target == optimizer)]
+        if any(e.kind == "step" and is_closure_step(e) for e in relevant):
+            return
+        for zero in loop.events:
+            if zero.kind != "zero_grad" or not zero.direct or not applies_to(ctx, zero, optimizer, loop.optimizers):
+                continue
+            after = [e for e in relevant if position(e) > position(zero)]
+            wrapped = not after
+            following = after[0] if after else (relevant[0] if relevant else None)
+            if following is None or following.kind != "step" or not following.direct:
+                continue
+            low, high = ctx.order[zero.call], ctx.order[following.call]
+            if _gradients_made_in(ctx, loop.node, low, high, wrapped):
+                continue
+            yield self._misplaced(ctx, zero, following)
+
+    # Inside a helper, only the straight order backward -> zero_grad -> step is certain.
+    def _misplaced_in_helper(self, ctx: FileContext, helper: cst.FunctionDef) -> Iterator[Finding]:
+        events = ctx.loops.function_events(helper)
+        optimizers: list[str] = []
+        for event in events:
+            if event.kind == "step" and event.target and event.target not in optimizers:
+                optimizers.append(event.target)
+        for optimizer in optimizers:
+            relevant = [e for e in events if e.kind == "backward" or (e.kind == "step" and e.target == optimizer)]
+            if any(e.kind == "step" and is_closure_step(e) for e in relevant):
+                continue
+            for zero in events:
+                if zero.kind != "zero_grad" or not zero.straight_line or not applies_to(ctx, zero, optimizer, optimizers):
+                    continue
+                before = [e for e in relevant if ctx.order[e.call] < ctx.order[zero.call]]
+                after = [e for e in relevant if ctx.order[e.call] > ctx.order[zero.call]]
+                if not before or not after or before[-1].kind != "backward":
+                    continue
+                following = after[0]
+                if following.kind != "step" or not following.straight_line:
+                    continue
+                if _gradients_made_in(ctx, helper, ctx.order[zero.call], ctx.order[following.call], False):
+                    continue
+                yield self._misplaced(ctx, zero, following)
+
+    def _misplaced(self, ctx: FileContext, zero: Event, step: Event) -> Finding:
+        zero_code, step_code = ctx.code(zero.call), ctx.code(step.call)
+        message = (
+            f"`{zero_code}` clears the gradients between `backward()` and `{step_code}`: "
+            f"the step gets no gradients; zero them after `step()` (guide: {GUIDE})"
+        )
+        fix: Fix | None = None
+        moved, anchor = _alone_in_line(ctx, zero.call), _anchor_line(ctx, step.call)
+        if moved is not None and anchor is not None:
+            edits = move_after(ctx, moved, [anchor])
+            if edits:
+                fix = self.fix(f"Move `{zero_code}` after `{step_code}`", *edits)
+        return self.report(zero.call, message, fix)
+
+    # A loop that steps and never zeroes: gradients add up over the whole run.
+    def _missing(self, ctx: FileContext, loops: Sequence[TrainingLoop]) -> Iterator[Finding]:
+        if "zero_grad" in ctx.source or uses_lightning(ctx) or _grad_writes(ctx):
+            return
+        for loop in loops:
+            if _in_subclass(ctx, loop.node):
+                continue
+            for optimizer in loop.optimizers:
+                steps = steps_of(loop, optimizer)
+                if any(e.via_helper or e.in_nested_loop or is_closure_step(e) for e in steps):
+                    continue
+                if not _constructed_here(ctx, optimizer) or _rebound_in_loop(ctx, loop, optimizer):
+                    continue
+                if _optimizer_handed_over(ctx, loop, optimizer):
+                    continue
+                step_code = ctx.code(steps[0].call)
+                message = (
+                    f"`{step_code}` in a loop that never zeroes the gradients: each step adds them "
+                    f"to all the previous ones; call `{optimizer}.zero_grad()` after it (guide: {GUIDE})"
+                )
+                anchors = [_anchor_line(ctx, e.call) for e in steps]
+                fix: Fix | None = None
+                if all(a is not None for a in anchors):
+                    new = cst.parse_statement(f"{optimizer}.zero_grad()\n")
+                    assert isinstance(new, cst.SimpleStatementLine)
+                    fix = self.fix(
+                        f"Insert `{optimizer}.zero_grad()` after `{step_code}`",
+                        *_insert_after(list(dict.fromkeys(anchors)), new),  # type: ignore[arg-type]
+                    )
+                yield self.report(steps[0].call, message, fix)
+
+
+# -- ADV302 -----------------------------------------------------------------------------------
+class ZeroGradBreaksAccumulation(Rule):
+    code = "ADV302"
+    name = "zero-grad-breaks-accumulation"
+    summary = "`step()` runs every k micro-steps but `zero_grad()` runs every micro-step."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        Gradient accumulation sums the gradients of k micro-batches in `.grad` and steps
+        once: the guide's *Gradient Accumulation* section describes "performing forward and
+        backward passes through the model and accumulating the gradients during the process.
+        Once a sufficient number of gradients have been accumulated, the model's
+        optimization step is executed", and its notes: "Gradient accumulation process: step
+        then zero_grad". A `zero_grad()` that runs on every micro-step throws the sum away:
+        each step sees only the last micro-batch, so the effective batch is k times smaller
+        than configured while the run still pays for k forward and backward passes.
+    """
+    example = """
+        for i, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y) / accumulation_steps
+            loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+    """
+    use_instead = """
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / accumulation_steps
+            loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    silent_when = """
+        - the loop runs inside `with accelerator.accumulate(model)`: Accelerate's optimizer
+          skips `zero_grad()` on micro-steps, so zeroing every iteration is correct there;
+        - Lightning and Fabric handle accumulation themselves;
+        - the backward runs under the same condition as `step()` (a GAN generator trained
+          every `n_critic` iterations): nothing is accumulated;
+        - the modulo is of an epoch counter, k is fixed at 1, or the `zero_grad()` is itself
+          conditional, in a `try`, a nested loop or a helper function;
+        - `model.zero_grad()` in a loop with several optimizers.
+    """
+    valid = [
+        Valid(
+            """
+            import torch
+            for epoch in range(args.num_train_epochs):
+                model.train()
+                for step, batch in enumerate(train_dataloader):
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    outputs = model(**batch)
+                    loss = outputs.loss
+                    loss = loss / args.gradient_accumulation_steps
+                    loss.backward()
+                    if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                        optimizer.step()
+                        lr_scheduler.step()
+                        optimizer.zero_grad()
+                        progress_bar.update(1)
+                        completed_steps += 1
+            """,
+            note="HF no_trainer style accumulation",
+        ),
+        Valid(
+            """
+            import torch
+            for i, (inputs, labels) in enumerate(dataloader):
+                outputs = model(inputs)
+                loss = criterion(outputs, labels) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0 or (i + 1) == len(dataloader):
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="the guide notes' accumulation loop",
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data.dataloader import DataLoader
+
+            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
+            accelerator = Accelerator(fp16=training_args.fp16)
+            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
+
+            model.train()
+            for step, batch in enumerate(dataloader, start=1):
+                loss = model(**batch).loss
+                loss = loss / training_args.gradient_accumulation_steps
+                accelerator.backward(loss)
+                if step % training_args.gradient_accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="the guide's Using Accelerate example",
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=4)
+            model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+            for step, batch in enumerate(loader):
+                with accelerator.accumulate(model):
+                    optimizer.zero_grad()
+                    loss = model(**batch).loss
+                    accelerator.backward(loss)
+                    if step % 4 == 0:
+                        optimizer.step()
+                    scheduler.step()
+            """,
+            note="zero_grad every micro-step inside accelerator.accumulate is correct",
+        ),
+        Valid(
+            """
+            import torch
+            for i, (imgs, _) in enumerate(dataloader):
+                optimizer_D.zero_grad()
+                loss_D = -torch.mean(discriminator(real_imgs)) + torch.mean(discriminator(fake_imgs))
+                loss_D.backward()
+                optimizer_D.step()
+                optimizer_G.zero_grad()
+                if i % opt.n_critic == 0:
+                    gen_imgs = generator(z)
+                    loss_G = -torch.mean(discriminator(gen_imgs))
+                    loss_G.backward()
+                    optimizer_G.step()
+            """,
+            note="WGAN: the generator's backward is under the same condition as its step",
+        ),
+        Valid(
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                optimizer.zero_grad()
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                if step % args.logging_steps == 0:
+                    print(loss.item())
+            """,
+            note="modulo for logging: step() is not under it",
+        ),
+        Valid(
+            """
+            import torch
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    with ctx:
+                        logits, loss = model(X, Y)
+                        loss = loss / gradient_accumulation_steps
+                    scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                if iter_num % log_interval == 0:
+                    print(iter_num)
+                iter_num += 1
+            """,
+            note="nanoGPT: accumulation in an inner loop",
+        ),
+        Valid(
+            """
+            import torch
+            ACCUMULATION = 1
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % ACCUMULATION == 0:
+                    optimizer.step()
+            """,
+            note="k fixed at 1: nothing to accumulate",
+        ),
+        Valid(
+            """
+            import torch
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    if epoch % 2 == 0:
+                        optimizer.step()
+            """,
+            note="modulo of the epoch, not of the micro-step",
+        ),
+        Valid(
+            """
+            import lightning as L
+            fabric = L.Fabric()
+            for i, batch in enumerate(loader):
+                optimizer.zero_grad()
+                loss = model(batch)
+                fabric.backward(loss)
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+            """,
+            note="Fabric",
+        ),
+        Valid(
+            """
+            import torch
+            for i, batch in enumerate(loader):
+                model.zero_grad()
+                d_loss.backward()
+                if i % 5 == 0:
+                    opt_d.step()
+                g_loss.backward()
+                opt_g.step()
+            """,
+            note="model.zero_grad() with two optimizers",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0:
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for i, (x, y) in enumerate(loader):
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            for step, batch in enumerate(train_dataloader):
+                outputs = model(**batch)
+                loss = outputs.loss / args.gradient_accumulation_steps
+                scaler.scale(loss).backward()
+                if (step + 1) % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                    scaler.step(optimizer)
+                    scaler.update()
+                    lr_scheduler.step()
+
+                model.zero_grad()
+            """,
+            fixed="""
+            import torch
+            for step, batch in enumerate(train_dataloader):
+                outputs = model(**batch)
+                loss = outputs.loss / args.gradient_accumulation_steps
+                scaler.scale(loss).backward()
+                if (step + 1) % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                    scaler.step(optimizer)
+                    model.zero_grad()
+                    scaler.update()
+                    lr_scheduler.step()
+            """,
+            note="zero_grad after the condition, GradScaler",
+        ),
+        Invalid(
+            """
+            import torch
+            global_step = 0
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = model(batch) / 8
+                loss.backward()
+                global_step += 1
+                if global_step % 8 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            global_step = 0
+            for batch in loader:
+                loss = model(batch) / 8
+                loss.backward()
+                global_step += 1
+                if global_step % 8 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="already zeroed after the step: the every-step one only goes",
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            for step, batch in enumerate(loader):
+                optimizer.zero_grad()
+                loss = model(**batch).loss / 4
+                accelerator.backward(loss)
+                if step % 4 == 0:
+                    optimizer.step()
+            """,
+            fixed="""
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            for step, batch in enumerate(loader):
+                loss = model(**batch).loss / 4
+                accelerator.backward(loss)
+                if step % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="Accelerate without accelerator.accumulate: its zero_grad runs every time",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        loops = ctx.loops.training_loops
+        if not loops or uses_lightning(ctx):
+            return
+        reported: set[cst.Call] = set()
+        for loop in loops:
+            for optimizer in loop.optimizers:
+                accumulation = accumulation_of(ctx, loop, optimizer)
+                if accumulation is None:
+                    continue
+                for zero in loop.events:
+                    if zero.kind != "zero_grad" or not zero.direct or zero.call in reported:
+                        continue
+                    if not applies_to(ctx, zero, optimizer, loop.optimizers) or ctx.loops.accumulate_context(zero.call):
+                        continue
+                    reported.add(zero.call)
+                    yield self._report(ctx, loop, optimizer, accumulation, zero)
+
+    def _report(
+        self, ctx: FileContext, loop: TrainingLoop, optimizer: str, accumulation: Accumulation, zero: Event
+    ) -> Finding:
+        zero_code = ctx.code(zero.call)
+        step_code = ctx.code(accumulation.step_events[0].call)
+        steps_code = ctx.code(accumulation.steps)
+        message = (
+            f"`{zero_code}` runs every micro-step but `{step_code}` only every `{steps_code}`: each step "
+            f"sees the last micro-batch's gradients only; zero them under the same `if`, after `step()` (guide: {GUIDE})"
+        )
+        last_step = max(ctx.order[e.call] for e in accumulation.step_events)
+        already = any(
+            e.kind == "zero_grad"
+            and applies_to(ctx, e, optimizer, loop.optimizers)
+            and ctx.is_descendant(e.call, accumulation.guard.body)
+            and ctx.order[e.call] > last_step
+            for e in loop.events
+        )
+        fix: Fix | None = None
+        moved = _alone_in_line(ctx, zero.call)
+        anchors = [_anchor_line(ctx, e.call) for e in accumulation.step_events]
+        if moved is not None and (already or all(a is not None for a in anchors)):
+            edits = move_after(ctx, moved, [] if already else list(dict.fromkeys(anchors)))  # type: ignore[arg-type]
+            if edits:
+                description = (
+                    f"Remove the every-step `{zero_code}`"
+                    if already
+                    else f"Move `{zero_code}` after `{step_code}`, under the accumulation condition"
+                )
+                fix = self.fix(description, *edits)
+        return self.report(zero.call, message, fix)
+
+
+# -- ADV303 -----------------------------------------------------------------------------------
+def _local_function_names(ctx: FileContext) -> set[str]:
+    return {f.name.value for f in ctx.nodes(cst.FunctionDef)}
+
+
+def _mean_reduction(ctx: FileContext, call: cst.Call) -> bool:
+    """A loss call or constructor that averages (no ``reduction="sum"``/``"none"``)."""
+    reduction = ctx.argument(call, "reduction")
+    if reduction is MISSING:
+        return True
+    value = ctx.values.resolve(reduction) if reduction is not None else None
+    return value is not None and value.value == "mean"
+
+
+def _is_loss_class(ctx: FileContext, call: cst.Call) -> bool:
+    qualname = ctx.qualname(call.func) or ""
+    return qualname.startswith("torch.nn.") and qualname.endswith("Loss") and _mean_reduction(ctx, call)
+
+
+def _is_loss_source(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A value that is certainly a mean loss: ``criterion(...)``, ``F.cross_entropy(...)``,
+    ``outputs.loss``, ``model(...).loss``, ``outputs[0]``, ``outputs["loss"]``."""
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value == "loss" and dotted_name(expr.value) != "self"
+    if isinstance(expr, cst.Subscript):
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return False
+        index = expr.slice[0].slice.value
+        is_first = isinstance(index, cst.Integer) and index.evaluated_value == 0
+        is_loss_key = isinstance(index, cst.SimpleString) and index.evaluated_value == "loss"
+        return (is_first or is_loss_key) and isinstance(expr.value, (cst.Name, cst.Call))
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "mean" and not expr.args:
+        return _is_loss_source(ctx, func.value)
+    if isinstance(func, cst.Call):  # nn.CrossEntropyLoss()(logits, labels)
+        return _is_loss_class(ctx, func)
+    if not _mean_reduction(ctx, expr):
+        return False
+    qualname = ctx.qualname(func)
+    if qualname is not None:
+        if qualname.startswith("torch.nn.functional."):
+            return qualname.rsplit(".", 1)[-1] in _FUNCTIONAL_LOSSES
+        return False  # imported from elsewhere: a user function, which may divide
+    name = dotted_name(func)
+    if name is None:
+        return False
+    last = name.split(".")[-1]
+    if last in _local_function_names(ctx):
+        return False  # the file's own function: it may divide
+    if isinstance(func, cst.Name):
+        bound = ctx.bound_call(func)
+        if bound is not None and (ctx.qualname(bound.func) or "").startswith("torch.nn."):
+            return _is_loss_class(ctx, bound)
+    for assignment in ctx.attribute_assignments.get(name, ()):
+        value = getattr(assignment, "value", None)
+        if isinstance(value, cst.Call) and not _mean_reduction(ctx, value):
+            return False
+    return bool(_CRITERION.match(last))
+
+
+def _scales(ctx: FileContext, value: cst.BaseExpression) -> bool:
+    """Any division or multiplication in ``value`` counts as scaling the loss."""
+    for operation in ctx.walk(value, cst.BinaryOperation):
+        if isinstance(operation.operator, (cst.Divide, cst.FloorDivide, cst.Multiply)):
+            return True
+    for call in ctx.walk(value, cst.Call):
+        name = (dotted_name(call.func) or "").split(".")[-1]
+        if name in ("div", "div_", "true_divide", "divide", "mul", "mul_", "multiply"):
+            return True
+    return False
+
+
+def _mentions(ctx: FileContext, expr: cst.BaseExpression, variable: str) -> bool:
+    """Whether ``expr`` reads ``variable`` (not an attribute or keyword of that name)."""
+    for name in ctx.walk(expr, cst.Name):
+        if name.value != variable:
+            continue
+        parent = ctx.parent.get(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue
+        if isinstance(parent, cst.Arg) and parent.keyword is name:
+            continue
+        return True
+    return False
+
+
+def _unscaled_loss(ctx: FileContext, loop: TrainingLoop, name: cst.Name) -> bool:
+    """``name`` is assigned in the loop from a recognisable mean loss and never divided there."""
+    inside = [b for b in ctx.lookup(name.value, name) if ctx.is_descendant(b.node, loop.node)]
+    if not inside:
+        return False
+    origins: list[cst.BaseExpression] = []
+    for binding in inside:
+        node, value = binding.node, binding.value
+        if isinstance(node, cst.AugAssign):
+            return False  # loss /= k, loss *= scale: scaled, or not ours to judge
+        if not isinstance(node, (cst.Assign, cst.AnnAssign, cst.NamedExpr)) or value is None:
+            return False  # unpacked, a loop target, a ``with ... as``: unknown
+        if _scales(ctx, value):
+            return False
+        if not _mentions(ctx, value, name.value):
+            origins.append(value)
+    return bool(origins) and all(_is_loss_source(ctx, origin) for origin in origins)
+
+
+def _loss_at_backward(ctx: FileContext, call: cst.Call) -> tuple[cst.BaseExpression, bool] | None:
+    """The loss expression a backward call takes, and whether dividing it needs parentheses."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "backward":
+        return None
+    receiver = func.value
+    if ctx.loops.is_framework(receiver):
+        return None
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "scale"
+        and "scaler" in (dotted_name(receiver.func.value) or "").split(".")[-1].lower()
+    ):
+        if len(receiver.args) != 1 or receiver.args[0].keyword is not None or receiver.args[0].star:
+            return None
+        return receiver.args[0].value, False
+    return receiver, True
+
+
+class AccumulationLossNotScaled(Rule):
+    code = "ADV303"
+    name = "accumulation-loss-not-scaled"
+    summary = "Manual gradient accumulation whose loss is not divided by the accumulation steps."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        With gradient accumulation, `.grad` holds the *sum* of k micro-batch gradients when
+        `step()` runs. Each micro-batch loss is a mean over its own samples, so without
+        dividing by k the update is k times the gradient of the effective batch: as if the
+        learning rate were k times larger, and gradient clipping thresholds mean something
+        else. The guide's notes on *Gradient Accumulation* divide every micro-batch loss
+        ("Note that this is divided by the number of accumulated steps"), and so does its
+        *Using 🤗 Accelerate* loop: "we normalize the loss, so we get the average at the
+        end of accumulation and once we have enough steps we run the optimization":
+        `loss = loss / training_args.gradient_accumulation_steps`.
+    """
+    example = """
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    use_instead = """
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            (loss / accumulation_steps).backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    silent_when = """
+        - the loss is divided or multiplied anywhere in the loop (`loss = loss / k`,
+          `loss /= k`, `(loss / k).backward()`, `scaler.scale(loss / k)`);
+        - Accelerate does the backward (`accelerator.backward` divides by its own
+          `gradient_accumulation_steps`) or the loop runs in `accelerator.accumulate`;
+          Lightning and Fabric;
+        - the loss comes from a function of the file or of another module (it may divide),
+          from a sum-reduced criterion, or cannot be traced to a loss in the loop;
+        - the modulo guards only logging, not `step()`; the backward runs under the same
+          condition as `step()`; k is fixed at 1.
+    """
+    valid = [
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data.dataloader import DataLoader
+
+            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
+            accelerator = Accelerator(fp16=training_args.fp16)
+            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
+
+            model.train()
+            for step, batch in enumerate(dataloader, start=1):
+                loss = model(**batch).loss
+                loss = loss / training_args.gradient_accumulation_steps
+                accelerator.backward(loss)
+                if step % training_args.gradient_accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="the guide's Using Accelerate example",
+        ),
+        Valid(
+            """
+            import torch
+            for i, (inputs, labels) in enumerate(dataloader):
+                outputs = model(inputs)
+                loss = criterion(outputs, labels) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0 or (i + 1) == len(dataloader):
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="divided where it is computed",
+        ),
+        Valid(
+            """
+            import torch
+            for step, batch in enumerate(train_dataloader):
+                outputs = model(**batch)
+                loss = outputs.loss
+                loss = loss / args.gradient_accumulation_steps
+                loss.backward()
+                if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                    optimizer.step()
+                    lr_scheduler.step()
+                    optimizer.zero_grad()
+            """,
+            note="HF no_trainer style",
+        ),
+        Valid(
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                loss = model(**batch).loss
+                if args.gradient_accumulation_steps > 1:
+                    loss /= args.gradient_accumulation_steps
+                scaler.scale(loss).backward()
+                if (step + 1) % args.gradient_accumulation_steps == 0:
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+            """,
+            note="in-place division",
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=4)
+            for step, batch in enumerate(dataloader, start=1):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                if step % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="accelerator.backward divides by its gradient_accumulation_steps",
+        ),
+        Valid(
+            """
+            import torch
+            for i, batch in enumerate(loader):
+                loss = compute_loss(model, batch)
+                loss.backward()
+                if (i + 1) % grad_accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="loss from a user function, which may divide",
+        ),
+        Valid(
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                scaler.scale(loss / grad_accum).backward()
+                if (i + 1) % grad_accum == 0:
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+            """,
+            note="divided at the backward site",
+        ),
+        Valid(
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                if step % log_every == 0:
+                    print(loss.item())
+            """,
+            note="modulo for logging only",
+        ),
+        Valid(
+            """
+            import torch
+            criterion = torch.nn.CrossEntropyLoss(reduction="sum")
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="sum-reduced loss: the scale is the author's choice",
+        ),
+        Valid(
+            """
+            import torch
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    with ctx:
+                        logits, loss = model(X, Y)
+                        loss = loss / gradient_accumulation_steps
+                    scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            """,
+            note="nanoGPT",
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=8)
+            for step, batch in enumerate(loader):
+                with accelerator.accumulate(model):
+                    loss = model(**batch).loss
+                    loss.backward()
+                    if step % 8 == 0:
+                        optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="inside accelerator.accumulate",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            for i, (x, y) in enumerate(loader):
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y)
+                (loss / accumulation_steps).backward()
+                if (i + 1) % accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            for step, (x, y) in enumerate(loader):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = F.cross_entropy(model(x), y)
+                scaler.scale(loss).backward()
+                if (step + 1) % args.gradient_accumulation_steps == 0:
+                    scaler.unscale_(optimizer)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
+            """,
+            fixed="""
+            import torch
+            import torch.nn.functional as F
+            for step, (x, y) in enumerate(loader):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = F.cross_entropy(model(x), y)
+                scaler.scale(loss / args.gradient_accumulation_steps).backward()
+                if (step + 1) % args.gradient_accumulation_steps == 0:
+                    scaler.unscale_(optimizer)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
+            """,
+            note="GradScaler: divided inside scale()",
+        ),
+        Invalid(
+            """
+            import torch
+            for step, batch in enumerate(train_dataloader):
+                batch = {k: v.to("cuda") for k, v in batch.items()}
+                outputs = model(**batch)
+                loss = outputs.loss
+                loss.backward(retain_graph=False)
+                if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                    optimizer.step()
+                    lr_scheduler.step()
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            for step, batch in enumerate(train_dataloader):
+                batch = {k: v.to("cuda") for k, v in batch.items()}
+                outputs = model(**batch)
+                loss = outputs.loss
+                (loss / args.gradient_accumulation_steps).backward(retain_graph=False)
+                if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                    optimizer.step()
+                    lr_scheduler.step()
+                    optimizer.zero_grad()
+            """,
+            note="HF no_trainer style without the division",
+        ),
+        Invalid(
+            """
+            import torch
+            loss_fn = torch.nn.MSELoss()
+            for i, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if not (i + 1) % (accum_steps):
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            fixed="""
+            import torch
+            loss_fn = torch.nn.MSELoss()
+            for i, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                (loss / (accum_steps)).backward()
+                if not (i + 1) % (accum_steps):
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            note="`not i % k` and k's own spelling",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        loops = ctx.loops.training_loops
+        if not loops or uses_lightning(ctx):
+            return
+        reported: set[cst.Call] = set()
+        for loop in loops:
+            backwards = [e for e in loop.events if e.kind == "backward"]
+            if any(
+                isinstance(e.call.func, cst.Attribute) and ctx.loops.is_framework(e.call.func.value) for e in backwards
+            ):
+                continue  # accelerator.backward / fabric.backward divide by their own accumulation steps
+            for optimizer in loop.optimizers:
+                accumulation = accumulation_of(ctx, loop, optimizer)
+                if accumulation is None:
+                    continue
+                for backward in backwards:
+                    if backward.via_helper is not None or backward.call in reported:
+                        continue
+                    if ctx.loops.accumulate_context(backward.call):
+                        continue
+                    found = _loss_at_backward(ctx, backward.call)
+                    if found is None:
+                        continue
+                    loss, parenthesize = found
+                    if not isinstance(loss, cst.Name) or not _unscaled_loss(ctx, loop, loss):
+                        continue
+                    reported.add(backward.call)
+                    yield self._report(ctx, accumulation, backward, loss, parenthesize)
+
+    def _report(
+        self, ctx: FileContext, accumulation: Accumulation, backward: Event, loss: cst.Name, parenthesize: bool
+    ) -> Finding:
+        steps_code = ctx.code(accumulation.steps)
+        divided = f"{loss.value} / {steps_code}"
+        replacement = cst.parse_expression(f"({divided})" if parenthesize else divided)
+        message = (
+            f"`{loss.value}` goes to `backward()` undivided while gradients accumulate over `{steps_code}` "
+            f"micro-steps: the step gets their sum, not their mean; divide it by `{steps_code}` (guide: {GUIDE})"
+        )
+        fix = self.fix(f"Divide `{loss.value}` by `{steps_code}` at the backward", Edit(loss, replacement))
+        return self.report(backward.call, message, fix)
