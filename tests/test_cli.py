@@ -61,6 +61,14 @@ def test_exit_codes_and_text_format(project, capsys):
     assert code == 0 and "All checks passed." in out
 
 
+def test_positions_are_printed_as_numbers_not_emoji_codes(tmp_path, capsys):
+    # Rich reads ``:100:`` as an emoji code; a finding on line 100 must still print its line.
+    (tmp_path / "train.py").write_text("import torch\n" + "\n" * 98 + "loader = torch.utils.data.DataLoader(ds)\nx.cuda()\n")
+    code, out, _ = run(["check", "train.py", "--select", "ADV101"], capsys, tmp_path)
+    assert code == 1
+    assert "train.py:100:10: ADV101" in out
+
+
 def test_folder_walk_skips_virtualenvs_and_caches(project, capsys):
     for folder in (".venv", "build", "__pycache__", ".git"):
         (project / folder).mkdir()
@@ -232,3 +240,13 @@ def test_parallel_run_matches_serial(tmp_path, capsys):
     _, parallel, _ = run(["check", ".", "--format", "json", "-j", "2"], capsys, tmp_path)
     assert json.loads(serial) == json.loads(parallel)
     assert len(json.loads(serial)["findings"]) >= 20
+
+
+def test_parallel_fix_rewrites_every_file(tmp_path, capsys):
+    for i in range(12):
+        (tmp_path / f"t{i:02d}.py").write_text(PROBLEM)
+    code, out, _ = run(["fix", ".", "--select", "ADV101", "-j", "2"], capsys, tmp_path)
+    assert code == 0, out
+    for i in range(12):
+        assert "pin_memory=True" in (tmp_path / f"t{i:02d}.py").read_text()
+    assert "Fixed 12 findings in 12 files" in out
