@@ -92,7 +92,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
 
 def _console(args: argparse.Namespace, stream=None) -> Console:
     no_color = getattr(args, "no_color", False) or "NO_COLOR" in os.environ
-    return Console(file=stream or sys.stdout, highlight=False, no_color=no_color, soft_wrap=True)
+    return Console(file=stream or sys.stdout, highlight=False, no_color=no_color, soft_wrap=True, emoji=False)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -114,7 +114,7 @@ def run_check(args: argparse.Namespace) -> int:
             import io
 
             buffer = io.StringIO()
-            render_text(Console(file=buffer, no_color=True, highlight=False, soft_wrap=True), diagnostics, errors, settings.target)
+            render_text(Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, emoji=False), diagnostics, errors, settings.target)
             text = buffer.getvalue().rstrip("\n")
         if args.output is not None:
             args.output.write_text(text + "\n", encoding="utf-8")
@@ -177,10 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fix":
             return run_fix(args)
         if args.command == "rules":
-            rules_table(Console(highlight=False))
+            rules_table(Console(highlight=False, emoji=False))
             return EXIT_CLEAN
         if args.command == "explain":
-            if not explain(Console(highlight=False, soft_wrap=True), args.code):
+            if not explain(Console(highlight=False, soft_wrap=True, emoji=False), args.code):
                 print(f"advisor: unknown rule {args.code!r}; see `advisor rules`", file=sys.stderr)
                 return EXIT_ERROR
             return EXIT_CLEAN
