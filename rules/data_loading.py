@@ -155,9 +155,48 @@ def _file_streams_data(ctx: FileContext) -> bool:
     return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
 
 
+def _builtin_call(ctx: FileContext, expr: cst.BaseExpression, *names: str) -> bool:
+    """``range(...)`` / ``list(...)`` calling the builtin (the file binds no such name)."""
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value in names
+        and not ctx.lookup(expr.func.value, expr.func)
+    )
+
+
+def _dataset_expression(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    """The expression the loader's dataset is, seen through a name bound once."""
+    dataset = ctx.argument(call, "dataset", 0)
+    if dataset is None or dataset is MISSING:
+        return None
+    if isinstance(dataset, cst.Name):
+        return ctx.single_assignment(dataset)
+    return dataset
+
+
+def index_dataset(ctx: FileContext, call: cst.Call) -> bool:
+    """A loader over ``range(n)`` (or ``list(range(n))``): its batches are integer indices,
+    not the training data, so neither pinning nor workers change what reaches the GPU."""
+    dataset = _dataset_expression(ctx, call)
+    if dataset is None:
+        return False
+    if _builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
+        dataset = dataset.args[0].value  # type: ignore[attr-defined]
+    return _builtin_call(ctx, dataset, "range")
+
+
+def _python_sequence_dataset(ctx: FileContext, call: cst.Call) -> bool:
+    """A dataset written as a Python list / tuple (literal or comprehension) or a range:
+    its items are already in memory, and indexing them in-process is cheaper than workers."""
+    dataset = _dataset_expression(ctx, call)
+    return isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)) or index_dataset(ctx, call)
+
+
 def dataset_unsuited_to_workers(ctx: FileContext, call: cst.Call) -> bool:
-    """Iterable datasets (each worker would replay the stream) and in-memory tensor datasets."""
-    if _file_streams_data(ctx):
+    """Iterable datasets (each worker would replay the stream) and in-memory datasets
+    (tensor datasets, Python sequences)."""
+    if _file_streams_data(ctx) or _python_sequence_dataset(ctx, call):
         return True
     dataset = loader_dataset(ctx, call)
     if dataset is None:
@@ -241,7 +280,8 @@ class DataLoaderPinMemory(Rule):
         - the file shows no CUDA device at all (CPU-only scripts);
         - `pin_memory` is passed in a way that cannot be read (`**kwargs` built at run
           time, a value from the command line);
-        - the dataset is built from tensors that are already on the GPU.
+        - the dataset is built from tensors that are already on the GPU;
+        - the dataset is `range(n)`: the batches are integer indices, not the data.
     """
     valid = [
         Valid(
@@ -251,6 +291,16 @@ class DataLoaderPinMemory(Rule):
             loader = DataLoader(ds, batch_size=8, pin_memory=True)
             model = model.cuda()
             """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            index_loader = DataLoader(range(len(ds)), batch_size=8, shuffle=True)
+            for indices in index_loader:
+                batch = features[indices].cuda()
+            """,
+            note="a loader of indices: the data reaches the GPU another way",
         ),
         Valid(
             """
@@ -346,7 +396,7 @@ class DataLoaderPinMemory(Rule):
             return
         for call in ctx.calls(DATALOADER):
             pin = ctx.argument(call, "pin_memory", POSITION["pin_memory"])
-            if pin is None or dataset_on_gpu(ctx, call):
+            if pin is None or dataset_on_gpu(ctx, call) or index_dataset(ctx, call):
                 continue
             if pin is MISSING:
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
@@ -436,8 +486,9 @@ class DataLoaderSyncLoading(Rule):
         - the dataset is an `IterableDataset` (or a streaming / WebDataset pipeline, or
           unknown in a file that uses iterable datasets): each worker would replay the
           whole stream unless the dataset shards itself;
-        - the dataset is a `TensorDataset` of in-memory tensors, or tensors already on the
-          GPU: indexing them in-process is cheaper than shipping batches between processes.
+        - the dataset is a `TensorDataset` of in-memory tensors, a Python list / tuple /
+          `range`, or tensors already on the GPU: indexing them in-process is cheaper than
+          shipping batches between processes.
 
         Accelerate, Lightning and Fabric do not add workers: loaders they wrap are checked
         like any other.
@@ -531,6 +582,22 @@ class DataLoaderSyncLoading(Rule):
             model = model.to("cuda")
             """,
             note="in-memory tensors: indexing them in-process is cheap",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                samples = [(torch.randn(16), label) for label in range(256)]
+                train_loader = DataLoader(samples, batch_size=32, shuffle=True)
+                shuffled_ids = DataLoader(list(range(1024)), batch_size=64, shuffle=True)
+                model.cuda()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            note="Python sequences already in memory",
         ),
         Valid(
             """
