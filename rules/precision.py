@@ -264,8 +264,38 @@ def _resolves_true(ctx: FileContext, call: cst.Call, keyword: str, position: int
 
 
 def file_trains(ctx: FileContext) -> bool:
-    """A backward pass or a GradScaler somewhere: autocast here serves training, not only inference."""
-    return bool(ctx.method_calls("backward") or ctx.calls("torch.autograd.backward") or ctx.calls(*SCALERS))
+    """A backward pass, a GradScaler or an optimizer being stepped or zeroed somewhere: autocast
+    here serves training, not only inference. The optimizer counts on its own for training
+    engines that hand the loss to a scaler object defined elsewhere (``loss_scaler(loss,
+    optimizer)`` in timm, DeiT, MAE), which runs ``backward()`` out of sight."""
+    if ctx.method_calls("backward") or ctx.calls("torch.autograd.backward") or ctx.calls(*SCALERS):
+        return True
+    for call in ctx.method_calls("step", "zero_grad"):
+        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if receiver is not None and ctx.loops.is_optimizer(receiver):
+            return True
+    return False
+
+
+_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
+
+
+def under_no_grad(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs with autograd off: inside ``with torch.no_grad():`` /
+    ``torch.inference_mode()``, or in a function decorated with either."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.With):
+            for item in ancestor.items:
+                managed = item.item.func if isinstance(item.item, cst.Call) else item.item
+                if ctx.qualname(managed) in _NO_GRAD:
+                    return True
+        elif isinstance(ancestor, cst.FunctionDef):
+            for decorator in ancestor.decorators:
+                expression = decorator.decorator
+                expression = expression.func if isinstance(expression, cst.Call) else expression
+                if ctx.qualname(expression) in _NO_GRAD:
+                    return True
+    return False
 
 
 # -- removing GradScaler plumbing -----------------------------------------------------------------
@@ -597,12 +627,18 @@ class Fp16OnBf16Gpu(Rule):
         - the target GPU has no bf16 (`--gpu V100`, `--gpu T4`): fp16 is the right choice there;
         - fp16 is the other branch of a bf16 choice: `torch.bfloat16 if
           torch.cuda.is_bf16_supported() else torch.float16`, `if args.bf16: ... else: ...`;
+        - the file also sets up bf16 the same way elsewhere (`Accelerator(mixed_precision="bf16")`,
+          `TrainingArguments(bf16=True)`, Lightning `precision="bf16-mixed"`): a script that
+          builds both precisions (a test of each, a choice of runs) uses fp16 on purpose;
         - the dtype, device or value cannot be read (`dtype=ptdtype` chosen at run time,
           `torch.autocast(device_type=device.type)`, `TrainingArguments(**vars(args))`,
           precision set by a launcher or `LightningCLI`);
         - the autocast runs on the CPU or is disabled (`enabled=False`), or the framework is
           told to use the CPU (`use_cpu=True`, `Accelerator(cpu=True)`, `accelerator="cpu"`);
-        - the file never trains (no `backward()`, no GradScaler): fp16 inference is fine.
+        - the autocast serves inference: the file never trains (no `backward()`, GradScaler or
+          optimizer step), or the autocast runs under `torch.no_grad()` /
+          `torch.inference_mode()` (a `with` block or a decorated function): fp16 inference
+          is fine.
 
         Where the model itself is loaded or cast in float16 (`torch_dtype=torch.float16`,
         `bnb_4bit_compute_dtype=torch.float16`, `.half()`), the finding comes without a fix:
@@ -779,6 +815,29 @@ class Fp16OnBf16Gpu(Rule):
             import lightning as L
             trainer = L.Trainer(accelerator="cpu", precision=16)
             """,
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+
+            def check_bf16_training():
+                accelerator = Accelerator(mixed_precision="bf16")
+                train(accelerator)
+
+            def check_fp16_training():
+                accelerator = Accelerator(mixed_precision="fp16")
+                train(accelerator)
+            """,
+            note="both precisions set up on purpose, one after the other",
+        ),
+        Valid(
+            """
+            from transformers import TrainingArguments
+            bf16_args = TrainingArguments("out-bf16", bf16=True)
+            fp16_args = TrainingArguments("out-fp16", fp16=True)
+            """,
+            note="the file builds both precisions",
         ),
         Valid(
             """
@@ -1025,6 +1084,8 @@ class Fp16OnBf16Gpu(Rule):
         for site in sites:
             if not site.fp16 or under_bf16_choice(ctx, site.call) or under_bf16_choice(ctx, site.dtype.node):
                 continue
+            if under_no_grad(ctx, site.call):
+                continue  # inference: fp16 is as fast as bf16 and more precise
             spelling = "torch.cuda.amp.autocast" if site.deprecated else "torch.autocast"
             if site.dtype.node is None:
                 message = (
@@ -1060,6 +1121,7 @@ class Fp16OnBf16Gpu(Rule):
             or other.certainly_not_cuda
             or other.bf16
             or (other.dtype is not None and other.dtype.node is not None and other.dtype.node is site.dtype.node)
+            or under_no_grad(ctx, other.call)  # no backward runs there: it never needed the scaler
             for other in sites
         )
         scaler_edits, complete = _scaler_removals(ctx) if others_bf16 else ([], False)
@@ -1088,7 +1150,7 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if _resolves_true(ctx, call, "use_cpu") or _resolves_true(ctx, call, "no_cuda"):
                 continue
-            if _precision_reassigned(ctx, call):
+            if _precision_reassigned(ctx, call) or self._other_call_sets(ctx, TRAINING_ARGUMENTS, "bf16", (True,)):
                 continue
             backend = ctx.argument(call, "half_precision_backend")
             if backend is None or (backend is not MISSING and ctx.values.value_of(backend) not in ("auto", "cuda_amp")):
@@ -1133,6 +1195,8 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if under_bf16_choice(ctx, call) or under_bf16_choice(ctx, value.node) or _resolves_true(ctx, call, "cpu"):
                 continue
+            if self._other_call_sets(ctx, (ACCELERATOR,), "mixed_precision", ("bf16",)):
+                continue
             fix = None
             if isinstance(value.node, cst.SimpleString):
                 fix = self.fix('Use `mixed_precision="bf16"`', Edit(value.node, string_like(value.node, "bf16")))
@@ -1152,6 +1216,8 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if under_bf16_choice(ctx, call) or under_bf16_choice(ctx, value.node):
                 continue
+            if self._other_call_sets(ctx, LIGHTNING, "precision", _LIGHTNING_BF16_SPELLINGS):
+                continue
             accelerator = ctx.argument(call, "accelerator")
             if accelerator is None or (accelerator is not MISSING and ctx.values.value_of(accelerator) == "cpu"):
                 continue
@@ -1166,6 +1232,28 @@ class Fp16OnBf16Gpu(Rule):
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
             yield self.report(call, _message(message), fix)
+
+
+    @staticmethod
+    def _other_call_sets(ctx: FileContext, qualnames: Sequence[str], keyword: str, bf16_values: tuple) -> bool:
+        """Whether the file also builds one of ``qualnames`` in bf16 (``Accelerator(mixed_precision=
+        "bf16")`` beside the fp16 one): a script that sets up both precisions, such as a test of
+        each or a choice between runs, uses fp16 on purpose where it does."""
+        for other in ctx.calls(*qualnames):
+            argument = ctx.argument(other, keyword)
+            if argument is None or argument is MISSING:
+                continue
+            value = ctx.values.resolve(argument)
+            if value is None:
+                continue
+            if value.value is True and True in bf16_values:
+                return True
+            if isinstance(value.value, str) and value.value in bf16_values:
+                return True
+        return False
+
+
+_LIGHTNING_BF16_SPELLINGS = ("bf16", "bf16-mixed", "bf16-true")
 
 
 def _precision_reassigned(ctx: FileContext, call: cst.Call) -> bool:

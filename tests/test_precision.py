@@ -94,8 +94,12 @@ def test_two_fp16_sites_switch_dtype_then_adv205_drops_the_scaler():
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
-        model(x)
+    for x in finetune_loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
     """
     result = fix(source, codes=PRECISION)
     assert [a.code for a in result.applied] == ["ADV201", "ADV201", "ADV205"]
@@ -107,10 +111,64 @@ def test_two_fp16_sites_switch_dtype_then_adv205_drops_the_scaler():
                 loss = model(x)
             loss.backward()
             opt.step()
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for x in finetune_loader:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x)
+            loss.backward()
+            opt.step()
+        """
+    )
+
+
+def test_inference_autocast_keeps_fp16_and_does_not_hold_the_scaler():
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+        model(x)
+    """
+    assert [d.line for d in lint(source, codes=["ADV201"])] == [5]
+    result = fix(source, codes=PRECISION)
+    assert [a.code for a in result.applied] == ["ADV201"]
+    assert result.fixed.decode() == textwrap.dedent(
+        """
+        import torch
+        for x in loader:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x)
+            loss.backward()
+            opt.step()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
             model(x)
         """
     )
+
+
+def test_training_engine_that_hides_backward_in_a_loss_scaler_object():
+    # timm / DeiT style: ``loss_scaler(loss, optimizer)`` calls backward() out of sight.
+    source = """
+    import torch
+
+    def train_one_epoch(model, criterion, loader, optimizer, loss_scaler):
+        for samples, targets in loader:
+            with torch.cuda.amp.autocast():
+                loss = criterion(model(samples), targets)
+            optimizer.zero_grad()
+            loss_scaler(loss, optimizer, parameters=model.parameters())
+
+    @torch.no_grad()
+    def evaluate(model, loader):
+        for images, target in loader:
+            with torch.cuda.amp.autocast():
+                output = model(images)
+    """
+    assert [d.line for d in lint(source, codes=["ADV201"])] == [6]
 
 
 def test_scaler_with_other_uses_is_kept_and_reported_by_adv205_without_fix():
