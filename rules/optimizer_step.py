@@ -260,7 +260,8 @@ def move_after(
 ) -> tuple[Edit, ...] | None:
     """Edits that move ``moved`` right after each of ``anchors`` (or only remove it when
     ``anchors`` is empty). Comments above it travel with it; blank lines above it stay where
-    they were, given to the statement that follows it."""
+    they were, given to the statement that follows it. A removed statement leaves its
+    comments behind, as ruff does: they may describe the lines that follow."""
     block = ctx.parent.get(moved)
     if not isinstance(block, cst.IndentedBlock) or len(block.body) < 2 or moved in anchors:
         return None
@@ -268,6 +269,8 @@ def move_after(
     blank_count = 0
     while blank_count < len(leading) and leading[blank_count].comment is None:
         blank_count += 1
+    if not anchors:
+        blank_count = len(leading)
     blank, kept = leading[:blank_count], leading[blank_count:]
     travelling = moved.with_changes(leading_lines=kept)
     index = next(i for i, s in enumerate(block.body) if s is moved)

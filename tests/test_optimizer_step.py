@@ -471,6 +471,37 @@ def test_adv302_with_the_argparse_default_of_one_still_reports():
     assert len(codes(source, "ADV302")) == 1
 
 
+
+def test_adv302_removal_keeps_the_comment_above_the_removed_zero_grad():
+    # The comment heads the backward section; only the redundant call goes.
+    source = """
+        import torch
+        for step, batch in enumerate(loader):
+            outputs = model(batch.cuda())
+
+            # backward
+            optimizer.zero_grad()
+            loss = outputs.loss / accumulation_steps
+            loss.backward()
+            if (step + 1) % accumulation_steps == 0:
+                optimizer.step()
+                model.zero_grad()
+        """
+    assert fixed(source, "ADV302") == textwrap.dedent(
+        """
+        import torch
+        for step, batch in enumerate(loader):
+            outputs = model(batch.cuda())
+
+            # backward
+            loss = outputs.loss / accumulation_steps
+            loss.backward()
+            if (step + 1) % accumulation_steps == 0:
+                optimizer.step()
+                model.zero_grad()
+        """
+    )
+
 # -- ADV303 ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "loss_line",
