@@ -6,9 +6,14 @@ are kept, so a fix changes only what it must.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
+
+from advisor.rule import Edit
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
 
 _NO_SPACE = cst.SimpleWhitespace("")
 
@@ -160,3 +165,33 @@ def statement(code: str) -> cst.SimpleStatementLine:
     parsed = cst.parse_statement(code)
     assert isinstance(parsed, cst.SimpleStatementLine)
     return parsed
+
+
+class ReplaceNodes(cst.CSTTransformer):
+    """Replaces nodes of a tree, matched by identity, with their replacements."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        replacement = self.replacements.get(original_node)
+        return updated_node if replacement is None else replacement
+
+
+def combine_edits(ctx: "FileContext", edits: Sequence[Edit]) -> list[Edit] | None:
+    """One fix's edits with nested ones folded into the edit that contains them, so that the
+    fixer, which replaces the outer node whole, keeps both. None if an edit would be lost
+    (it lies inside a removed node)."""
+    ordered = sorted(edits, key=lambda e: ctx.order[e.node])
+    result: list[Edit] = []
+    for edit in ordered:
+        outer = next((e for e in result if ctx.is_descendant(edit.node, e.node) or e.node is edit.node), None)
+        if outer is None:
+            result.append(edit)
+            continue
+        if outer.node is edit.node or not isinstance(outer.replacement, cst.CSTNode):
+            return None
+        merged = outer.replacement.visit(ReplaceNodes({edit.node: edit.replacement}))
+        result[result.index(outer)] = Edit(outer.node, merged)
+    return result

@@ -30,6 +30,7 @@ from advisor.engine import (
     run_rules,
     to_diagnostic,
 )
+from advisor.edits import ReplaceNodes
 from advisor.names import ImportTable
 from advisor.rule import Applicability, Finding, Fix
 
@@ -68,16 +69,6 @@ def allowed(fix: Fix | None, unsafe: bool) -> bool:
     if fix is None or fix.applicability is Applicability.NONE or not fix.edits:
         return False
     return fix.applicability is Applicability.SAFE or unsafe
-
-
-class _ApplyEdits(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        replacement = self.replacements.get(original_node)
-        return updated_node if replacement is None else replacement
 
 
 def _overlaps(ctx: FileContext, a: Fix, b: Fix) -> bool:
@@ -141,7 +132,7 @@ def apply_fixes(ctx: FileContext, chosen: Sequence[Finding]) -> str:
         for edit in finding.fix.edits:
             replacements[edit.node] = edit.replacement
         imports.extend(finding.fix.imports)
-    module = ctx.module.visit(_ApplyEdits(replacements))
+    module = ctx.module.visit(ReplaceNodes(replacements))
     if imports:
         module = add_imports(module, imports)
     return module.code

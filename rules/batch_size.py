@@ -6,28 +6,14 @@ from typing import Iterator
 
 import libcst as cst
 
+from advisor.apis import ACCELERATOR, DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.values import Value
 
-DATALOADER = "torch.utils.data.DataLoader"
-# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, ...)
-LOADER_POSITION = {"batch_size": 1, "batch_sampler": 4, "collate_fn": 6}
-TRAINING_ARGUMENTS = (
-    "transformers.TrainingArguments",
-    "transformers.Seq2SeqTrainingArguments",
-    "trl.SFTConfig",
-    "trl.DPOConfig",
-    "trl.ORPOConfig",
-    "trl.CPOConfig",
-    "trl.KTOConfig",
-    "trl.RewardConfig",
-)
 # TrainingArguments defaults, used when an argument is certainly not passed.
 TRAINER_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-ACCELERATOR = "accelerate.Accelerator"
-LIGHTNING_TRAINER = "lightning.pytorch.Trainer"
 
 SMALL_BATCH = 2  # a per-device batch this small leaves the GPU mostly idle...
 LONG_ACCUMULATION = 8  # ...and this many micro-steps per optimizer step make it the common case
@@ -173,12 +159,12 @@ def _unpacked_from_prepare(
 
 def loader_batch(ctx: FileContext, loader: cst.Call) -> Value | None:
     """The loader's ``batch_size``, DataLoader's default 1 when absent, None when unknown or not batching."""
-    if ctx.argument(loader, "batch_sampler", LOADER_POSITION["batch_sampler"]) is not MISSING:
+    if ctx.argument(loader, "batch_sampler", DATALOADER_POSITION["batch_sampler"]) is not MISSING:
         return None  # batches come from the sampler
-    collate = ctx.argument(loader, "collate_fn", LOADER_POSITION["collate_fn"])
+    collate = ctx.argument(loader, "collate_fn", DATALOADER_POSITION["collate_fn"])
     if collate is None or isinstance(collate, cst.Lambda):
         return None  # ``collate_fn=lambda x: x[0]``: the dataset yields whole batches
-    expr = ctx.argument(loader, "batch_size", LOADER_POSITION["batch_size"])
+    expr = ctx.argument(loader, "batch_size", DATALOADER_POSITION["batch_size"])
     if expr is None:
         return None
     if expr is MISSING:

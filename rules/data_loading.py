@@ -6,15 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 
+from advisor.apis import DATALOADER, DATALOADER_POSITION, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.values import Value
 
-DATALOADER = "torch.utils.data.DataLoader"
-# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
-POSITION = {"batch_size": 1, "shuffle": 2, "num_workers": 5, "pin_memory": 7}
 GUIDE = "Data preloading"
 # The guide's own example value. More workers rarely help a single GPU and each one
 # holds a copy of the dataset object; the docs say to tune it.
@@ -395,7 +393,7 @@ class DataLoaderPinMemory(Rule):
         if not ctx.uses_cuda:
             return
         for call in ctx.calls(DATALOADER):
-            pin = ctx.argument(call, "pin_memory", POSITION["pin_memory"])
+            pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
             if pin is None or dataset_on_gpu(ctx, call) or index_dataset(ctx, call):
                 continue
             if pin is MISSING:
@@ -431,7 +429,7 @@ def _looks_like_training(ctx: FileContext, call: cst.Call) -> bool:
         return False
     if _TRAINING_NAME.search(name):
         return True
-    shuffle = ctx.argument(call, "shuffle", POSITION["shuffle"])
+    shuffle = ctx.argument(call, "shuffle", DATALOADER_POSITION["shuffle"])
     return shuffle is not None and shuffle is not MISSING and ctx.values.value_of(shuffle) is True
 
 
@@ -757,7 +755,7 @@ class DataLoaderSyncLoading(Rule):
             loops = training.get(call)
             if loops is None and not _looks_like_training(ctx, call):
                 continue
-            workers = ctx.argument(call, "num_workers", POSITION["num_workers"])
+            workers = ctx.argument(call, "num_workers", DATALOADER_POSITION["num_workers"])
             if workers is None or dataset_on_gpu(ctx, call) or dataset_unsuited_to_workers(ctx, call):
                 continue
             written_here = workers is MISSING
@@ -843,7 +841,7 @@ def _means_cuda_available(ctx: FileContext, expr: cst.BaseExpression, depth: int
 
 def pinned(ctx: FileContext, call: cst.Call) -> bool:
     """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
-    pin = ctx.argument(call, "pin_memory", POSITION["pin_memory"])
+    pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
     if pin is None or pin is MISSING:
         return False
     value = ctx.values.resolve(pin)
@@ -1218,18 +1216,6 @@ class BlockingHostToDeviceCopy(Rule):
 
 
 # -- ADV104 ------------------------------------------------------------------------------------
-TRAINING_ARGUMENTS = (
-    "transformers.TrainingArguments",
-    "transformers.Seq2SeqTrainingArguments",
-    # TRL's configs subclass TrainingArguments and keep its data loader defaults.
-    "trl.SFTConfig",
-    "trl.DPOConfig",
-    "trl.GRPOConfig",
-    "trl.KTOConfig",
-    "trl.ORPOConfig",
-    "trl.CPOConfig",
-    "trl.RewardConfig",
-)
 
 
 def _set_elsewhere(ctx: FileContext, setting: str) -> bool:

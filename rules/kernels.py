@@ -5,22 +5,12 @@ from typing import Iterator
 
 import libcst as cst
 
+from advisor.apis import TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import set_keyword, string_like
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 
-TORCH_ADAM = ("torch.optim.Adam", "torch.optim.AdamW")
-TRAINING_ARGUMENTS = (
-    "transformers.TrainingArguments",
-    "transformers.Seq2SeqTrainingArguments",
-    "trl.SFTConfig",
-    "trl.DPOConfig",
-    "trl.ORPOConfig",
-    "trl.CPOConfig",
-    "trl.KTOConfig",
-    "trl.RewardConfig",
-)
 # Trainer optimizers that run one small kernel per parameter tensor, and their fused twin.
 UNFUSED_TRAINER_OPTIMS = ("adamw_torch", "adamw_hf")
 FUSED_TRAINER_OPTIM = "adamw_torch_fused"

@@ -14,8 +14,9 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
+from advisor.apis import ACCELERATOR, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
-from advisor.edits import set_keyword, string_like
+from advisor.edits import combine_edits, set_keyword, string_like
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 
@@ -26,18 +27,6 @@ CUDA_AUTOCAST = "torch.cuda.amp.autocast"
 CUDA_SCALER = "torch.cuda.amp.GradScaler"
 AMP_SCALER = "torch.amp.GradScaler"
 SCALERS = (CUDA_SCALER, AMP_SCALER, "torch.GradScaler")
-TRAINING_ARGUMENTS = (
-    "transformers.TrainingArguments",
-    "transformers.Seq2SeqTrainingArguments",
-    "trl.SFTConfig",
-    "trl.DPOConfig",
-    "trl.ORPOConfig",
-    "trl.CPOConfig",
-    "trl.KTOConfig",
-    "trl.GRPOConfig",
-    "trl.RewardConfig",
-)
-ACCELERATOR = "accelerate.Accelerator"
 LIGHTNING = ("lightning.pytorch.Trainer", "lightning.fabric.Fabric")
 
 FP16 = "float16"
@@ -542,34 +531,6 @@ def drop_import_of(
     if isinstance(block, cst.IndentedBlock) and all(s is line or s in removed_lines for s in block.body):
         return None  # the import would leave its block empty (e.g. under ``try:``)
     return Edit(line, cst.RemoveFromParent())
-
-
-def combine_edits(ctx: FileContext, edits: Sequence[Edit]) -> list[Edit] | None:
-    """One fix's edits with nested ones folded into the edit that contains them, so that the
-    fixer, which replaces the outer node whole, keeps both. None if an edit would be lost
-    (it lies inside a removed node)."""
-    ordered = sorted(edits, key=lambda e: ctx.order[e.node])
-    result: list[Edit] = []
-    for edit in ordered:
-        outer = next((e for e in result if ctx.is_descendant(edit.node, e.node) or e.node is edit.node), None)
-        if outer is None:
-            result.append(edit)
-            continue
-        if outer.node is edit.node or not isinstance(outer.replacement, cst.CSTNode):
-            return None
-        merged = outer.replacement.visit(_Replace({edit.node: edit.replacement}))
-        result[result.index(outer)] = Edit(outer.node, merged)
-    return result
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        replacement = self.replacements.get(original_node)
-        return updated_node if replacement is None else replacement
 
 
 def _scaler_removals(ctx: FileContext) -> tuple[list[Edit], bool]:

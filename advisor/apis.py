@@ -1,0 +1,36 @@
+"""Qualified names and signatures of the library APIs rules look for, in one place.
+
+Spellings are canonical (see advisor.names.CANONICAL_PREFIXES): ``pytorch_lightning.Trainer``
+and ``lightning.Trainer`` both arrive as ``lightning.pytorch.Trainer``.
+"""
+from __future__ import annotations
+
+DATALOADER = "torch.utils.data.DataLoader"
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
+DATALOADER_POSITION = {
+    "dataset": 0,
+    "batch_size": 1,
+    "shuffle": 2,
+    "sampler": 3,
+    "batch_sampler": 4,
+    "num_workers": 5,
+    "collate_fn": 6,
+    "pin_memory": 7,
+}
+
+# HF TrainingArguments and the TRL configs that subclass it (and keep its defaults).
+TRAINING_ARGUMENTS = (
+    "transformers.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments",
+    "trl.SFTConfig",
+    "trl.DPOConfig",
+    "trl.GRPOConfig",
+    "trl.KTOConfig",
+    "trl.ORPOConfig",
+    "trl.CPOConfig",
+    "trl.RewardConfig",
+)
+ACCELERATOR = "accelerate.Accelerator"
+LIGHTNING_TRAINER = "lightning.pytorch.Trainer"
+FABRIC = "lightning.fabric.Fabric"
+TORCH_ADAM = ("torch.optim.Adam", "torch.optim.AdamW")
