@@ -127,6 +127,12 @@ def run_check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _report_dropped(console: Console, results) -> None:
+    for result in results:
+        for dropped in result.dropped:
+            console.print(f"{result.path}: fix dropped, it would break the code: {dropped}", style="yellow", markup=False)
+
+
 def run_fix(args: argparse.Namespace) -> int:
     from advisor.fixer import fix_paths
 
@@ -141,22 +147,17 @@ def run_fix(args: argparse.Namespace) -> int:
         for result in results:
             if result.changed:
                 sys.stdout.write(result.diff())
-        for result in results:
-            for dropped in result.dropped:
-                console.print(f"[yellow]{result.path}: fix dropped, it would break the code: {dropped}[/yellow]", markup=True)
+        _report_dropped(console, results)
         console.print(f"{applied} fix{'es' if applied != 1 else ''} would be applied.", style="dim")
         if errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if any(r.changed for r in results) else EXIT_CLEAN
     render_text(console, remaining, errors, settings.target, show_footer=False)
-    for result in results:
-        for dropped in result.dropped:
-            console.print(f"[yellow]{result.path}: fix dropped, it would break the code: {dropped}[/yellow]")
+    _report_dropped(console, results)
     files_changed = sum(1 for r in results if r.written)
     message = f"Fixed {applied} finding{'s' if applied != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}"
-    total, safe, unsafe = (len(remaining), 0, 0)
     unsafe = sum(1 for d in remaining if d.fix_applicability == "unsafe")
-    message += f"; {total} remaining"
+    message += f"; {len(remaining)} remaining"
     if unsafe and not args.unsafe_fixes:
         message += f" ({unsafe} fixable with --unsafe-fixes)"
     console.print(message + ".")

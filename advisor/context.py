@@ -404,8 +404,3 @@ def _top_level_imports(module: cst.Module) -> Iterable[cst.Import | cst.ImportFr
             for small in statement.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
                     yield small
-
-
-def first_arg_is(call: cst.Call, names: Sequence[str]) -> bool:
-    return bool(call.args) and dotted_name(call.args[0].value) in names
-

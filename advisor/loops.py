@@ -37,6 +37,8 @@ _OPTIMIZER_QUALNAMES = (
 )
 # Frameworks whose backward() owns loss scaling and accumulation.
 FRAMEWORK_BACKWARD = ("accelerate.Accelerator", "lightning.fabric.Fabric")
+# How a micro-step loop says what it is: ``for micro_step in range(grad_accum_steps)``.
+_ACCUMULATION_NAME = re.compile(r"accum|micro", re.I)
 
 
 @dataclass
@@ -91,6 +93,22 @@ class TrainingLoop:
             if event.kind == "step" and event.target and event.target not in seen:
                 seen.append(event.target)
         return seen
+
+
+@dataclass
+class MicroStepLoop:
+    """Gradient accumulation through an inner loop (nanoGPT): the training loop steps once
+    per iteration, after ``for micro_step in range(k)`` ran every backward of it."""
+
+    node: cst.For
+    steps: cst.BaseExpression  # k, as ``range(k)`` spells it
+
+
+def fixed_at_one(ctx: "FileContext", steps: cst.BaseExpression) -> bool:
+    """k that is fixed at 1 in the file: every micro-step steps, nothing accumulates.
+    A command-line default of 1 is not fixed: the loop is written for larger values."""
+    value = ctx.values.resolve(steps)
+    return value is not None and value.value == 1 and value.origin != "argparse default"
 
 
 class TrainingLoopModel:
@@ -267,6 +285,69 @@ class TrainingLoopModel:
         ]
         return sorted(innermost, key=lambda l: self.ctx.order[l.node])
 
+    def micro_step_loop(self, loop: TrainingLoop, optimizer: str) -> MicroStepLoop | None:
+        """The inner loop ``loop`` accumulates ``optimizer``'s gradients through, if any.
+
+        Every ``step()`` of ``optimizer`` is a straight-line statement of ``loop``, every
+        backward of ``loop`` sits in one ``for <micro> in range(k)`` that is itself a
+        straight-line statement of it, and the loop or k is named for accumulation
+        (``micro_step``, ``grad_accum_steps``): an inner loop over tasks or ensemble
+        members sums their gradients on purpose. Not accumulation: k fixed at 1, an inner
+        loop that ``break``s (a retry), that steps any optimizer, or that reads or writes
+        ``.grad`` by hand or calls ``torch.autograd.grad`` (adversarial or meta-learning
+        inner loops)."""
+        steps = [e for e in loop.events if e.kind == "step" and e.target == optimizer]
+        backwards = [e for e in loop.events if e.kind == "backward"]
+        if not steps or not backwards or not all(e.direct for e in steps):
+            return None
+        inner = self._enclosing_for(backwards[0], loop)
+        if inner is None or not all(self.ctx.is_descendant(e.site or e.call, inner) for e in backwards):
+            return None
+        if any(self.ctx.is_descendant(e.site or e.call, inner) for e in loop.events if e.kind == "step"):
+            return None
+        k = _range_count(inner.iter)
+        if k is None or fixed_at_one(self.ctx, k):
+            return None
+        named = [n.value for n in self.ctx.walk(inner.target, cst.Name)] + [(dotted_name(k) or "").split(".")[-1]]
+        if not any(_ACCUMULATION_NAME.search(name) for name in named):
+            return None
+        if inner.orelse is not None or self._breaks(inner) or self._touches_gradients(inner):
+            return None
+        return MicroStepLoop(inner, k)
+
+    def _enclosing_for(self, event: Event, loop: TrainingLoop) -> cst.For | None:
+        """The ``for`` between ``loop`` and ``event`` when it is the only compound statement
+        there besides ``with`` blocks, and runs every iteration of ``loop``."""
+        site = event.site or event.call
+        found: cst.For | None = None
+        for ancestor in self.ctx.ancestors(site):
+            if ancestor is loop.node:
+                return found
+            if isinstance(ancestor, _SCOPES):
+                return None
+            if isinstance(ancestor, cst.For) and found is None:
+                found = ancestor
+            elif isinstance(ancestor, cst.BaseCompoundStatement) and not isinstance(ancestor, cst.With):
+                if found is not None:
+                    return None  # the inner loop is itself under an ``if``/``try``/loop
+        return None
+
+    def _breaks(self, inner: cst.For) -> bool:
+        """Whether ``inner`` may stop before k iterations: a ``break`` of its own, a ``return``."""
+        for node in self.ctx.walk(inner.body, cst.Break) + self.ctx.walk(inner.body, cst.Return):  # type: ignore[operator]
+            stops = _LOOPS + _SCOPES if isinstance(node, cst.Break) else _SCOPES
+            owner = next((a for a in self.ctx.ancestors(node) if isinstance(a, stops)), None)
+            if owner is inner or (
+                isinstance(node, cst.Return) and (owner is None or not self.ctx.is_descendant(owner, inner))
+            ):
+                return True
+        return False
+
+    def _touches_gradients(self, inner: cst.For) -> bool:
+        if any(a.attr.value == "grad" for a in self.ctx.walk(inner, cst.Attribute)):
+            return True
+        return any(self.ctx.qualname(c.func) == "torch.autograd.grad" for c in self.ctx.walk(inner, cst.Call))
+
     def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
         for loop in self.training_loops:
             if self.ctx.is_descendant(node, loop.node):
@@ -304,6 +385,20 @@ def _assigned_name(ctx: "FileContext", call: cst.Call) -> str | None:
     if isinstance(parent, cst.AnnAssign):
         return dotted_name(parent.target)
     return None
+
+
+def _range_count(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
+    """k of ``range(k)`` / ``range(0, k)`` when it is a name, an attribute or an integer."""
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range"):
+        return None
+    args = iterable.args
+    if any(arg.keyword is not None or arg.star for arg in args):
+        return None
+    if len(args) == 2 and isinstance(args[0].value, cst.Integer) and args[0].value.evaluated_value == 0:
+        args = args[1:]
+    if len(args) != 1 or not isinstance(args[0].value, (cst.Name, cst.Attribute, cst.Integer)):
+        return None
+    return args[0].value
 
 
 def _is_scaler_call(ctx: "FileContext", receiver: cst.BaseExpression) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence, Union
 
 import libcst as cst
@@ -61,10 +61,6 @@ class Finding:
     column: int = 0
     end_line: int = 0
     end_column: int = 0
-
-    @property
-    def fixable(self) -> bool:
-        return self.fix is not None
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.column, self.code)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import textwrap
 
-from advisor.engine import Settings, check_file, parse, run_rules
+from advisor.engine import Settings, check_file
 from advisor.fixer import fix_source
 from advisor.registry import all_rules
-from advisor.targets import ASSUMED, PROFILES, Target, resolve_target
+from advisor.targets import ASSUMED, Target, resolve_target
 
 
 def target_for(gpu: str | None) -> Target:
