@@ -1,0 +1,82 @@
+"""The fixer's guarantees, independent of any one rule: broken edits are dropped, rounds converge,
+imports are added in the file's style."""
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from advisor import engine
+from advisor.engine import Settings
+from advisor.fixer import add_imports, fix_source
+from advisor.rule import Applicability, Edit, Rule
+from advisor.targets import ASSUMED
+
+SOURCE = "import torch\n\nx = torch.zeros(1)\ny = 2\n"
+
+
+class BreaksTheFile(Rule):
+    code = "ADV990"
+    name = "test-breaks-the-file"
+    fix_applicability = Applicability.SAFE
+
+    def check(self, ctx):
+        for statement in ctx.module.body[1:2]:
+            bad = cst.parse_statement("return 1")  # `return` outside a function: does not compile
+            yield self.report(statement, "breaks", self.fix("insert a bad return", Edit(statement, bad)))
+
+
+class AddsTorchCall(Rule):
+    code = "ADV991"
+    name = "test-adds-a-call"
+    fix_applicability = Applicability.UNSAFE
+
+    def check(self, ctx):
+        for assign in ctx.nodes(cst.Assign):
+            target = assign.targets[0].target
+            if isinstance(target, cst.Name) and target.value == "y" and isinstance(assign.value, cst.Integer):
+                expr, imports = ctx.reference("torch.float16")
+                yield self.report(assign, "wants a dtype", self.fix("use a dtype", Edit(assign.value, expr), imports=imports))
+
+
+@pytest.fixture
+def extra_rules(monkeypatch):
+    instances = dict(engine.rule_instances())
+    instances["ADV990"] = BreaksTheFile()
+    instances["ADV991"] = AddsTorchCall()
+    monkeypatch.setattr(engine, "_RULE_INSTANCES", instances)
+
+
+def settings(*codes):
+    return Settings(codes=frozenset(codes), target=ASSUMED)
+
+
+def test_a_fix_that_breaks_the_code_is_dropped_and_reported(extra_rules):
+    result = fix_source("t.py", SOURCE.encode(), settings("ADV990"), unsafe=True)
+    assert result.fixed == SOURCE.encode()
+    assert result.dropped and "ADV990" in result.dropped[0]
+    assert [d.code for d in result.remaining] == ["ADV990"]
+
+
+def test_good_fixes_survive_next_to_a_broken_one(extra_rules):
+    result = fix_source("t.py", SOURCE.encode(), settings("ADV990", "ADV991"), unsafe=True)
+    assert b"y = torch.float16" in result.fixed
+    assert result.dropped
+
+
+def test_unsafe_fixes_need_the_flag(extra_rules):
+    assert fix_source("t.py", SOURCE.encode(), settings("ADV991"), unsafe=False).fixed == SOURCE.encode()
+
+
+def test_imports_added_in_the_files_style():
+    module = cst.parse_module('"""Doc."""\nfrom __future__ import annotations\nimport os\n\nx = 1\n')
+    assert add_imports(module, ["torch"]).code == '"""Doc."""\nfrom __future__ import annotations\nimport os\nimport torch\n\nx = 1\n'
+    aliased = cst.parse_module("import torch as T\nx = 1\n")
+    assert add_imports(aliased, ["torch"]).code == "import torch as T\nimport torch\nx = 1\n"
+    already = cst.parse_module("import torch\nx = 1\n")
+    assert add_imports(already, ["torch"]) is already
+
+
+def test_reference_needs_no_import_when_an_alias_exists(extra_rules):
+    source = "import torch as T\n\ny = 2\n"
+    result = fix_source("t.py", source.encode(), settings("ADV991"), unsafe=True)
+    assert result.fixed.decode() == "import torch as T\n\ny = T.float16\n"
