@@ -4,7 +4,8 @@ A training loop is the innermost ``for``/``while`` that reaches both a backward 
 (``loss.backward()``, ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``)
 and an optimizer ``step()``, either in its own body or through a helper function
 defined in the same file and called from it. For each loop the model lists those
-events in source order, with the statements and conditions they sit under.
+events in source order, with the statements and conditions they sit under, and tells
+when the loop accumulates gradients through an inner micro-step loop (nanoGPT).
 """
 from __future__ import annotations
 
@@ -325,16 +326,17 @@ class TrainingLoopModel:
                 return found
             if isinstance(ancestor, _SCOPES):
                 return None
-            if isinstance(ancestor, cst.For) and found is None:
-                found = ancestor
+            if found is None:
+                if isinstance(ancestor, cst.For):
+                    found = ancestor
             elif isinstance(ancestor, cst.BaseCompoundStatement) and not isinstance(ancestor, cst.With):
-                if found is not None:
-                    return None  # the inner loop is itself under an ``if``/``try``/loop
+                return None  # the inner loop is itself under an ``if``/``try``/loop
         return None
 
     def _breaks(self, inner: cst.For) -> bool:
         """Whether ``inner`` may stop before k iterations: a ``break`` of its own, a ``return``."""
-        for node in self.ctx.walk(inner.body, cst.Break) + self.ctx.walk(inner.body, cst.Return):  # type: ignore[operator]
+        exits: list[cst.CSTNode] = [*self.ctx.walk(inner.body, cst.Break), *self.ctx.walk(inner.body, cst.Return)]
+        for node in exits:
             stops = _LOOPS + _SCOPES if isinstance(node, cst.Break) else _SCOPES
             owner = next((a for a in self.ctx.ancestors(node) if isinstance(a, stops)), None)
             if owner is inner or (

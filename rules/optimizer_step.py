@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from advisor.context import MISSING, FileContext
-from advisor.loops import Event, TrainingLoop
+from advisor.loops import Event, MicroStepLoop, TrainingLoop, fixed_at_one
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Fix, Invalid, Rule, Valid
 
@@ -106,12 +106,25 @@ def steps_of(loop: TrainingLoop, optimizer: str) -> list[Event]:
 
 
 def _functions_with_backward(ctx: FileContext) -> set[str]:
-    """Names of the functions (and methods) of the file that call a backward themselves."""
+    """Names of the functions (and methods) of the file that call a backward, themselves
+    or through another function of the file."""
     names: set[str] = set()
     for call in ctx.method_calls("backward", "manual_backward") + ctx.calls("torch.autograd.backward"):
         for ancestor in ctx.ancestors(call):
             if isinstance(ancestor, cst.FunctionDef):
                 names.add(ancestor.name.value)
+    callers: dict[str, set[str]] = {}
+    for function in ctx.nodes(cst.FunctionDef):
+        for call in ctx.walk(function, cst.Call):
+            name = dotted_name(call.func)
+            if name is not None:
+                callers.setdefault(name.split(".")[-1], set()).add(function.name.value)
+    pending = list(names)
+    while pending:
+        for caller in callers.get(pending.pop(), ()):
+            if caller not in names:
+                names.add(caller)
+                pending.append(caller)
     return names
 
 
@@ -187,13 +200,6 @@ def _counts_steps(ctx: FileContext, loop: TrainingLoop, counter: cst.BaseExpress
     return any(_COUNTER.search(s.split(".")[-1]) for s in spellings)  # type: ignore[union-attr]
 
 
-def _is_one(ctx: FileContext, steps: cst.BaseExpression) -> bool:
-    """k that is fixed at 1 in the file: every micro-step steps, nothing accumulates.
-    A command-line default of 1 is not fixed: the loop is written for larger values."""
-    value = ctx.values.resolve(steps)
-    return value is not None and value.value == 1 and value.origin != "argparse default"
-
-
 def _modulo_guard(ctx: FileContext, loop: TrainingLoop, step: Event) -> tuple[cst.If, cst.BaseExpression] | None:
     for guard in reversed(step.guards):
         if not ctx.is_descendant(step.call, guard.body):
@@ -202,7 +208,7 @@ def _modulo_guard(ctx: FileContext, loop: TrainingLoop, step: Event) -> tuple[cs
         if found is None:
             continue
         counter, steps = found
-        if _counts_steps(ctx, loop, counter) and not _is_one(ctx, steps):
+        if _counts_steps(ctx, loop, counter) and not fixed_at_one(ctx, steps):
             return guard, steps
     return None
 
@@ -370,6 +376,52 @@ def _in_subclass(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
+def _sibling_step(
+    ctx: FileContext, zero_call: cst.Call, steps: dict[int, Event], events: Sequence[Event]
+) -> Event | None:
+    """The step among ``steps`` that a later statement of ``zero_call``'s own block makes,
+    when nothing between them may make gradients or leave the block: no other event of
+    the loop (backward, step, zero_grad), no
+    ``torch.autograd.grad``, no function of the file that reaches a backward, no
+    ``.grad`` written by hand, no ``return``/``break``/``continue``/``raise``."""
+    line = ctx.statement_of(zero_call)
+    block = ctx.parent.get(line) if line is not None else None
+    if not isinstance(line, cst.SimpleStatementLine) or not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return None
+    index = next(
+        (i for i, small in enumerate(line.body) if isinstance(small, cst.Expr) and small.value is zero_call), None
+    )
+    if index is None:
+        return None
+    position = next(i for i, statement in enumerate(block.body) if statement is line)
+    following: list[cst.CSTNode] = list(line.body[index + 1 :])
+    for statement in block.body[position + 1 :]:
+        following.extend(statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement])
+    hidden = _functions_with_backward(ctx)
+    written = _grad_writes(ctx)
+    event_calls = {id(e.call) for e in events}
+    for node in following:
+        if isinstance(node, cst.Expr) and id(node.value) in steps:
+            return steps[id(node.value)]
+        if isinstance(node, (cst.Return, cst.Break, cst.Continue, cst.Raise)):
+            return None
+        for call in ctx.walk(node, cst.Call):
+            func = call.func
+            name = (dotted_name(func) or "").split(".")[-1]
+            method = func.attr.value if isinstance(func, cst.Attribute) else name
+            if (
+                id(call) in event_calls
+                or "backward" in method.lower()
+                or "closure" in method.lower()
+                or name in hidden
+                or ctx.qualname(func) in ("torch.autograd.grad", "torch.autograd.backward")
+            ):
+                return None
+        if any(ctx.is_descendant(attribute, node) for attribute in written):
+            return None
+    return None
+
+
 class ZeroGradOrder(Rule):
     code = "ADV301"
     name = "zero-grad-order"
@@ -407,7 +459,11 @@ class ZeroGradOrder(Rule):
           `opt_g` each zero, step, in turn; `model.zero_grad()` is taken to clear an
           optimizer only in a loop with a single optimizer);
         - `zero_grad()`, a `backward()` or the `step()` in question sits under an `if`, in a
-          `try`, in a nested loop, or in a helper function whose order is not certain;
+          `try`, in a nested loop, or in a helper function whose order is not certain; but
+          a `zero_grad()` that follows a backward and is followed by the `step()` in the
+          same block, under whatever `if`, is reported unless something between them may
+          make gradients: a backward, a function of the file that reaches one,
+          `torch.autograd.grad`, `.grad` written by hand, or a call whose name says backward;
         - `optimizer.step(closure)` (LBFGS): the closure zeroes and runs backward;
         - for a loop without `zero_grad()`: the file calls `zero_grad` anywhere, resets `.grad`
           by hand (`p.grad = None`, `p.grad.zero_()`), hands the optimizer to another function
@@ -666,6 +722,22 @@ class ZeroGradOrder(Rule):
             """,
             note="step, zero_grad, backward: steps the previous iteration's gradients",
         ),
+        Valid(
+            """
+            import torch
+            for i, (imgs, _) in enumerate(dataloader):
+                optimizer_D.zero_grad()
+                loss_D = -torch.mean(discriminator(imgs)) + torch.mean(discriminator(generator(z).detach()))
+                loss_D.backward()
+                optimizer_D.step()
+                if i % n_critic == 0:
+                    optimizer_G.zero_grad()
+                    loss_G = -torch.mean(discriminator(generator(z)))
+                    loss_G.backward()
+                    optimizer_G.step()
+            """,
+            note="WGAN: a guarded zero_grad with its own backward before the step",
+        ),
     ]
     invalid = [
         Invalid(
@@ -813,6 +885,29 @@ class ZeroGradOrder(Rule):
             """,
             note="accumulation that never zeroes: the zero_grad goes under the condition",
         ),
+        Invalid(
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0:
+                    optimizer.zero_grad()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="under the accumulation condition: zeroed right before the step",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -823,7 +918,11 @@ class ZeroGradOrder(Rule):
         helpers_seen: set[cst.FunctionDef] = set()
         for loop in loops:
             for optimizer in loop.optimizers:
-                for finding in self._misplaced_in_loop(ctx, loop, optimizer):
+                findings = [
+                    *self._misplaced_in_loop(ctx, loop, optimizer),
+                    *self._zeroed_right_before_step(ctx, loop, optimizer),
+                ]
+                for finding in findings:
                     if finding.node not in reported:
                         reported.add(finding.node)  # type: ignore[arg-type]
                         yield finding
@@ -856,6 +955,26 @@ class ZeroGradOrder(Rule):
             if _gradients_made_in(ctx, loop.node, low, high, wrapped):
                 continue
             yield self._misplaced(ctx, zero, following)
+
+    # ``zero_grad(); step()`` side by side in one block, under whatever ``if`` it sits:
+    # the step can only see the zeroed gradients.
+    def _zeroed_right_before_step(self, ctx: FileContext, loop: TrainingLoop, optimizer: str) -> Iterator[Finding]:
+        own = [e for e in loop.events if e.via_helper is None]
+        steps = {id(e.call): e for e in own if e.kind == "step" and e.target == optimizer}
+        if any(is_closure_step(e) for e in steps.values()):
+            return
+        backwards = [ctx.loops.position(e) for e in loop.events if e.kind == "backward"]
+        for zero in own:
+            if zero.kind != "zero_grad" or not applies_to(ctx, zero, optimizer, loop.optimizers):
+                continue
+            # Only once this iteration's backward ran is there something to wipe: a
+            # ``zero_grad(); step()`` ahead of it is a no-op step (to quiet the scheduler's
+            # order warning), not a lost update.
+            if not any(position < ctx.loops.position(zero) for position in backwards):
+                continue
+            step = _sibling_step(ctx, zero.call, steps, loop.events)
+            if step is not None:
+                yield self._misplaced(ctx, zero, step)
 
     # Inside a helper, only the straight order backward -> zero_grad -> step is certain.
     def _misplaced_in_helper(self, ctx: FileContext, helper: cst.FunctionDef) -> Iterator[Finding]:
@@ -943,7 +1062,10 @@ class ZeroGradBreaksAccumulation(Rule):
         optimization step is executed", and its notes: "Gradient accumulation process: step
         then zero_grad". A `zero_grad()` that runs on every micro-step throws the sum away:
         each step sees only the last micro-batch, so the effective batch is k times smaller
-        than configured while the run still pays for k forward and backward passes.
+        than configured while the run still pays for k forward and backward passes. The same
+        holds when the micro-steps are an inner loop, as in nanoGPT
+        (`for micro_step in range(gradient_accumulation_steps)`, then `step()`): a
+        `zero_grad()` inside that loop wipes the micro-batches before it.
     """
     example = """
         for i, (x, y) in enumerate(loader):
@@ -969,7 +1091,14 @@ class ZeroGradBreaksAccumulation(Rule):
           every `n_critic` iterations): nothing is accumulated;
         - the modulo is of an epoch counter, k is fixed at 1, or the `zero_grad()` is itself
           conditional, in a `try`, a nested loop or a helper function;
-        - `model.zero_grad()` in a loop with several optimizers.
+        - `model.zero_grad()` in a loop with several optimizers;
+        - for an inner micro-step loop: the `zero_grad()` is conditional (first micro-step
+          only); the inner loop steps itself (a WGAN critic loop is the training loop);
+          neither its variable nor k is named for accumulation (`micro_step`,
+          `grad_accum_steps`: an inner loop over ensemble members or tasks sums on
+          purpose); it may `break`, reads or writes `.grad` or calls `torch.autograd.grad`
+          (adversarial attacks, meta-learning); it runs under an `if`; a backward runs
+          outside it; the `step()` is conditional.
     """
     valid = [
         Valid(
@@ -1141,6 +1270,34 @@ class ZeroGradBreaksAccumulation(Rule):
             """,
             note="model.zero_grad() with two optimizers",
         ),
+        Valid(
+            """
+            import torch
+            for i, (imgs, _) in enumerate(dataloader):
+                for _ in range(n_critic):
+                    optimizer_D.zero_grad()
+                    loss_D = -torch.mean(discriminator(imgs)) + torch.mean(discriminator(generator(z).detach()))
+                    loss_D.backward()
+                    optimizer_D.step()
+                optimizer_G.zero_grad()
+                loss_G = -torch.mean(discriminator(generator(z)))
+                loss_G.backward()
+                optimizer_G.step()
+            """,
+            note="WGAN critic loop: the inner loop steps, it does not accumulate",
+        ),
+        Valid(
+            """
+            import torch
+            for step in range(max_steps):
+                for micro_step in range(1):
+                    optimizer.zero_grad()
+                    logits, loss = model(x, y)
+                    loss.backward()
+                optimizer.step()
+            """,
+            note="an inner loop of one micro-step",
+        ),
     ]
     invalid = [
         Invalid(
@@ -1242,6 +1399,33 @@ class ZeroGradBreaksAccumulation(Rule):
             """,
             note="Accelerate without accelerator.accumulate: its zero_grad runs every time",
         ),
+        Invalid(
+            """
+            import torch
+            for step in range(max_steps):
+                for micro_step in range(grad_accum_steps):
+                    optimizer.zero_grad()
+                    x, y = train_loader.next_batch()
+                    logits, loss = model(x, y)
+                    loss = loss / grad_accum_steps
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for step in range(max_steps):
+                for micro_step in range(grad_accum_steps):
+                    x, y = train_loader.next_batch()
+                    logits, loss = model(x, y)
+                    loss = loss / grad_accum_steps
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="nanoGPT-style inner micro-step loop",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1253,6 +1437,12 @@ class ZeroGradBreaksAccumulation(Rule):
             for optimizer in loop.optimizers:
                 accumulation = accumulation_of(ctx, loop, optimizer)
                 if accumulation is None:
+                    micro = ctx.loops.micro_step_loop(loop, optimizer)
+                    if micro is not None:
+                        for finding in self._wiped_in_micro_steps(ctx, loop, optimizer, micro):
+                            if finding.node not in reported:
+                                reported.add(finding.node)  # type: ignore[arg-type]
+                                yield finding
                     continue
                 for zero in loop.events:
                     if zero.kind != "zero_grad" or not zero.direct or zero.call in reported:
@@ -1261,6 +1451,47 @@ class ZeroGradBreaksAccumulation(Rule):
                         continue
                     reported.add(zero.call)
                     yield self._report(ctx, loop, optimizer, accumulation, zero)
+
+    # nanoGPT's shape: the micro-steps are an inner ``for micro_step in range(k)``.
+    def _wiped_in_micro_steps(
+        self, ctx: FileContext, loop: TrainingLoop, optimizer: str, micro: MicroStepLoop
+    ) -> Iterator[Finding]:
+        for zero in loop.events:
+            if zero.kind != "zero_grad" or zero.via_helper is not None or not ctx.is_descendant(zero.call, micro.node):
+                continue
+            position = next(i for i, node in enumerate(zero.enclosing) if node is micro.node)
+            inside = zero.enclosing[position + 1 :]
+            if not all(isinstance(node, cst.With) for node in inside):
+                continue  # conditional within the micro-steps (first micro-step only...)
+            if not applies_to(ctx, zero, optimizer, loop.optimizers) or ctx.loops.accumulate_context(zero.call):
+                continue
+            steps = steps_of(loop, optimizer)
+            zero_code, step_code, steps_code = ctx.code(zero.call), ctx.code(steps[0].call), ctx.code(micro.steps)
+            message = (
+                f"`{zero_code}` runs on every one of the `{steps_code}` micro-steps before `{step_code}`: "
+                f"the step sees the last micro-batch's gradients only; zero them once, after `step()` (guide: {GUIDE})"
+            )
+            already = any(
+                e.kind == "zero_grad"
+                and e.direct
+                and not ctx.is_descendant(e.call, micro.node)
+                and applies_to(ctx, e, optimizer, loop.optimizers)
+                for e in loop.events
+            )
+            fix: Fix | None = None
+            moved = _alone_in_line(ctx, zero.call)
+            anchors = [_anchor_line(ctx, e.call) for e in steps]
+            if moved is not None and (already or all(a is not None for a in anchors)):
+                targets = [] if already else list(dict.fromkeys(anchors))
+                edits = move_after(ctx, moved, targets)  # type: ignore[arg-type]
+                if edits:
+                    description = (
+                        f"Remove the every-micro-step `{zero_code}`"
+                        if already
+                        else f"Move `{zero_code}` after `{step_code}`, out of the micro-step loop"
+                    )
+                    fix = self.fix(description, *edits)
+            yield self.report(zero.call, message, fix)
 
     def _report(
         self, ctx: FileContext, loop: TrainingLoop, optimizer: str, accumulation: Accumulation, zero: Event
@@ -1273,11 +1504,14 @@ class ZeroGradBreaksAccumulation(Rule):
             f"sees the last micro-batch's gradients only; zero them under the same `if`, after `step()` (guide: {GUIDE})"
         )
         last_step = max(ctx.order[e.call] for e in accumulation.step_events)
+        steps = {id(e.call): e for e in accumulation.step_events}
+        # A zero_grad right before the step under the condition counts too: ADV301 moves
+        # it after the step, and two moved zero_grads would be one too many.
         already = any(
             e.kind == "zero_grad"
             and applies_to(ctx, e, optimizer, loop.optimizers)
             and ctx.is_descendant(e.call, accumulation.guard.body)
-            and ctx.order[e.call] > last_step
+            and (ctx.order[e.call] > last_step or _sibling_step(ctx, e.call, steps, loop.events) is not None)
             for e in loop.events
         )
         fix: Fix | None = None
@@ -1383,9 +1617,10 @@ def _mentions(ctx: FileContext, expr: cst.BaseExpression, variable: str) -> bool
     return False
 
 
-def _unscaled_loss(ctx: FileContext, loop: TrainingLoop, name: cst.Name) -> bool:
-    """``name`` is assigned in the loop from a recognisable mean loss and never divided there."""
-    inside = [b for b in ctx.lookup(name.value, name) if ctx.is_descendant(b.node, loop.node)]
+def _unscaled_loss(ctx: FileContext, scope: cst.CSTNode, name: cst.Name) -> bool:
+    """``name`` is assigned in ``scope`` (the loop that accumulates) from a recognisable
+    mean loss and never divided there."""
+    inside = [b for b in ctx.lookup(name.value, name) if ctx.is_descendant(b.node, scope)]
     if not inside:
         return False
     origins: list[cst.BaseExpression] = []
@@ -1400,6 +1635,20 @@ def _unscaled_loss(ctx: FileContext, loop: TrainingLoop, name: cst.Name) -> bool
         if not _mentions(ctx, value, name.value):
             origins.append(value)
     return bool(origins) and all(_is_loss_source(ctx, origin) for origin in origins)
+
+
+def _accumulation_scope(
+    ctx: FileContext, loop: TrainingLoop, optimizer: str
+) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
+    """k and the loop whose iterations are the micro-steps: the training loop itself when
+    ``step()`` sits under ``if i % k == 0``, the inner ``for micro_step in range(k)`` else."""
+    accumulation = accumulation_of(ctx, loop, optimizer)
+    if accumulation is not None:
+        return accumulation.steps, loop.node
+    micro = ctx.loops.micro_step_loop(loop, optimizer)
+    if micro is not None:
+        return micro.steps, micro.node
+    return None
 
 
 def _loss_at_backward(ctx: FileContext, call: cst.Call) -> tuple[cst.BaseExpression, bool] | None:
@@ -1464,7 +1713,11 @@ class AccumulationLossNotScaled(Rule):
         - the loss comes from a function of the file or of another module (it may divide),
           from a sum-reduced criterion, or cannot be traced to a loss in the loop;
         - the modulo guards only logging, not `step()`; the backward runs under the same
-          condition as `step()`; k is fixed at 1.
+          condition as `step()`; k is fixed at 1;
+        - for an inner micro-step loop (`for micro_step in range(k)` holding every backward,
+          `step()` after it), the same exceptions as ADV302: the inner loop steps itself, is
+          not named for accumulation, may `break`, touches `.grad`; the loss is assigned
+          outside it.
     """
     valid = [
         Valid(
@@ -1727,6 +1980,37 @@ class AccumulationLossNotScaled(Rule):
             """,
             note="`not i % k` and k's own spelling",
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    with ctx:
+                        logits = model(X)
+                        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), Y.view(-1))
+                    X, Y = get_batch("train")
+                    scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            """,
+            fixed="""
+            import torch
+            import torch.nn.functional as F
+            while True:
+                for micro_step in range(gradient_accumulation_steps):
+                    with ctx:
+                        logits = model(X)
+                        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), Y.view(-1))
+                    X, Y = get_batch("train")
+                    scaler.scale(loss / gradient_accumulation_steps).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            """,
+            note="nanoGPT's micro-step loop without its division",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1741,27 +2025,28 @@ class AccumulationLossNotScaled(Rule):
             ):
                 continue  # accelerator.backward / fabric.backward divide by their own accumulation steps
             for optimizer in loop.optimizers:
-                accumulation = accumulation_of(ctx, loop, optimizer)
-                if accumulation is None:
+                found_scope = _accumulation_scope(ctx, loop, optimizer)
+                if found_scope is None:
                     continue
+                steps, scope = found_scope
                 for backward in backwards:
                     if backward.via_helper is not None or backward.call in reported:
                         continue
-                    if ctx.loops.accumulate_context(backward.call):
+                    if not ctx.is_descendant(backward.call, scope) or ctx.loops.accumulate_context(backward.call):
                         continue
                     found = _loss_at_backward(ctx, backward.call)
                     if found is None:
                         continue
                     loss, parenthesize = found
-                    if not isinstance(loss, cst.Name) or not _unscaled_loss(ctx, loop, loss):
+                    if not isinstance(loss, cst.Name) or not _unscaled_loss(ctx, scope, loss):
                         continue
                     reported.add(backward.call)
-                    yield self._report(ctx, accumulation, backward, loss, parenthesize)
+                    yield self._report(ctx, steps, backward, loss, parenthesize)
 
     def _report(
-        self, ctx: FileContext, accumulation: Accumulation, backward: Event, loss: cst.Name, parenthesize: bool
+        self, ctx: FileContext, steps: cst.BaseExpression, backward: Event, loss: cst.Name, parenthesize: bool
     ) -> Finding:
-        steps_code = ctx.code(accumulation.steps)
+        steps_code = ctx.code(steps)
         divided = f"{loss.value} / {steps_code}"
         replacement = cst.parse_expression(f"({divided})" if parenthesize else divided)
         message = (

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
+import libcst as cst
 import pytest
 
 from advisor.context import FileContext
@@ -356,6 +357,214 @@ def test_missing_zero_grad_in_a_module_method_is_reported():
                     self.opt.step()
         """
     assert len(codes(source, "ADV301")) == 1
+
+
+# -- ADV301: zero_grad() and step() side by side under a condition ----------------------------
+@pytest.mark.parametrize(
+    "source",
+    [
+        # accumulation that zeroes right before its step
+        """
+        import torch
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / k
+            loss.backward()
+            if (i + 1) % k == 0:
+                opt.zero_grad()
+                opt.step()
+        """,
+        # clipping between them makes no gradients
+        """
+        import torch
+        for i, batch in enumerate(loader):
+            loss = model(**batch).loss / args.accum
+            scaler.scale(loss).backward()
+            if (i + 1) % args.accum == 0:
+                model.zero_grad()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+        """,
+        # under an else, in a with block, in a try body
+        """
+        import torch
+        for batch in loader:
+            loss = model(batch)
+            loss.backward()
+            if skip:
+                pass
+            else:
+                try:
+                    optimizer.zero_grad(set_to_none=True)
+                    optimizer.step()
+                except RuntimeError:
+                    pass
+        """,
+    ],
+)
+def test_adv301_zero_grad_right_before_a_guarded_step(source):
+    assert len(codes(source, "ADV301")) == 1
+
+
+def test_adv301_guarded_zero_grad_moves_after_the_step():
+    source = """
+        import torch
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / k
+            loss.backward()
+            if (i + 1) % k == 0:
+                # fresh gradients for the next window
+                opt.zero_grad()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                scheduler.step()
+        """
+    assert fixed(source, "ADV301") == textwrap.dedent(
+        """
+        import torch
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / k
+            loss.backward()
+            if (i + 1) % k == 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                # fresh gradients for the next window
+                opt.zero_grad()
+                scheduler.step()
+        """
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # a backward between them in the same block
+        """
+        import torch
+        for i, batch in enumerate(loader):
+            if (i + 1) % n_critic == 0:
+                opt_g.zero_grad()
+                g_loss = -critic(generator(z)).mean()
+                g_loss.backward()
+                opt_g.step()
+        """,
+        # the backward sits in a with block between them
+        """
+        import torch
+        for batch in loader:
+            if ready:
+                optimizer.zero_grad()
+                with torch.autocast("cuda"):
+                    loss = model(batch)
+                    loss.backward()
+                optimizer.step()
+        """,
+        # a function of the file that reaches a backward, through another one
+        """
+        import torch
+        def backprop(loss):
+            loss.backward()
+
+        def train_step(model, batch):
+            backprop(model(batch))
+
+        for batch in loader:
+            model(batch).backward()
+            if accumulate_more:
+                optimizer.zero_grad()
+                train_step(model, batch)
+                optimizer.step()
+        """,
+        # a backward we cannot see, by its name
+        """
+        import torch
+        from engine import run_backward
+        for batch in loader:
+            model(batch).backward()
+            if use_engine:
+                optimizer.zero_grad()
+                run_backward(model, batch)
+                optimizer.step()
+        """,
+        # gradients computed and written by hand between them
+        """
+        import torch
+        for x, y in loader:
+            model(x).sum().backward()
+            if meta:
+                optimizer.zero_grad()
+                grads = torch.autograd.grad(criterion(model(x), y), params)
+                for p, g in zip(params, grads):
+                    p.grad = g
+                optimizer.step()
+        """,
+        # another optimizer's step, and model.zero_grad() with two optimizers
+        """
+        import torch
+        for i, batch in enumerate(loader):
+            d_loss.backward()
+            opt_d.step()
+            g_loss.backward()
+            if i % 2 == 0:
+                opt_d.zero_grad()
+                opt_g.step()
+                model.zero_grad()
+                opt_d.step()
+        """,
+        # the step is in another branch, or not reached after the zero_grad
+        """
+        import torch
+        for batch in loader:
+            loss = model(batch)
+            loss.backward()
+            if not torch.isfinite(loss):
+                optimizer.zero_grad()
+                continue
+            else:
+                optimizer.step()
+            if overflow:
+                optimizer.zero_grad()
+                continue
+            optimizer.step()
+        """,
+        # the step is inside a compound statement after the zero_grad, not a sibling
+        """
+        import torch
+        for i, batch in enumerate(loader):
+            model(batch).backward()
+            if (i + 1) % 4 == 0:
+                optimizer.zero_grad()
+                if use_amp:
+                    scaler.step(optimizer)
+                else:
+                    optimizer.step()
+        """,
+        # LBFGS: the closure zeroes and runs the backward
+        """
+        import torch
+        for x, y in loader:
+            model(x).sum().backward()
+            if refine:
+                optimizer.zero_grad()
+                optimizer.step(closure)
+        """,
+        # a no-op first step ahead of any backward, to quiet the scheduler's order warning
+        """
+        import torch
+        for step, (x, y) in enumerate(loader):
+            if step == 0:
+                optimizer.zero_grad()
+                optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+        """,
+    ],
+)
+def test_adv301_guarded_look_alikes_stay_silent(source):
+    assert codes(source, "ADV301") == []
 
 
 # -- ADV302 ---------------------------------------------------------------------------------------
@@ -836,3 +1045,438 @@ def test_fixed_zero_grad_order_trains():
     untouched = _run_loop("pass\n")
     assert torch.allclose(_run_loop(source), untouched)
     assert torch.allclose(_run_loop(fixed("import torch\n" + source, "ADV301")), reference, atol=1e-6)
+
+
+# -- accumulation through an inner micro-step loop (nanoGPT) --------------------------------------
+def test_micro_step_loop_is_accumulation_over_k():
+    ctx = context(
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(grad_accum_steps):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    logits, loss = model(x, y)
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        """
+    )
+    (loop,) = ctx.loops.training_loops
+    micro = ctx.loops.micro_step_loop(loop, "optimizer")
+    assert micro is not None
+    assert ctx.code(micro.steps) == "grad_accum_steps"
+    assert isinstance(micro.node, cst.For) and micro.node in [n for n in ctx.walk(loop.node, cst.For)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # k fixed at 1
+        """
+        import torch
+        while True:
+            for micro in range(1):
+                loss.backward()
+            optimizer.step()
+        """,
+        # an inner loop over ensemble members sums on purpose: not named for accumulation
+        """
+        import torch
+        for x, y in loader:
+            for m in range(n_models):
+                loss = criterion(models[m](x), y)
+                loss.backward()
+            optimizer.step()
+        """,
+        # the inner loop steps too: it is itself the training loop
+        """
+        import torch
+        for epoch in range(epochs):
+            for micro_step in range(accum_steps):
+                loss.backward()
+                optimizer.step()
+        """,
+        # a retry loop that stops once the step can be taken
+        """
+        import torch
+        for batch in loader:
+            for micro_attempt in range(accum_retries):
+                optimizer.zero_grad()
+                loss = model(batch)
+                loss.backward()
+                if torch.isfinite(loss):
+                    break
+            optimizer.step()
+        """,
+        # an inner loop that reads .grad: an adversarial attack, not micro-batches
+        """
+        import torch
+        for x, y in loader:
+            for micro in range(attack_steps):
+                loss = criterion(model(x + delta), y)
+                loss.backward()
+                delta.data += alpha * delta.grad.sign()
+            optimizer.step()
+        """,
+        # the inner loop runs only sometimes
+        """
+        import torch
+        for x, y in loader:
+            if warm:
+                for micro_step in range(accum_steps):
+                    loss.backward()
+            optimizer.step()
+        """,
+        # a backward also outside the inner loop
+        """
+        import torch
+        for x, y in loader:
+            for micro_step in range(accum_steps):
+                aux.backward()
+            loss.backward()
+            optimizer.step()
+        """,
+        # the step is conditional
+        """
+        import torch
+        for i, (x, y) in enumerate(loader):
+            for micro_step in range(accum_steps):
+                loss.backward()
+            if i > warmup:
+                optimizer.step()
+        """,
+        # not range(k)
+        """
+        import torch
+        for x, y in loader:
+            for micro_batch in x.chunk(accum_steps):
+                loss.backward()
+            optimizer.step()
+        """,
+    ],
+)
+def test_not_a_micro_step_loop(source):
+    ctx = context(source)
+    assert all(
+        ctx.loops.micro_step_loop(loop, optimizer) is None
+        for loop in ctx.loops.training_loops
+        for optimizer in loop.optimizers
+    )
+
+
+NANOGPT_UNDIVIDED = """
+    import torch
+    import torch.nn.functional as F
+    while True:
+        for micro_step in range(gradient_accumulation_steps):
+            with ctx:
+                logits = model(X)
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), Y.view(-1), ignore_index=-1)
+            X, Y = get_batch("train")
+            scaler.scale(loss).backward()
+        if grad_clip != 0.0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    """
+
+
+def test_adv303_micro_step_loop_without_division():
+    assert len(codes(NANOGPT_UNDIVIDED, "ADV303")) == 1
+    assert "scaler.scale(loss / gradient_accumulation_steps).backward()" in fixed(NANOGPT_UNDIVIDED, "ADV303")
+    assert codes(NANOGPT_UNDIVIDED, "ADV301") == codes(NANOGPT_UNDIVIDED, "ADV302") == []
+
+
+def test_adv303_micro_step_loop_spells_k_as_the_range_does():
+    source = """
+        import torch
+        for step in range(cfg.max_steps):
+            for _ in range(cfg.grad_accum):
+                x, y = next(batches)
+                loss = criterion(model(x), y)
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    assert "(loss / cfg.grad_accum).backward()" in fixed(source, "ADV303")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # nanoGPT itself: divided in the inner loop
+        """
+        import torch
+        import torch.nn.functional as F
+        while True:
+            for micro_step in range(gradient_accumulation_steps):
+                with ctx:
+                    loss = F.cross_entropy(model(X), Y)
+                    loss = loss / gradient_accumulation_steps
+                scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        """,
+        # divided in place
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(accum):
+                loss = criterion(model(x), y)
+                loss /= accum
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        # the loss comes unpacked from the model: unknown
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(grad_accum_steps):
+                logits, loss = model(x, y)
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        # k fixed at 1
+        """
+        import torch
+        ACCUM = 1
+        for step in range(max_steps):
+            for micro_step in range(ACCUM):
+                loss = criterion(model(x), y)
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        # a WGAN critic loop steps inside: no accumulation
+        """
+        import torch
+        for i, (imgs, _) in enumerate(loader):
+            for _ in range(n_critic):
+                optimizer_D.zero_grad()
+                loss_D = criterion(discriminator(imgs), valid)
+                loss_D.backward()
+                optimizer_D.step()
+            optimizer_G.zero_grad()
+            loss_G = criterion(discriminator(generator(z)), valid)
+            loss_G.backward()
+            optimizer_G.step()
+        """,
+        # Accelerate divides in its backward
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator(gradient_accumulation_steps=4)
+        for step in range(max_steps):
+            for micro_step in range(4):
+                loss = criterion(model(x), y)
+                accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        # the loss is computed once, before the micro-steps: not ours to judge
+        """
+        import torch
+        for step in range(max_steps):
+            loss = criterion(model(x), y)
+            for micro_step in range(accum_steps):
+                loss.backward(retain_graph=True)
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+    ],
+)
+def test_adv303_micro_step_look_alikes_stay_silent(source):
+    assert codes(source, "ADV303") == []
+
+
+def test_adv302_zero_grad_inside_the_micro_step_loop_moves_after_the_step():
+    source = """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(grad_accum_steps):
+                optimizer.zero_grad()
+                x, y = train_loader.next_batch()
+                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    logits, loss = model(x, y)
+                loss = loss / grad_accum_steps
+                loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            torch.cuda.synchronize()
+        """
+    assert len(codes(source, "ADV302")) == 1
+    assert fixed(source, "ADV302") == textwrap.dedent(
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(grad_accum_steps):
+                x, y = train_loader.next_batch()
+                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    logits, loss = model(x, y)
+                loss = loss / grad_accum_steps
+                loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            torch.cuda.synchronize()
+        """
+    )
+    assert codes(source, "ADV301") == []
+
+
+def test_adv302_micro_step_zero_grad_goes_when_the_outer_loop_zeroes():
+    source = """
+        import torch
+        for step in range(max_steps):
+            optimizer.zero_grad()
+            for micro_step in range(grad_accum_steps):
+                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    optimizer.zero_grad(set_to_none=True)
+                    logits, loss = model(x, y)
+                (loss / grad_accum_steps).backward()
+            optimizer.step()
+        """
+    assert len(codes(source, "ADV302")) == 1
+    assert fixed(source, "ADV302") == textwrap.dedent(
+        """
+        import torch
+        for step in range(max_steps):
+            optimizer.zero_grad()
+            for micro_step in range(grad_accum_steps):
+                with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                    logits, loss = model(x, y)
+                (loss / grad_accum_steps).backward()
+            optimizer.step()
+        """
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # zeroed on the first micro-step only: correct
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(grad_accum_steps):
+                if micro_step == 0:
+                    optimizer.zero_grad()
+                logits, loss = model(x, y)
+                (loss / grad_accum_steps).backward()
+            optimizer.step()
+        """,
+        # nanoGPT: zeroed after the step
+        """
+        import torch
+        while True:
+            for micro_step in range(gradient_accumulation_steps):
+                with ctx:
+                    logits, loss = model(X, Y)
+                    loss = loss / gradient_accumulation_steps
+                scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        """,
+        # k fixed at 1
+        """
+        import torch
+        for step in range(max_steps):
+            for micro in range(1):
+                optimizer.zero_grad()
+                model(x).loss.backward()
+            optimizer.step()
+        """,
+        # the inner loop zeroes, runs backward and steps each iteration: no accumulation
+        """
+        import torch
+        for epoch in range(epochs):
+            for micro_step in range(grad_accum_steps):
+                optimizer.zero_grad()
+                model(x).loss.backward()
+                optimizer.step()
+        """,
+        # model.zero_grad() with two optimizers
+        """
+        import torch
+        for step in range(max_steps):
+            for micro_step in range(accum):
+                model.zero_grad()
+                d_loss.backward()
+                g_loss.backward()
+            opt_d.step()
+            opt_g.step()
+        """,
+        # inside accelerator.accumulate, zeroing every micro-step is correct
+        """
+        from accelerate import Accelerator
+        accelerator = Accelerator(gradient_accumulation_steps=4)
+        for step in range(max_steps):
+            for micro_step in range(accum_steps):
+                with accelerator.accumulate(model):
+                    optimizer.zero_grad()
+                    accelerator.backward(model(x).loss)
+            optimizer.step()
+        """,
+    ],
+)
+def test_adv302_micro_step_look_alikes_stay_silent(source):
+    assert codes(source, "ADV302") == []
+
+
+def test_fixed_micro_step_loop_equals_one_large_batch_step():
+    """Evidence for the unsafe micro-step fixes: after them, 4 micro-batches of 2 make the
+    same update as one batch of 8; before them, they do not."""
+    import torch
+
+    source = textwrap.dedent(
+        """
+        batches = iter(loader)
+        for micro_step in range(accumulation_steps):
+            optimizer.zero_grad()
+            x, y = next(batches)
+            loss = criterion(model(x), y)
+            loss.backward()
+        optimizer.step()
+        """
+    )
+    wrapped = "for outer in range(1):\n" + textwrap.indent(source, "    ")
+    fixed_source = fixed("import torch\n" + wrapped, ["ADV302", "ADV303"])
+    assert "(loss / accumulation_steps).backward()" in fixed_source
+    reference = _run_loop(
+        "x = torch.cat([b[0] for b in loader]); y = torch.cat([b[1] for b in loader])\n"
+        "optimizer.zero_grad()\ncriterion(model(x), y).backward()\noptimizer.step()\n"
+    )
+    assert torch.allclose(_run_loop(fixed_source), reference, atol=1e-6)
+    assert not torch.allclose(_run_loop(wrapped), reference, atol=1e-6)
+
+
+def test_zero_grad_before_a_guarded_step_and_on_every_micro_step_fix_to_one():
+    """ADV301 moves the guarded zero_grad after the step; ADV302 then only removes the
+    every-micro-step one instead of moving a second zero_grad there."""
+    source = """
+        import torch
+        for step, batch in enumerate(loader):
+            optimizer.zero_grad()
+            loss = model(**batch).loss / accumulation_steps
+            loss.backward()
+            if (step + 1) % accumulation_steps == 0:
+                model.zero_grad()
+                optimizer.step()
+        """
+    assert len(codes(source, "ADV301")) == len(codes(source, "ADV302")) == 1
+    assert fixed(source, ["ADV301", "ADV302"]) == textwrap.dedent(
+        """
+        import torch
+        for step, batch in enumerate(loader):
+            loss = model(**batch).loss / accumulation_steps
+            loss.backward()
+            if (step + 1) % accumulation_steps == 0:
+                optimizer.step()
+                model.zero_grad()
+        """
+    )
