@@ -24,6 +24,12 @@ _PROGRESS_WRAPPERS = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm
 # Datasets that must not get workers blindly: iterable ones yield every sample once per
 # worker unless they shard themselves; in-memory tensors are indexed faster in-process.
 _ITERABLE_PREFIXES = ("webdataset.", "torchdata.", "torch.utils.data.datapipes.", "streaming.")
+# Library datasets that are IterableDatasets without saying so in their name.
+_ITERABLE_DATASETS = (
+    "trl.ConstantLengthDataset",
+    "trl.trainer.ConstantLengthDataset",
+    "trl.trainer.utils.ConstantLengthDataset",
+)
 _IN_MEMORY_DATASETS = ("torch.utils.data.TensorDataset",)
 
 
@@ -142,14 +148,20 @@ def loader_dataset(ctx: FileContext, call: cst.Call) -> cst.Call | None:
 
 def _file_streams_data(ctx: FileContext) -> bool:
     """Whether the file uses iterable / streaming datasets anywhere (``IterableDataset``,
-    ``load_dataset(..., streaming=True)``, ``to_iterable_dataset()``, WebDataset, torchdata)."""
+    ``load_dataset(..., streaming=True)``, ``to_iterable_dataset()``, TRL's packed
+    ``ConstantLengthDataset``, WebDataset, torchdata). ``streaming=args.streaming`` counts:
+    the command line may turn it on, whatever the flag's default."""
     if any(n.value == "IterableDataset" for n in ctx.nodes(cst.Name)):
         return True
     if any(a.attr.value in ("IterableDataset", "to_iterable_dataset") for a in ctx.nodes(cst.Attribute)):
         return True
     for arg in ctx.nodes(cst.Arg):
-        if arg.keyword is not None and arg.keyword.value == "streaming" and ctx.values.value_of(arg.value) is not False:
-            return True
+        if arg.keyword is not None and arg.keyword.value == "streaming":
+            value = ctx.values.resolve(arg.value)
+            if value is None or value.value is not False or value.origin == "argparse default":
+                return True
+    if ctx.calls(*_ITERABLE_DATASETS):
+        return True
     return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
 
 
@@ -569,6 +581,22 @@ class DataLoaderSyncLoading(Rule):
                 optimizer.step()
             """,
             note="iterable dataset: each worker would replay the stream",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+            from datasets import load_dataset
+            from torch.utils.data import DataLoader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--streaming", action="store_true")
+            args = parser.parse_args()
+            train_data = load_dataset("c4", "en", split="train", streaming=args.streaming)
+            train_loader = DataLoader(train_data, batch_size=8)
+            device = torch.device("cuda")
+            """,
+            note="streamed when the command line says so: unknown, so no workers advice",
         ),
         Valid(
             """
@@ -1276,7 +1304,10 @@ class TrainerDataLoaderSettings(Rule):
         - training runs on the CPU (`use_cpu=True`, `no_cuda=True`) or that choice cannot be read;
         - `dataloader_num_workers` resolves above 0, or cannot be read;
         - the file changes the settings after construction (`args.dataloader_num_workers = 8`,
-          `args.set_dataloader(...)`, `dataclasses.replace(...)`).
+          `args.set_dataloader(...)`, `dataclasses.replace(...)`);
+        - (workers only) the file streams its data: an `IterableDataset`, TRL's packed
+          `ConstantLengthDataset`, or `load_dataset(..., streaming=...)` that is on or chosen on
+          the command line. Each worker would replay the stream unless the dataset shards itself.
     """
     valid = [
         Valid(
@@ -1338,6 +1369,24 @@ class TrainerDataLoaderSettings(Rule):
             args.dataloader_num_workers = 8
             """,
             note="set after construction",
+        ),
+        Valid(
+            """
+            import argparse
+            from datasets import load_dataset
+            from transformers import TrainingArguments
+            from trl import SFTTrainer
+            from trl.trainer import ConstantLengthDataset
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--streaming", action="store_true")
+            args = parser.parse_args()
+            data = load_dataset("lvwerra/stack-exchange-paired", split="train", streaming=args.streaming)
+            train_dataset = ConstantLengthDataset(tokenizer, data, seq_length=1024)
+            training_args = TrainingArguments(output_dir="out", bf16=True)
+            trainer = SFTTrainer(model=model, args=training_args, train_dataset=train_dataset)
+            """,
+            note="a packed iterable dataset, streamed when the command line says so: workers would replay it",
         ),
     ]
     invalid = [
@@ -1463,7 +1512,9 @@ class TrainerDataLoaderSettings(Rule):
                         advice.append("set `dataloader_pin_memory=True` where it is defined")
 
             workers = ctx.argument(call, "dataloader_num_workers")
-            if workers is not None and not _set_elsewhere(ctx, "dataloader_num_workers"):
+            # Workers would replay a streamed dataset unless it shards itself: no advice there.
+            streams = _file_streams_data(ctx)
+            if workers is not None and not streams and not _set_elsewhere(ctx, "dataloader_num_workers"):
                 value = None if workers is MISSING else ctx.values.resolve(workers)
                 if workers is MISSING or (value is not None and _is_zero(value)):
                     if value is None:

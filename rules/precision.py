@@ -252,18 +252,39 @@ def _resolves_true(ctx: FileContext, call: cst.Call, keyword: str, position: int
     return ctx.values.value_of(argument) is True
 
 
+def _trains_within(ctx: FileContext, root: cst.CSTNode) -> bool:
+    """A backward pass, a GradScaler call or an optimizer step / zero_grad under ``root``."""
+    if ctx.within(root, ctx.method_calls("backward") + ctx.calls("torch.autograd.backward", *SCALERS)):
+        return True
+    for call in ctx.within(root, ctx.method_calls("step", "zero_grad")):
+        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if receiver is not None and ctx.loops.is_optimizer(receiver):
+            return True
+    return False
+
+
 def file_trains(ctx: FileContext) -> bool:
     """A backward pass, a GradScaler or an optimizer being stepped or zeroed somewhere: autocast
     here serves training, not only inference. The optimizer counts on its own for training
     engines that hand the loss to a scaler object defined elsewhere (``loss_scaler(loss,
     optimizer)`` in timm, DeiT, MAE), which runs ``backward()`` out of sight."""
-    if ctx.method_calls("backward") or ctx.calls("torch.autograd.backward") or ctx.calls(*SCALERS):
-        return True
-    for call in ctx.method_calls("step", "zero_grad"):
-        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
-        if receiver is not None and ctx.loops.is_optimizer(receiver):
-            return True
-    return False
+    return _trains_within(ctx, ctx.module)
+
+
+# Functions named for evaluation or sampling: ``evaluate``, ``log_validation``, ``generate_samples``.
+_INFERENCE_FUNCTION = re.compile(r"val|test|infer|pred|sampl|generat", re.IGNORECASE)
+
+
+def in_inference_function(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Whether ``node`` sits in a function named for evaluation or sampling (``log_validation``,
+    ``evaluate``, ``generate_images``) that neither trains itself nor belongs to a training loop:
+    such a function serves inference even when the training loop calls it every N steps."""
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef) or not _INFERENCE_FUNCTION.search(function.name.value):
+        return False
+    if _trains_within(ctx, function):
+        return False
+    return not any(ctx.is_descendant(function, loop.node) for loop in ctx.loops.training_loops)
 
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
@@ -598,8 +619,10 @@ class Fp16OnBf16Gpu(Rule):
           told to use the CPU (`use_cpu=True`, `Accelerator(cpu=True)`, `accelerator="cpu"`);
         - the autocast serves inference: the file never trains (no `backward()`, GradScaler or
           optimizer step), or the autocast runs under `torch.no_grad()` /
-          `torch.inference_mode()` (a `with` block or a decorated function): fp16 inference
-          is fine.
+          `torch.inference_mode()` (a `with` block or a decorated function), or in a function
+          named for evaluation or sampling (`log_validation`, `evaluate`, `generate_samples`)
+          that runs no backward pass or optimizer step, or the Lightning `Trainer` only runs
+          `test` / `validate` / `predict`: fp16 inference is fine.
 
         Where the model itself is loaded or cast in float16 (`torch_dtype=torch.float16`,
         `bnb_4bit_compute_dtype=torch.float16`, `.half()`), the finding comes without a fix:
@@ -811,6 +834,35 @@ class Fp16OnBf16Gpu(Rule):
             """,
             note="precision changed after construction",
         ),
+        Valid(
+            """
+            import torch
+
+            def log_validation(pipeline, prompts):
+                images = []
+                for prompt in prompts:
+                    with torch.autocast("cuda"):
+                        images.append(pipeline(prompt).images[0])
+                return images
+
+            for step, batch in enumerate(loader):
+                loss = unet(batch.cuda()).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if step % 500 == 0:
+                    log_validation(pipeline, prompts)
+            """,
+            note="the autocast samples images in a validation function that trains nothing",
+        ),
+        Valid(
+            """
+            import lightning.pytorch as pl
+            trainer = pl.Trainer(accelerator="gpu", precision=16)
+            trainer.test(model, dataloaders=test_loader)
+            """,
+            note="the Trainer only tests: fp16 inference",
+        ),
     ]
     invalid = [
         Invalid(
@@ -981,6 +1033,46 @@ class Fp16OnBf16Gpu(Rule):
         ),
         Invalid(
             """
+            import pytorch_lightning as pl
+            trainer = pl.Trainer(accelerator="gpu", precision=16)
+            trainer.fit(model, train_loader)
+            trainer.test(model, test_loader)
+            """,
+            fixed="""
+            import pytorch_lightning as pl
+            trainer = pl.Trainer(accelerator="gpu", precision="bf16")
+            trainer.fit(model, train_loader)
+            trainer.test(model, test_loader)
+            """,
+            note="fits before it tests: a training run",
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train_and_validate(model, loader, optimizer):
+                for x, y in loader:
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        loss = model(x.cuda(), y.cuda())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+
+            def train_and_validate(model, loader, optimizer):
+                for x, y in loader:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = model(x.cuda(), y.cuda())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="named for validation too, but it trains",
+        ),
+        Invalid(
+            """
             from lightning.pytorch import Trainer
             trainer = Trainer(devices=1, precision='16-mixed')
             """,
@@ -1045,7 +1137,7 @@ class Fp16OnBf16Gpu(Rule):
         for site in sites:
             if not site.fp16 or under_bf16_choice(ctx, site.call) or under_bf16_choice(ctx, site.dtype.node):
                 continue
-            if under_no_grad(ctx, site.call):
+            if under_no_grad(ctx, site.call) or in_inference_function(ctx, site.call):
                 continue  # inference: fp16 is as fast as bf16 and more precise
             spelling = "torch.cuda.amp.autocast" if site.deprecated else "torch.autocast"
             if site.dtype.node is None:
@@ -1182,6 +1274,8 @@ class Fp16OnBf16Gpu(Rule):
             accelerator = ctx.argument(call, "accelerator")
             if accelerator is None or (accelerator is not MISSING and ctx.values.value_of(accelerator) == "cpu"):
                 continue
+            if _evaluation_only_trainer(ctx, call):
+                continue
             replacement = LIGHTNING_BF16[value.value]
             fix = None
             if isinstance(value.node, cst.SimpleString):
@@ -1215,6 +1309,24 @@ class Fp16OnBf16Gpu(Rule):
 
 
 _LIGHTNING_BF16_SPELLINGS = ("bf16", "bf16-mixed", "bf16-true")
+_LIGHTNING_EVALUATION = ("test", "validate", "predict")
+
+
+def _evaluation_only_trainer(ctx: FileContext, call: cst.Call) -> bool:
+    """``trainer = Trainer(precision=16)`` that the file only runs ``test`` / ``validate`` /
+    ``predict`` on, never ``fit``: fp16 serves inference there."""
+    assign = ctx.parent.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or assign.value is not call:
+        return False
+    name = dotted_name(assign.targets[0].target)
+    if name is None:
+        return False
+    uses = [
+        c
+        for c in ctx.method_calls("fit", *_LIGHTNING_EVALUATION)
+        if isinstance(c.func, cst.Attribute) and dotted_name(c.func.value) == name
+    ]
+    return bool(uses) and all(c.func.attr.value in _LIGHTNING_EVALUATION for c in uses)  # type: ignore[union-attr]
 
 
 def _precision_reassigned(ctx: FileContext, call: cst.Call) -> bool:
