@@ -148,6 +148,55 @@ def _gradients_made_in(ctx: FileContext, root: cst.CSTNode, low: int, high: int,
     return any(between(node) for node in _grad_writes(ctx) if ctx.is_descendant(node, root))
 
 
+# Look-alikes shared by several rules of this family.
+ACCELERATE_GUIDE_EXAMPLE = """
+            from accelerate import Accelerator
+            from torch.utils.data.dataloader import DataLoader
+
+            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
+            accelerator = Accelerator(fp16=training_args.fp16)
+            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
+
+            model.train()
+            for step, batch in enumerate(dataloader, start=1):
+                loss = model(**batch).loss
+                loss = loss / training_args.gradient_accumulation_steps
+                accelerator.backward(loss)
+                if step % training_args.gradient_accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+
+HF_NO_TRAINER_ACCUMULATION = """
+            import torch
+            for epoch in range(args.num_train_epochs):
+                model.train()
+                for step, batch in enumerate(train_dataloader):
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    outputs = model(**batch)
+                    loss = outputs.loss
+                    loss = loss / args.gradient_accumulation_steps
+                    loss.backward()
+                    if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
+                        optimizer.step()
+                        lr_scheduler.step()
+                        optimizer.zero_grad()
+                        progress_bar.update(1)
+                        completed_steps += 1
+            """
+
+DIVIDED_MODULO_ACCUMULATION = """
+            import torch
+            for i, (inputs, labels) in enumerate(dataloader):
+                outputs = model(inputs)
+                loss = criterion(outputs, labels) / accumulation_steps
+                loss.backward()
+                if (i + 1) % accumulation_steps == 0 or (i + 1) == len(dataloader):
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+
+
 @dataclass
 class Accumulation:
     """``step()`` that runs only every ``steps`` micro-steps, under ``guard``."""
@@ -472,43 +521,11 @@ class ZeroGradOrder(Rule):
     """
     valid = [
         Valid(
-            """
-            from accelerate import Accelerator
-            from torch.utils.data.dataloader import DataLoader
-
-            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
-            accelerator = Accelerator(fp16=training_args.fp16)
-            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
-
-            model.train()
-            for step, batch in enumerate(dataloader, start=1):
-                loss = model(**batch).loss
-                loss = loss / training_args.gradient_accumulation_steps
-                accelerator.backward(loss)
-                if step % training_args.gradient_accumulation_steps == 0:
-                    optimizer.step()
-                    optimizer.zero_grad()
-            """,
+            ACCELERATE_GUIDE_EXAMPLE,
             note="the guide's Using Accelerate example",
         ),
         Valid(
-            """
-            import torch
-            for epoch in range(args.num_train_epochs):
-                model.train()
-                for step, batch in enumerate(train_dataloader):
-                    batch = {k: v.to(device) for k, v in batch.items()}
-                    outputs = model(**batch)
-                    loss = outputs.loss
-                    loss = loss / args.gradient_accumulation_steps
-                    loss.backward()
-                    if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
-                        optimizer.step()
-                        lr_scheduler.step()
-                        optimizer.zero_grad()
-                        progress_bar.update(1)
-                        completed_steps += 1
-            """,
+            HF_NO_TRAINER_ACCUMULATION,
             note="HF no_trainer style accumulation",
         ),
         Valid(
@@ -1102,56 +1119,15 @@ class ZeroGradBreaksAccumulation(Rule):
     """
     valid = [
         Valid(
-            """
-            import torch
-            for epoch in range(args.num_train_epochs):
-                model.train()
-                for step, batch in enumerate(train_dataloader):
-                    batch = {k: v.to(device) for k, v in batch.items()}
-                    outputs = model(**batch)
-                    loss = outputs.loss
-                    loss = loss / args.gradient_accumulation_steps
-                    loss.backward()
-                    if step % args.gradient_accumulation_steps == 0 or step == len(train_dataloader) - 1:
-                        optimizer.step()
-                        lr_scheduler.step()
-                        optimizer.zero_grad()
-                        progress_bar.update(1)
-                        completed_steps += 1
-            """,
+            HF_NO_TRAINER_ACCUMULATION,
             note="HF no_trainer style accumulation",
         ),
         Valid(
-            """
-            import torch
-            for i, (inputs, labels) in enumerate(dataloader):
-                outputs = model(inputs)
-                loss = criterion(outputs, labels) / accumulation_steps
-                loss.backward()
-                if (i + 1) % accumulation_steps == 0 or (i + 1) == len(dataloader):
-                    optimizer.step()
-                    optimizer.zero_grad()
-            """,
+            DIVIDED_MODULO_ACCUMULATION,
             note="the guide notes' accumulation loop",
         ),
         Valid(
-            """
-            from accelerate import Accelerator
-            from torch.utils.data.dataloader import DataLoader
-
-            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
-            accelerator = Accelerator(fp16=training_args.fp16)
-            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
-
-            model.train()
-            for step, batch in enumerate(dataloader, start=1):
-                loss = model(**batch).loss
-                loss = loss / training_args.gradient_accumulation_steps
-                accelerator.backward(loss)
-                if step % training_args.gradient_accumulation_steps == 0:
-                    optimizer.step()
-                    optimizer.zero_grad()
-            """,
+            ACCELERATE_GUIDE_EXAMPLE,
             note="the guide's Using Accelerate example",
         ),
         Valid(
@@ -1721,36 +1697,11 @@ class AccumulationLossNotScaled(Rule):
     """
     valid = [
         Valid(
-            """
-            from accelerate import Accelerator
-            from torch.utils.data.dataloader import DataLoader
-
-            dataloader = DataLoader(ds, batch_size=training_args.per_device_train_batch_size)
-            accelerator = Accelerator(fp16=training_args.fp16)
-            model, optimizer, dataloader = accelerator.prepare(model, adam_bnb_optim, dataloader)
-
-            model.train()
-            for step, batch in enumerate(dataloader, start=1):
-                loss = model(**batch).loss
-                loss = loss / training_args.gradient_accumulation_steps
-                accelerator.backward(loss)
-                if step % training_args.gradient_accumulation_steps == 0:
-                    optimizer.step()
-                    optimizer.zero_grad()
-            """,
+            ACCELERATE_GUIDE_EXAMPLE,
             note="the guide's Using Accelerate example",
         ),
         Valid(
-            """
-            import torch
-            for i, (inputs, labels) in enumerate(dataloader):
-                outputs = model(inputs)
-                loss = criterion(outputs, labels) / accumulation_steps
-                loss.backward()
-                if (i + 1) % accumulation_steps == 0 or (i + 1) == len(dataloader):
-                    optimizer.step()
-                    optimizer.zero_grad()
-            """,
+            DIVIDED_MODULO_ACCUMULATION,
             note="divided where it is computed",
         ),
         Valid(
