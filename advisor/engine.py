@@ -136,10 +136,15 @@ def _relative(path: str, root: str) -> str:
         return Path(path).as_posix()
 
 
+def source_encoding(data: bytes) -> str:
+    """The encoding a PEP 263 coding cookie or a BOM declares (utf-8 otherwise)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding
+
+
 def decode(data: bytes) -> str:
     """Source text honouring a PEP 263 coding cookie and a BOM."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
+    return data.decode(source_encoding(data))
 
 
 # -- rules --------------------------------------------------------------------------------
@@ -189,6 +194,17 @@ def parse(path: str, data: bytes, target: Target) -> FileContext:
     except (RecursionError, MemoryError) as error:
         raise AnalysisError(f"cannot parse: {type(error).__name__}") from error
     return FileContext(path, source, module, target)
+
+
+def analyzable_context(path: str, data: bytes, target: Target, errors: list[FileError]) -> FileContext | None:
+    """The file's context, or None: skipped by the prefilter, or unparseable (added to ``errors``)."""
+    if not RELEVANT.search(data):
+        return None
+    try:
+        return parse(path, data, target)
+    except AnalysisError as error:
+        errors.append(FileError(path, str(error), line=error.line, column=error.column))
+        return None
 
 
 def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], list[FileError]]:
@@ -254,12 +270,8 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
     except OSError as error:
         result.errors.append(FileError(path, f"cannot read: {error.strerror or error}"))
         return result
-    if not RELEVANT.search(data):
-        return result
-    try:
-        ctx = parse(path, data, settings.target)
-    except AnalysisError as error:
-        result.errors.append(FileError(path, str(error), line=error.line, column=error.column))
+    ctx = analyzable_context(path, data, settings.target, result.errors)
+    if ctx is None:
         return result
     findings, errors = run_rules(ctx, settings.codes_for(path))
     result.diagnostics = [to_diagnostic(f) for f in findings]

@@ -19,15 +19,14 @@ import libcst as cst
 
 from advisor.context import FileContext
 from advisor.engine import (
-    RELEVANT,
-    AnalysisError,
     Diagnostic,
     FileError,
     Settings,
+    analyzable_context,
     decode,
     map_files,
-    parse,
     run_rules,
+    source_encoding,
     to_diagnostic,
 )
 from advisor.edits import ReplaceNodes
@@ -148,14 +147,10 @@ def _compiles(code: str, path: str) -> bool:
 
 def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
     result = FixResult(path, original=data, fixed=data)
-    if not RELEVANT.search(data):
+    ctx = analyzable_context(path, data, settings.target, result.errors)
+    if ctx is None:
         return result
-    try:
-        ctx = parse(path, data, settings.target)
-    except AnalysisError as error:
-        result.errors.append(FileError(path, str(error), line=error.line, column=error.column))
-        return result
-    encoding = _encoding_of(data)
+    encoding = source_encoding(data)
     codes = settings.codes_for(path)
     blocked: set[tuple[str, str]] = set()  # fixes that broke the code: reported, never retried
     for _ in range(MAX_ROUNDS):
@@ -189,14 +184,6 @@ def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixR
     result.remaining = [to_diagnostic(f) for f in findings]
     result.fixed = ctx.source.encode(encoding) if ctx.source != decode(data) else data
     return result
-
-
-def _encoding_of(data: bytes) -> str:
-    import io
-    import tokenize
-
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return encoding
 
 
 def write_atomic(path: str, data: bytes) -> None:
