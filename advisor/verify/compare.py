@@ -121,18 +121,25 @@ def normalisation(baselines: Sequence[dict], patched: dict, codes: Iterable[str]
     return best
 
 
+def _first_non_finite(losses: Sequence[float | None]) -> tuple[int, float] | None:
+    return next(((step, v) for step, v in enumerate(losses, 1) if v is not None and not math.isfinite(v)), None)
+
+
 def loss_parity(baselines: Sequence[dict], patched: dict, codes: Iterable[str]) -> Parity:
     codes = set(codes)
     one_sided = bool(codes & UPDATE_FIXES)
     baseline_as_mean, patched_as_mean = normalisation(baselines, patched, codes)
     reference = [objective(run, baseline_as_mean) for run in baselines]
     candidate = objective(patched, patched_as_mean)
-    for step, value in enumerate(candidate, 1):
-        if value is not None and not math.isfinite(value):
-            return Parity(False, f"the patched loss is {value} at step {step}", worst_step=step)
-    for step, value in enumerate(reference[0] if reference else [], 1):
-        if value is not None and not math.isfinite(value):
-            return Parity(False, f"the baseline loss is already {value} at step {step}: nothing to compare with", worst_step=step)
+    patched_bad = _first_non_finite(candidate)
+    baseline_bad = min(filter(None, map(_first_non_finite, reference)), default=None)
+    # A baseline that diverges as early as the patch does is the script's fault, not the patch's.
+    if baseline_bad and (patched_bad is None or baseline_bad[0] <= patched_bad[0]):
+        step, value = baseline_bad
+        return Parity(False, f"the baseline loss is already {value} at step {step}: nothing to compare with", worst_step=step)
+    if patched_bad:
+        step, value = patched_bad
+        return Parity(False, f"the patched loss is {value} at step {step}", worst_step=step)
     length = min([len(candidate)] + [len(r) for r in reference])
     allowance = precision_allowance(codes)
     noise_so_far = 0.0

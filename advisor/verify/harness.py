@@ -1,6 +1,6 @@
 """Runs one training script for W + N optimizer steps and writes what it measured as JSON.
 
-    python -m advisor.verify.harness CONFIG.json
+    python -c HARNESS_BOOTSTRAP CONFIG.json      (runner.HARNESS_BOOTSTRAP; by hand: python -m advisor.verify.harness)
 
 CONFIG holds ``script`` (the file to run), ``argv0`` (what the script sees as ``sys.argv[0]``),
 ``args``, ``steps``, ``warmup``, ``result`` (where to write the JSON), ``progress_fd`` (a pipe
@@ -8,7 +8,9 @@ the parent reads step counts from, or null) and ``pythonpath_added`` (a ``PYTHON
 parent added so that this module is importable, removed again before the script runs).
 
 The script runs as ``__main__`` through ``runpy.run_path``, with its folder first on
-``sys.path`` and the caller's working directory kept, as ``python SCRIPT ARGS`` would run it.
+``sys.path`` and the caller's working directory kept, as ``python SCRIPT ARGS`` would run it. The
+working directory is not on ``sys.path`` (the bootstrap takes it off before anything is imported),
+so a ``json.py`` or ``advisor.py`` there is not run, as ``python SCRIPT`` would not run it either.
 Instrumentation, all process-global so it sees plain loops, HF ``Trainer`` and Accelerate alike:
 
 - a global optimizer step post-hook counts optimizer steps. Only the first optimizer that steps
@@ -43,6 +45,11 @@ import weakref
 import torch
 
 TRACEBACK_LINES = 25
+# CUDA's allocator says "out of memory"; the CPU's DefaultCPUAllocator raises a plain
+# RuntimeError that says "can't allocate memory" (older torch: "not enough memory"); a DataLoader
+# worker killed by SIGKILL, which nothing but the kernel's out-of-memory killer sends unasked,
+# is "killed by signal: Killed" (the main process's own SIGKILL is judged by the runner).
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "killed by signal: killed")
 
 
 class StopRun(BaseException):
@@ -320,7 +327,7 @@ def _is_oom(exc: BaseException) -> bool:
     while exc is not None:
         if isinstance(exc, (oom_types, MemoryError)):
             return True
-        if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
+        if isinstance(exc, RuntimeError) and any(s in str(exc).lower() for s in OOM_MESSAGES):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -332,11 +339,7 @@ def run(config: dict) -> dict:
     signal.signal(signal.SIGTERM, _raise_timeout)
     script = os.path.abspath(config["script"])
     sys.argv = [config.get("argv0") or script, *config.get("args", [])]
-    # `python -m` put the working directory first; `python SCRIPT` puts the script's folder there.
-    if sys.path and sys.path[0] in ("", os.getcwd()):
-        sys.path[0] = os.path.dirname(script)
-    else:
-        sys.path.insert(0, os.path.dirname(script))
+    sys.path.insert(0, os.path.dirname(script))
     status, error = "ok", None
     try:
         runpy.run_path(script, run_name="__main__")
@@ -387,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     # Skip interpreter teardown: the script's atexit handlers, non-daemon threads and worker
-    # shutdown could hang after the run was cut short; the parent kills the process group.
+    # shutdown could hang after the run was cut short; the parent kills what is left.
     os._exit(0)
 
 

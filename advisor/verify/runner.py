@@ -35,6 +35,7 @@ from advisor.verify.compare import (
     slower_beyond_noise,
     speed_noise,
 )
+from advisor.verify.processes import RUN_MARKER, descendants, kill_all, marked, new_marker
 
 STATUSES = ("ok", "error", "timeout", "oom", "no_steps")
 KILL_GRACE_S = 5.0
@@ -45,6 +46,16 @@ PROBE_STEPS = 2
 PROBE_TIMEOUT_S = 300.0
 # Testing aid: probe on a machine without CUDA, whose memory says nothing about a GPU's.
 PROBE_ON_CPU_ENV = "ADVISOR_VERIFY_PROBE_ON_CPU"
+# `python -m` would put the working directory first on sys.path and import the caller's json.py,
+# math.py or advisor.py in place of the real ones before the script even starts (`-P` needs
+# Python 3.11); `-c` puts "" there, taken off before anything else is imported.
+HARNESS_BOOTSTRAP = (
+    "import sys\n"
+    "if sys.path and sys.path[0] == '':\n"
+    "    del sys.path[0]\n"
+    "from advisor.verify.harness import main\n"
+    "main()\n"
+)
 
 
 @dataclass
@@ -153,6 +164,16 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _kill_run(process: subprocess.Popen, marker: str) -> None:
+    """SIGKILL to everything the run started: its process group, the processes that carry its
+    marker, and, while the harness lives, every process below it (a child started in a session
+    and an environment of its own)."""
+    below = descendants(process.pid) if process.returncode is None else []  # a reaped pid may be reused
+    _kill_group(process.pid, signal.SIGKILL)
+    kill_all(below)
+    kill_all(marked(marker))
+
+
 def _read_progress(fd: int, label: str, observer: Observer, stop: threading.Event, last: list[int]) -> None:
     buffer = b""
     while not stop.is_set():
@@ -211,12 +232,13 @@ def run_variant(
         env = dict(os.environ)
         env.update(options.env or {})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (ADVISOR_ROOT, env.get("PYTHONPATH")) if p)
+        marker = env[RUN_MARKER] = new_marker()
         reader = threading.Thread(target=_read_progress, args=(read_fd, label, observer, stop, last), daemon=True)
         reader.start()
         timed_out = False
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "advisor.verify.harness", config_path],
+                [sys.executable, "-c", HARNESS_BOOTSTRAP, config_path],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -235,14 +257,14 @@ def run_variant(
                     try:
                         process.wait(timeout=KILL_GRACE_S)
                     except subprocess.TimeoutExpired:
-                        _kill_group(process.pid, signal.SIGKILL)
+                        _kill_run(process, marker)
                         process.wait()
             except BaseException:  # Ctrl-C in advisor: take the whole run down with it
-                _kill_group(process.pid, signal.SIGKILL)
+                _kill_run(process, marker)
                 process.wait()
                 raise
             finally:
-                _kill_group(process.pid, signal.SIGKILL)  # DataLoader workers and other leftovers
+                _kill_run(process, marker)  # DataLoader workers and other leftovers
         stop.set()
         reader.join(timeout=1.0)
         run = _outcome(result_path, log_path, process.returncode, timed_out, last[0], options)
@@ -274,12 +296,18 @@ def _outcome(result_path: str, log_path: str, returncode: int, timed_out: bool, 
             run.update(status="timeout", error=message)
             return run
         if raw is None:
-            return empty_run("timeout", progress, message)
+            run = empty_run("timeout", progress, message)
+            run["output"] = _log_tail(log_path)  # where it hung, when the script said
+            return run
     if raw is None:
-        tail = _log_tail(log_path)
+        # The verdict quotes the error's last line: the cause goes there, the script's output apart.
         if returncode == -signal.SIGKILL:
-            return empty_run("oom", progress, "killed by SIGKILL, most likely by the kernel's out-of-memory killer\n" + tail)
-        return empty_run("error", progress, f"the process ended (status {returncode}) without writing results\n{tail}".rstrip())
+            run = empty_run("oom", progress, "killed by SIGKILL, most likely by the kernel's out-of-memory killer")
+        else:
+            ended = f"killed by signal {-returncode}" if returncode < 0 else f"ended with status {returncode}"
+            run = empty_run("error", progress, f"the process {ended} without writing results: os._exit, or a crash in native code")
+        run["output"] = _log_tail(log_path)
+        return run
     run = summarize(raw)
     if run["status"] != "ok":
         run["output"] = _log_tail(log_path)  # the script's last words: argparse errors, warnings
