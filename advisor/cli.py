@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -82,14 +84,13 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
     config = load_config(config_path)
     select = args.select if args.select is not None else config.select
     ignore = list(config.ignore) + list(args.ignore or [])
-    for origin, selectors in (("--select", select or []), ("--ignore", ignore)):
+    sources = [("--select", args.select or []), ("--ignore", args.ignore or [])]
+    sources += [(f"[tool.advisor] select ({config.path})", config.select or []), (f"[tool.advisor] ignore ({config.path})", config.ignore)]
+    sources += [(f"[tool.advisor] per-file-ignores[{pattern!r}] ({config.path})", codes) for pattern, codes in config.per_file_ignores.items()]
+    for origin, selectors in sources:
         unknown = unknown_selectors(selectors)
         if unknown:
             raise UsageError(f"unknown rule code(s) in {origin}: {', '.join(unknown)}")
-    for pattern, codes in config.per_file_ignores.items():
-        unknown = unknown_selectors(codes)
-        if unknown:
-            raise UsageError(f"unknown rule code(s) in per-file-ignores[{pattern!r}]: {', '.join(unknown)}")
     target = resolve_target(args.gpu, config.gpu)
     per_file = tuple((pattern, frozenset(c.upper() for c in codes)) for pattern, codes in config.per_file_ignores.items())
     settings = Settings(
@@ -106,9 +107,16 @@ def _console(args: argparse.Namespace, stream=None) -> Console:
     return Console(file=stream or sys.stdout, highlight=False, no_color=no_color, soft_wrap=True, emoji=False)
 
 
+def _warn_if_no_python(args: argparse.Namespace, files: list[str], errors: list) -> None:
+    # As ruff does: an empty selection is not an error (exit 0), but it is worth a word.
+    if not files and not errors:
+        print(f"advisor: warning: no Python files found under {', '.join(args.paths)}", file=sys.stderr)
+
+
 def run_check(args: argparse.Namespace) -> int:
     settings, config = _settings(args)
     files, errors = discover(args.paths, config.exclude, str(config.root))
+    _warn_if_no_python(args, files, errors)
     cache = None if args.no_cache else Cache(config.root, settings)
     with _progress(args, len(files)) as advance:
         results = check_paths(files, settings, args.jobs, cache=cache, progress=advance)
@@ -130,7 +138,10 @@ def run_check(args: argparse.Namespace) -> int:
             render_text(Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, emoji=False), diagnostics, errors, settings.target)
             text = buffer.getvalue().rstrip("\n")
         if args.output is not None:
-            args.output.write_text(text + "\n", encoding="utf-8")
+            try:
+                args.output.write_text(text + "\n", encoding="utf-8")
+            except OSError as error:
+                raise UsageError(f"cannot write the report to {args.output}: {error.strerror or error}") from error
         else:
             sys.stdout.write(text + ("\n" if text else ""))
     if errors:
@@ -169,9 +180,13 @@ def run_clean(args: argparse.Namespace) -> int:
 
 
 def _report_dropped(console: Console, results) -> None:
+    from advisor.fixer import MAX_ROUNDS
+
     for result in results:
         for dropped in result.dropped:
             console.print(f"{result.path}: fix dropped, it would break the code: {dropped}", style="yellow", markup=False)
+        if not result.converged:
+            console.print(f"{result.path}: fixes still pending after {MAX_ROUNDS} rounds; run advisor fix again", style="yellow", markup=False)
 
 
 def run_fix(args: argparse.Namespace) -> int:
@@ -188,6 +203,7 @@ def run_fix(args: argparse.Namespace) -> int:
         raise UsageError(f"{', '.join(stray)} only with --verify SCRIPT")
     settings, config = _settings(args)
     files, errors = discover(args.paths, config.exclude, str(config.root))
+    _warn_if_no_python(args, files, errors)
     results = fix_paths(files, settings, unsafe=args.unsafe_fixes, write=not args.diff, jobs=args.jobs)
     console = _console(args)
     errors += [e for r in results for e in r.errors]
@@ -227,27 +243,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_ERROR
     try:
-        if args.command == "check":
-            return run_check(args)
-        if args.command == "fix":
-            return run_fix(args)
-        if args.command == "clean":
-            return run_clean(args)
-        if args.command == "rules":
-            rules_table(Console(highlight=False, emoji=False))
-            return EXIT_CLEAN
-        if args.command == "explain":
-            if not explain(Console(highlight=False, soft_wrap=True, emoji=False), args.code):
-                print(f"advisor: unknown rule {args.code!r}; see `advisor rules`", file=sys.stderr)
-                return EXIT_ERROR
-            return EXIT_CLEAN
+        with _sigterm_interrupts():
+            return _run_command(parser, args)
     except (UsageError, ConfigError, UnknownGPU) as error:
         print(f"advisor: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("advisor: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("advisor: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.command == "check":
+        return run_check(args)
+    if args.command == "fix":
+        return run_fix(args)
+    if args.command == "clean":
+        return run_clean(args)
+    if args.command == "rules":
+        rules_table(Console(highlight=False, emoji=False))
+        return EXIT_CLEAN
+    if args.command == "explain":
+        if not explain(Console(highlight=False, soft_wrap=True, emoji=False), args.code):
+            print(f"advisor: unknown rule {args.code!r}; see `advisor rules`", file=sys.stderr)
+            return EXIT_ERROR
+        return EXIT_CLEAN
     return EXIT_ERROR  # pragma: no cover
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that it unwinds like Ctrl-C: temporary
+    files removed, pending work cancelled (a BaseException, so no ``except Exception`` eats it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
+        yield  # no handler can be installed here, or the one there cannot be put back
+        return
+
+    def interrupt(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,7 @@
 """``[tool.advisor]`` in the nearest pyproject.toml; the command line wins over it."""
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ class Config:
 
 
 def find_pyproject(start: Path) -> Path | None:
-    start = start.resolve()
+    start = Path(os.path.realpath(start))  # unlike Path.resolve, never raises on a symlink loop
     directory = start if start.is_dir() else start.parent
     for candidate in (directory, *directory.parents):
         pyproject = candidate / "pyproject.toml"
@@ -41,8 +42,9 @@ def find_pyproject(start: Path) -> Path | None:
                 data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 return pyproject  # load_config reports it
-            if "advisor" in data.get("tool", {}):
-                return pyproject
+            tool = data.get("tool")
+            if not isinstance(tool, dict) or "advisor" in tool:
+                return pyproject  # load_config reports a `tool` that is not a table
     return None
 
 
@@ -55,7 +57,10 @@ def load_config(path: Path | None) -> Config:
         raise ConfigError(f"{path}: cannot read: {error}") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from error
-    section = data.get("tool", {}).get("advisor")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table")
+    section = tool.get("advisor")
     if section is None:
         return Config(path=path)
     if not isinstance(section, dict):

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import libcst as cst
+from libcst import CSTNode
 
 from advisor.context import FileContext
+from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion, nesting_error
 from advisor.registry import all_rules
 from advisor.rule import Applicability, Finding, Rule
 from advisor.targets import Target
@@ -105,9 +107,13 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
             for pattern in exclude
         )
 
+    def unreadable(error: OSError) -> None:  # a folder that cannot be listed is an error, not silently empty
+        errors.append(FileError(error.filename or str(error), f"cannot read: {error.strerror or error}"))
+
     for given in paths:
         if not os.path.exists(given):
-            errors.append(FileError(given, "no such file or directory"))
+            broken_link = " (a broken symbolic link or a loop of them)" if os.path.islink(given) else ""
+            errors.append(FileError(given, "no such file or directory" + broken_link))
             continue
         if os.path.isfile(given):
             key = os.path.realpath(given)
@@ -115,7 +121,10 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
                 seen.add(key)
                 files.append(given)  # named explicitly: checked even if it would be excluded
             continue
-        for directory, dirnames, filenames in os.walk(given, followlinks=False):
+        if not os.path.isdir(given):
+            errors.append(FileError(given, "not a regular file or a folder"))  # a FIFO would block the read
+            continue
+        for directory, dirnames, filenames in os.walk(given, followlinks=False, onerror=unreadable):
             dirnames[:] = sorted(
                 d for d in dirnames if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
                 and not excluded(os.path.join(directory, d))
@@ -127,6 +136,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
                 key = os.path.realpath(path)
                 if key in seen or excluded(path):
                     continue
+                if not os.path.isfile(path) and os.path.exists(path):
+                    continue  # a FIFO or socket named *.py: reading it could block forever
                 seen.add(key)
                 files.append(path)
     return files, errors
@@ -181,6 +192,25 @@ class AnalysisError(Exception):
         self.column = column
 
 
+def _parse_module(source: str) -> cst.Module:
+    """``cst.parse_module`` without re-validating each node the parser builds.
+
+    Node constructors validate their fields (balanced parentheses, required whitespace); a
+    tree straight from the parser is valid by construction, and the checks cost about a
+    tenth of the parse. LibCST's own ``__post_init__`` notes the same. Nodes that rules and
+    fixes build later are validated as usual."""
+    post_init = CSTNode.__dict__["__post_init__"]
+    CSTNode.__post_init__ = _skip_validation  # type: ignore[method-assign]
+    try:
+        return cst.parse_module(source)
+    finally:
+        CSTNode.__post_init__ = post_init  # type: ignore[method-assign]
+
+
+def _skip_validation(self: CSTNode) -> None:
+    pass
+
+
 def parse(path: str, data: bytes, target: Target) -> FileContext:
     """One parse per file. Raises AnalysisError for files that cannot be analyzed."""
     if b"\x00" in data:
@@ -189,8 +219,11 @@ def parse(path: str, data: bytes, target: Target) -> FileContext:
         source = decode(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         raise AnalysisError(f"cannot decode: {error}") from error
+    too_deep = nesting_error(data, source)
+    if too_deep is not None:
+        raise AnalysisError(*too_deep)
     try:
-        module = cst.parse_module(source)
+        module = _parse_module(source)
     except cst.ParserSyntaxError as error:
         first_line = error.message.splitlines()[0] if error.message else "invalid syntax"
         raise AnalysisError(f"syntax error: {first_line}", error.raw_line, error.raw_column + 1) from error
@@ -273,10 +306,16 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
     except OSError as error:
         result.errors.append(FileError(path, f"cannot read: {error.strerror or error}"))
         return result
-    ctx = analyzable_context(path, data, settings.target, result.errors)
-    if ctx is None:
+    try:
+        ctx = analyzable_context(path, data, settings.target, result.errors)
+        if ctx is None:
+            return result
+        findings, errors = run_rules(ctx, settings.codes_for(path))
+    except Exception as error:
+        if not from_recursion(error):
+            raise
+        result.errors.append(FileError(path, TOO_DEEP_FOR_LIBCST))
         return result
-    findings, errors = run_rules(ctx, settings.codes_for(path))
     result.diagnostics = [to_diagnostic(f) for f in findings]
     result.errors.extend(errors)
     return result

@@ -8,12 +8,16 @@ their mode kept.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import os
+import signal
 import stat
 import tempfile
+import threading
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import libcst as cst
 
@@ -23,6 +27,7 @@ from advisor.engine import (
     FileError,
     Settings,
     analyzable_context,
+    check_file,
     decode,
     map_files,
     run_rules,
@@ -30,6 +35,7 @@ from advisor.engine import (
     to_diagnostic,
 )
 from advisor.edits import ReplaceNodes
+from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion
 from advisor.names import ImportTable
 from advisor.rule import Applicability, Finding, Fix
 
@@ -53,6 +59,8 @@ class FixResult:
     remaining: list[Diagnostic] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
     written: bool = False
+    # False when the loop stopped at MAX_ROUNDS with fixes still to apply.
+    converged: bool = True
 
     @property
     def changed(self) -> bool:
@@ -138,14 +146,51 @@ def apply_fixes(ctx: FileContext, chosen: Sequence[Finding]) -> str:
 
 
 def _compiles(code: str, path: str) -> bool:
+    return _compile_error(code, path) is None
+
+
+def _compile_error(code: str, path: str) -> str | None:
     try:
         compile(code, path, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    except SyntaxError as error:
+        return f"{error.msg} (line {error.lineno})"
+    except (ValueError, RecursionError, MemoryError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
+    """Fix rounds over one file; a file that cannot be fixed safely comes back unchanged, with an error."""
+    try:
+        result = _fix_rounds(path, data, settings, unsafe)
+    except UnicodeEncodeError as error:
+        return FixResult(path, original=data, fixed=data, errors=[FileError(path, f"cannot fix: the fixed code cannot be written in {error.encoding}")])
+    except Exception as error:
+        if not from_recursion(error):
+            raise
+        return FixResult(path, original=data, fixed=data, errors=[FileError(path, TOO_DEEP_FOR_LIBCST)])
+    if result.dropped and not result.applied:
+        # Every fix "breaks" a file that did not compile to begin with: say so once instead.
+        problem = _compile_error(decode(data), path)
+        if problem is not None:
+            result.dropped = []
+            result.errors.append(FileError(path, f"cannot fix: the file does not compile as it is: {problem}"))
+    if result.changed:
+        encoding = source_encoding(data)
+        if decode(data).encode(encoding) != data:
+            # Rewriting would change bytes no fix touched (a codec that does not round-trip them).
+            _left_unchanged(result, settings, f"cannot fix: its bytes do not survive a round trip through {encoding}")
+    return result
+
+
+def _left_unchanged(result: FixResult, settings: Settings, reason: str) -> None:
+    """Report the file as it stays: its own findings remain, none applied."""
+    result.fixed, result.applied = result.original, []
+    result.remaining = check_file(result.path, settings, result.original).diagnostics
+    result.errors.append(FileError(result.path, reason))
+
+
+def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
     result = FixResult(path, original=data, fixed=data)
     ctx = analyzable_context(path, data, settings.target, result.errors)
     if ctx is None:
@@ -181,29 +226,84 @@ def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixR
             break
     findings, errors = run_rules(ctx, codes)
     result.errors = errors
+    result.converged = not choose_fixes(ctx, findings, unsafe, blocked)
     result.remaining = [to_diagnostic(f) for f in findings]
     result.fixed = ctx.source.encode(encoding) if ctx.source != decode(data) else data
     return result
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees either the old or the new file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    handle, temp = tempfile.mkstemp(prefix=".advisor-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
+class FileChanged(OSError):
+    """The file no longer holds the bytes the fixes were computed from."""
+
+
+def write_atomic(path: str, data: bytes, expected: bytes | None = None) -> None:
+    """Write ``data`` to ``path`` so that a reader sees either the old or the new file.
+
+    A symbolic link is written through: its target is replaced, the link stays a link. The
+    target keeps its mode and owner; a read-only file is refused, not replaced behind its
+    mode's back. With ``expected``, a file that no longer holds those bytes (edited
+    meanwhile) is left alone. SIGINT and SIGTERM wait until the write is done or undone.
+    """
+    target = os.path.realpath(path)
+    info = os.stat(target)
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "read-only file", path)
+    with _signals_deferred():
+        if expected is not None:
+            with open(target, "rb") as handle:
+                current = handle.read()
+            if current == data:
+                return  # another run wrote the same fixes
+            if current != expected:
+                raise FileChanged(errno.EAGAIN, "changed on disk while being fixed; left as it is", path)
+        handle, temp = tempfile.mkstemp(prefix=".advisor-", suffix=".tmp", dir=os.path.dirname(target))
         try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+                written = os.fstat(out.fileno())
+            os.chmod(temp, stat.S_IMODE(info.st_mode))
+            if (written.st_uid, written.st_gid) != (info.st_uid, info.st_gid):
+                try:
+                    os.chown(temp, info.st_uid, info.st_gid)
+                except PermissionError as error:
+                    raise PermissionError(errno.EPERM, "cannot keep its owner and group in a rewritten copy", path) from error
+            os.replace(temp, target)
+        except BaseException:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+
+
+DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block is over, then deliver the first one received.
+
+    Handlers run in the main thread only; elsewhere there is nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous: dict[int, object] = {}
+    try:
+        for signum in DEFERRED_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is None:  # installed outside Python: cannot be put back, so leave it alone
+                continue
+            previous[signum] = handler
+            signal.signal(signum, lambda number, frame: received.append(number))
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        if received:
+            signal.raise_signal(received[0])
 
 
 def _fix_chunk(args: tuple[tuple[list[str], bool, bool], Settings]) -> list[FixResult]:
@@ -219,10 +319,10 @@ def _fix_chunk(args: tuple[tuple[list[str], bool, bool], Settings]) -> list[FixR
         result = fix_source(path, data, settings, unsafe)
         if write and result.changed:
             try:
-                write_atomic(path, result.fixed)
+                write_atomic(path, result.fixed, expected=data)
                 result.written = True
             except OSError as error:
-                result.errors.append(FileError(path, f"cannot write: {error.strerror or error}"))
+                _left_unchanged(result, settings, f"cannot write: {error.strerror or error}")
         results.append(result)
     return results
 
