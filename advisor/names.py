@@ -8,6 +8,8 @@ names at a fraction of the cost. Names bound by anything other than an import
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import libcst as cst
 
 # Public re-exports and their implementation paths, folded to one spelling so that a
@@ -50,6 +52,7 @@ STAR_IMPORT_CONVENTIONS: dict[str, str] = {
 _STAR_EXPORTS_NO_ALIASES = ("torch", "numpy")
 
 
+@lru_cache(maxsize=4096)
 def canonical(qualname: str) -> str:
     for prefix, replacement in CANONICAL_PREFIXES.items():
         if qualname == prefix or qualname.startswith(prefix + "."):

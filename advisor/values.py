@@ -108,6 +108,16 @@ class Value:
     origin: str = "literal"
 
 
+def string_value(node: cst.SimpleString) -> str | bytes:
+    """The string's value; plain literals without escapes are sliced, since LibCST's
+    ``evaluated_value`` runs ``ast.literal_eval`` and dominates resolution on long docstrings."""
+    text = node.value
+    if text[0] in "\"'" and "\\" not in text and "\r" not in text:
+        quote = 3 if text[:3] in ('"""', "'''") else 1
+        return text[quote:-quote]
+    return node.evaluated_value
+
+
 class ValueResolver:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -236,7 +246,9 @@ class ValueResolver:
     def _resolve(self, expr: cst.BaseExpression, depth: int) -> Value | None:
         if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary)):
             return Value(expr.evaluated_value, expr)
-        if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        if isinstance(expr, cst.SimpleString):
+            return Value(string_value(expr), expr)
+        if isinstance(expr, cst.ConcatenatedString):
             evaluated = expr.evaluated_value
             return None if evaluated is None else Value(evaluated, expr)
         if isinstance(expr, cst.Name):
