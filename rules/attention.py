@@ -1320,7 +1320,7 @@ class _SdpaFix:
         removed, final_line = lines
         if not self._operands_stable(removed, final_line, keywords[1]):
             return None
-        spelling, imports = ctx.reference(SDPA)
+        spelling, imports = ctx.reference(SDPA, final_line)
         arguments = [_code(ctx, scores.query), _code(ctx, scores.key), _code(ctx, attention.value)]
         arguments += [f"{name}={value}" for name, value in keywords[0]]
         call = cst.parse_expression(f"{ctx.code(spelling)}({', '.join(arguments)})")

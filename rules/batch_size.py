@@ -1330,8 +1330,9 @@ def _layer_sizes(ctx: FileContext, qualname: str, keyword: str, position: int) -
     return found
 
 
-def _config_name(func: cst.BaseExpression) -> str:
-    return (dotted_name(func) or "").split(".")[-1]
+def _config_name(ctx: FileContext, func: cst.BaseExpression) -> str:
+    """The callee's own name, seen through import aliases (``GPT2Config as Cfg`` is ``GPT2Config``)."""
+    return (ctx.qualname(func) or dotted_name(func) or "").split(".")[-1]
 
 
 def _is_from_pretrained(node: cst.CSTNode) -> bool:
@@ -1389,7 +1390,7 @@ def _builds_language_model(ctx: FileContext, node: cst.CSTNode, name: str | None
             if _TRANSFORMERS_LM.search(qualname):
                 return True
             continue
-        if _USER_LM.search(_config_name(call.func)) or _vocabulary_head_in_file(ctx):
+        if _USER_LM.search(_config_name(ctx, call.func)) or _vocabulary_head_in_file(ctx):
             return True
     return False
 
@@ -1410,7 +1411,7 @@ def _config_sites(ctx: FileContext) -> Iterator[VocabSite]:
         return  # the embedding is resized afterwards: the config's size is not the one trained
     reassigned = any(key.endswith(".vocab_size") for key in ctx.attribute_assignments)
     for call in ctx.nodes(cst.Call):
-        config = _config_name(call.func)
+        config = _config_name(ctx, call.func)
         if not config.endswith("Config") or _TOKENIZER.search(config) or _feeds_pretrained(ctx, call):
             continue
         if not _builds_language_model(ctx, call, _assigned_name(ctx, call)):
@@ -1796,6 +1797,27 @@ class DimsNotTensorCoreFriendly(Rule):
             optimizer.step()
             """,
             note="GPT2Config's default vocab_size is 50257",
+        ),
+        Invalid(
+            """
+            import torch
+            from transformers import GPT2Config as Cfg, GPT2LMHeadModel
+            config = Cfg(n_layer=6, n_head=8)
+            model = GPT2LMHeadModel(config).cuda()
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from transformers import GPT2Config as Cfg, GPT2LMHeadModel
+            config = Cfg(n_layer=6, n_head=8, vocab_size=50304)
+            model = GPT2LMHeadModel(config).cuda()
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            """,
+            note="an import alias is still GPT2Config (found by tests/test_fuzz.py)",
         ),
         Invalid(
             """

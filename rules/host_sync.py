@@ -26,7 +26,6 @@ Two shared models sit under the rules:
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator, Sequence
@@ -247,22 +246,12 @@ class _StepModel:
         return found
 
 
-_step_models: "weakref.WeakKeyDictionary[FileContext, _StepModel]" = weakref.WeakKeyDictionary()
-_device_models: "weakref.WeakKeyDictionary[FileContext, _Devices]" = weakref.WeakKeyDictionary()
-
-
 def step_model(ctx: FileContext) -> _StepModel:
-    model = _step_models.get(ctx)
-    if model is None:
-        model = _step_models[ctx] = _StepModel(ctx)
-    return model
+    return ctx.memo(_StepModel, lambda: _StepModel(ctx))
 
 
 def devices(ctx: FileContext) -> "_Devices":
-    model = _device_models.get(ctx)
-    if model is None:
-        model = _device_models[ctx] = _Devices(ctx)
-    return model
+    return ctx.memo(_Devices, lambda: _Devices(ctx))
 
 
 # -- which expressions hold CUDA tensors ---------------------------------------------------
@@ -2393,7 +2382,7 @@ class EvalWithoutNoGrad(Rule):
         return False
 
     def _fix(self, ctx: FileContext, loop: cst.For | cst.While):
-        reference, imports = ctx.reference("torch.no_grad")
+        reference, imports = ctx.reference("torch.no_grad", loop)
         no_grad = cst.Call(func=reference)
         function = ctx.enclosing(loop, *_SCOPES)
         if (

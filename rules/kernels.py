@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -531,17 +530,11 @@ class _Trace:
     seen: set[tuple[str, int]] = field(default_factory=set)
 
 
-_TRAINED_MODELS: weakref.WeakKeyDictionary[FileContext, list[TrainedModel]] = weakref.WeakKeyDictionary()
-
-
 def cuda_trained_models(ctx: FileContext) -> list[TrainedModel]:
     """The models this file builds and trains on CUDA: an optimizer stepped in a training loop
     updates their parameters, and the file shows a CUDA device. One entry per model; whether it
     is really on the GPU (``on_cuda``) and what it is handed to are left to the rules."""
-    cached = _TRAINED_MODELS.get(ctx)
-    if cached is None:
-        cached = _TRAINED_MODELS[ctx] = _find_trained_models(ctx) if ctx.uses_cuda else []
-    return cached
+    return ctx.memo(cuda_trained_models, lambda: _find_trained_models(ctx) if ctx.uses_cuda else [])
 
 
 def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
@@ -1553,6 +1546,40 @@ class NoTorchCompile(Rule):
     invalid = [
         Invalid(
             """
+            def batches():
+                import torch
+                return [torch.randn(8, 4) for _ in range(10)]
+
+            def train():
+                from torch import nn, optim
+                model = nn.Linear(4, 4).to("cuda")
+                opt = optim.SGD(model.parameters(), lr=0.1)
+                for x in batches():
+                    model(x.cuda()).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            fixed="""
+            import torch
+            def batches():
+                import torch
+                return [torch.randn(8, 4) for _ in range(10)]
+
+            def train():
+                from torch import nn, optim
+                model = nn.Linear(4, 4).to("cuda")
+                model = torch.compile(model)
+                opt = optim.SGD(model.parameters(), lr=0.1)
+                for x in batches():
+                    model(x.cuda()).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            unsafe=True,
+            note="`import torch` inside another function does not reach the fix: imported at the top (tests/test_fuzz.py)",
+        ),
+        Invalid(
+            """
             import torch
             from torch import nn
 
@@ -1773,7 +1800,7 @@ class NoTorchCompile(Rule):
             description = f"Compile `{name}` in place once it is built and moved"
             imports: tuple[str, ...] = ()
         else:
-            compile_fn, imports = ctx.reference(TORCH_COMPILE)
+            compile_fn, imports = ctx.reference(TORCH_COMPILE, anchor)
             statement = cst.parse_statement(f"{name} = {ctx.code(compile_fn)}({name})\n")
             description = f"Insert `{name} = torch.compile({name})` once it is built and moved"
         return self.fix(description, Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports=imports)
@@ -1838,7 +1865,7 @@ _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile
 
 
 def _compile_commented_out(ctx: FileContext) -> bool:
-    return any(_COMPILE_COMMENT.search(comment.value) for comment in ctx.nodes(cst.Comment))
+    return bool(ctx.comments_matching(_COMPILE_COMMENT))
 
 
 def _cnn_name(text: str) -> bool:
@@ -1940,7 +1967,7 @@ def cudnn_choice_made(ctx: FileContext) -> bool:
             return True
     if ctx.calls("torch.use_deterministic_algorithms", "transformers.enable_full_determinism"):
         return True
-    if any(_CUDNN_SETTING_COMMENT.search(comment.value) for comment in ctx.nodes(cst.Comment)):
+    if ctx.comments_matching(_CUDNN_SETTING_COMMENT):
         return True
     return any(
         arg.keyword is not None and arg.keyword.value in ("benchmark", "deterministic", "cudnn_benchmark")
@@ -1973,7 +2000,7 @@ def setting_after_imports(ctx: FileContext, qualname: str, value: str) -> tuple[
     anchor = after_imports_anchor(ctx)
     if anchor is None:
         return None
-    reference, imports = ctx.reference(qualname)
+    reference, imports = ctx.reference(qualname, anchor)
     statement = cst.parse_statement(f"{ctx.code(reference)} = {value}\n")
     statement = statement.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
     return Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports

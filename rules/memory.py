@@ -12,7 +12,6 @@ upper estimate of them for the few models whose shape it knows.
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -191,17 +190,11 @@ def capacity(target: Target) -> tuple[float, str]:
 
 
 # -- which pretrained model is fully fine-tuned -----------------------------------------------------
-_CACHE: "weakref.WeakKeyDictionary[FileContext, list[FullFineTune]]" = weakref.WeakKeyDictionary()
-
-
 def full_fine_tunes(ctx: FileContext) -> list[FullFineTune]:
     """Every pretrained model of known size that the file fully fine-tunes on one GPU (or one
     replica per GPU, as DDP does). Empty where adapters, quantized or frozen weights, sharding
     (DeepSpeed, FSDP, ``device_map``) or a launcher config the file cannot show may be involved."""
-    found = _CACHE.get(ctx)
-    if found is None:
-        found = _CACHE[ctx] = [] if _not_full_on_one_gpu(ctx) else list(_full_fine_tunes(ctx))
-    return found
+    return ctx.memo(full_fine_tunes, lambda: [] if _not_full_on_one_gpu(ctx) else list(_full_fine_tunes(ctx)))
 
 
 def _not_full_on_one_gpu(ctx: FileContext) -> bool:
@@ -1200,7 +1193,7 @@ class OptimizerMemory(Rule):
             if ctx.argument(call, keyword) is not MISSING:
                 return None
         target = "bitsandbytes.optim.Adam8bit" if qualname == "torch.optim.Adam" else "bitsandbytes.optim.AdamW8bit"
-        func, imports = ctx.reference(target)
+        func, imports = ctx.reference(target, call)
         args = [a for a in call.args if not (a.keyword is not None and a.keyword.value in ("fused", "foreach"))]
         if len(args) < len(call.args) and args:
             args[-1] = args[-1].with_changes(comma=call.args[-1].comma)

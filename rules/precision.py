@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import builtins
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -1232,10 +1231,10 @@ class Fp16OnBf16Gpu(Rule):
         assert site.dtype is not None
         imports: tuple[str, ...] = ()
         if site.dtype.node is None:
-            bf16, imports = ctx.reference("torch.bfloat16")
+            bf16, imports = ctx.reference("torch.bfloat16", site.call)
             edit = Edit(site.call, set_keyword(site.call, "dtype", bf16))
         elif site.dtype.bf16_key is None and isinstance(site.dtype.node, (cst.Name, cst.Attribute)):
-            bf16, imports = ctx.reference("torch.bfloat16")
+            bf16, imports = ctx.reference("torch.bfloat16", site.call)
             edit = Edit(site.dtype.node, bf16)
         elif site.dtype.bf16_key is not None and isinstance(site.dtype.node, cst.SimpleString):
             edit = Edit(site.dtype.node, string_like(site.dtype.node, site.dtype.bf16_key))
@@ -1493,6 +1492,28 @@ class DeprecatedAmpApi(Rule):
     invalid = [
         Invalid(
             """
+            def old_scaler():
+                from torch.cuda.amp import GradScaler
+                return GradScaler()
+
+            def new_scaler():
+                from torch.amp import GradScaler
+                return GradScaler("cuda")
+            """,
+            fixed="""
+            import torch
+            def old_scaler():
+                from torch.cuda.amp import GradScaler
+                return torch.amp.GradScaler("cuda")
+
+            def new_scaler():
+                from torch.amp import GradScaler
+                return GradScaler("cuda")
+            """,
+            note="`GradScaler` names torch.amp's class only in the other function (tests/test_fuzz.py: the fix used to loop)",
+        ),
+        Invalid(
+            """
             import torch
             scaler = torch.cuda.amp.GradScaler(init_scale=2.0**14)
             with torch.cuda.amp.autocast(dtype=torch.bfloat16):
@@ -1594,12 +1615,12 @@ class DeprecatedAmpApi(Rule):
                     ),
                 )
             args.append(arg)
-        func, imports = ctx.reference(AUTOCAST)
+        func, imports = ctx.reference(AUTOCAST, call)
         return self._device_first(ctx, call, func, args, imports, 'Use `torch.autocast("cuda", ...)`')
 
     def _scaler_fix(self, ctx: FileContext, call: cst.Call):
         # torch.amp.GradScaler takes ``device`` first and then the same parameters in order.
-        func, imports = ctx.reference(AMP_SCALER)
+        func, imports = ctx.reference(AMP_SCALER, call)
         return self._device_first(ctx, call, func, list(call.args), imports, 'Use `torch.amp.GradScaler("cuda", ...)`')
 
     def _device_first(self, ctx, call, func, args, imports, description):
@@ -1865,9 +1886,6 @@ class CudaTraining:
     loops: tuple[TrainingLoop, ...] = ()
 
 
-_CUDA_TRAINING: "weakref.WeakKeyDictionary[FileContext, list[CudaTraining]]" = weakref.WeakKeyDictionary()
-
-
 def cuda_training(ctx: FileContext) -> list[CudaTraining]:
     """Where the file trains a model on a CUDA GPU, in source order of discovery.
 
@@ -1884,10 +1902,7 @@ def cuda_training(ctx: FileContext) -> list[CudaTraining]:
     CPU-only files, inference-only files and Lightning left on ``accelerator="auto"`` give
     nothing. Whether the precision is known is a separate question: see
     :func:`trains_in_fp32`."""
-    found = _CUDA_TRAINING.get(ctx)
-    if found is None:
-        found = _CUDA_TRAINING[ctx] = _find_cuda_training(ctx)
-    return found
+    return ctx.memo(cuda_training, lambda: _find_cuda_training(ctx))
 
 
 def _find_cuda_training(ctx: FileContext) -> list[CudaTraining]:
@@ -2049,7 +2064,6 @@ _REDUCED_PRECISION_STRING = re.compile(
 _REDUCED_PRECISION_MODULES = ("apex.", "deepspeed.", "transformer_engine.", "bitsandbytes.")
 _QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit", "quantization_config")
 _FRAMEWORK_CONFIGS = (*TRAINING_ARGUMENTS, ACCELERATOR, LIGHTNING_TRAINER, FABRIC)
-_REDUCED_PRECISION_FILES: "weakref.WeakKeyDictionary[FileContext, bool]" = weakref.WeakKeyDictionary()
 
 
 def reduced_precision_in_file(ctx: FileContext) -> bool:
@@ -2059,10 +2073,7 @@ def reduced_precision_in_file(ctx: FileContext) -> bool:
     weights loaded with a dtype other than fp32 or quantized, apex / DeepSpeed /
     Transformer Engine / FSDP ``MixedPrecision``, or a name or string such as ``args.amp``,
     ``use_fp16``, ``"--bf16"``, ``loss_scaler``: precision handled, or chosen at run time."""
-    known = _REDUCED_PRECISION_FILES.get(ctx)
-    if known is None:
-        known = _REDUCED_PRECISION_FILES[ctx] = _find_reduced_precision(ctx)
-    return known
+    return ctx.memo(reduced_precision_in_file, lambda: _find_reduced_precision(ctx))
 
 
 def _find_reduced_precision(ctx: FileContext) -> bool:
@@ -2356,10 +2367,8 @@ def _spell(ctx: FileContext, qualname: str, at: cst.CSTNode) -> tuple[cst.BaseEx
     name the file would use is not bound there (``import torch`` only inside another function).
     None when the module's own name is bound to something else there."""
     local = ctx.imports.local_name_for(qualname)
-    if local is not None:
-        head = local.split(".")[0]
-        if any(isinstance(b.node, (cst.Import, cst.ImportFrom)) for b in ctx.lookup(head, at)):
-            return cst.parse_expression(local), ()
+    if local is not None and ctx.imported_at(local.split(".")[0], at):
+        return cst.parse_expression(local), ()
     module = qualname.split(".")[0]
     if ctx.lookup(module, at):
         return None
