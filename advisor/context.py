@@ -547,12 +547,13 @@ class FileContext:
         return not any(node is g.body or self.is_descendant(node, g.body) for g in self.main_guards)
 
     # -- building code in the file's own style -------------------------------------------
-    def reference(self, qualname: str, at: cst.CSTNode) -> tuple[cst.BaseExpression, tuple[str, ...]]:
-        """An expression for ``qualname`` where ``at`` runs, using the file's imports (``import
-        torch as T`` stays ``T``), and the module the fixer must import when the import the file
-        has does not reach ``at`` (``import torch`` inside another function) or there is none."""
+    def reference(self, qualname: str, at: cst.CSTNode | None = None) -> tuple[cst.BaseExpression, tuple[str, ...]]:
+        """An expression for ``qualname`` where ``at`` runs (module level when None), using the
+        file's imports (``import torch as T`` stays ``T``), and the module the fixer must import
+        when the import the file has does not reach ``at`` (``import torch`` inside another
+        function) or there is none."""
         local = self.imports.local_name_for(qualname)
-        if local is not None and self.imported_at(local.split(".")[0], at):
+        if local is not None and self.imported_at(local.split(".")[0], self.module if at is None else at):
             return cst.parse_expression(local), ()
         module = qualname.split(".")[0]
         return cst.parse_expression(qualname), (module,)
