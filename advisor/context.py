@@ -631,15 +631,15 @@ class _OffsetRecordingState(CodegenState):
         self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
     ) -> Iterator[None]:
         start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.ranges[start_node][0]
-            if end_node is not None:
-                end = self.ranges[end_node][1]
-            self.ranges[node] = (start, end)
+        # Not in a ``finally``: if codegen is interrupted (Ctrl-C, SIGTERM), the inner
+        # nodes were never recorded and the interruption must propagate unchanged.
+        yield
+        end = self.offset
+        if start_node is not None:
+            start = self.ranges[start_node][0]
+        if end_node is not None:
+            end = self.ranges[end_node][1]
+        self.ranges[node] = (start, end)
 
 
 def _is_main_test(test: cst.BaseExpression) -> bool:

@@ -179,6 +179,31 @@ def test_interrupted_fix_leaves_every_file_old_or_new(tmp_path, capsys, jobs):
         assert temp_files(tmp_path) == []
 
 
+@pytest.mark.parametrize("after_tokens", [1, 40, 400, 1500])
+def test_an_interrupt_while_positions_are_computed_propagates_unchanged(monkeypatch, after_tokens):
+    """Ctrl-C or SIGTERM may land inside the codegen that computes positions. The interrupt
+    must reach the CLI as itself: a bookkeeping error raised while unwinding would replace it
+    and print a traceback (CI caught exactly that, with SIGTERM, once)."""
+    from advisor import context
+    from advisor.engine import parse
+    from tests.helpers import target_for
+
+    ctx = parse("train.py", PLAIN, target_for("A100"))
+    add_token = context._OffsetRecordingState.add_token
+    count = [0]
+
+    def interrupted(self, value):
+        count[0] += 1
+        if count[0] == after_tokens:
+            raise KeyboardInterrupt
+        add_token(self, value)
+
+    monkeypatch.setattr(context._OffsetRecordingState, "add_token", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        ctx.position(ctx.module.body[-1])
+    assert raised.value.__context__ is None
+
+
 def test_concurrent_fix_runs_never_corrupt_a_file(tmp_path, capsys):
     new = fixed_bytes(tmp_path, capsys)
     paths = make_tree(tmp_path / "tree", 10)
