@@ -12,14 +12,13 @@ import dataclasses
 import inspect
 import re
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 
+from advisor.positions import Positions
 from advisor.names import STAR_IMPORT_CONVENTIONS, ImportTable, dotted_name
 from advisor.targets import Target
 
@@ -481,20 +480,13 @@ class FileContext:
         return TrainingLoopModel(self)
 
     @cached_property
-    def _positions(self) -> tuple[dict[cst.CSTNode, tuple[int, int]], list[int]]:
-        state = _OffsetRecordingState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
-        self.module._codegen(state)
-        line_starts = [0] + [m.end() for m in _NEWLINE.finditer("".join(state.tokens))]
-        return state.ranges, line_starts
+    def _positions(self) -> Positions:
+        return Positions(self.source, self.module, self.parent)
 
     def position(self, node: cst.CSTNode) -> tuple[int, int, int, int]:
         """1-based line and column of the start and end of ``node``, as LibCST's
         ``PositionProvider`` reports them (syntactic extent, without owned whitespace)."""
-        ranges, line_starts = self._positions
-        start, end = ranges[node]
-        start_line = bisect.bisect_right(line_starts, start)
-        end_line = bisect.bisect_right(line_starts, end)
-        return start_line, start - line_starts[start_line - 1] + 1, end_line, end - line_starts[end_line - 1] + 1
+        return self._positions.of(node)
 
     # -- facts about the whole file -------------------------------------------------
     @cached_property
@@ -590,56 +582,6 @@ class FileContext:
         return not isinstance(
             parent, (cst.AssignTarget, cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.AsName, cst.ImportFrom)
         )
-
-
-_NEWLINE = re.compile(r"\r\n?|\n")
-
-
-@dataclasses.dataclass
-class _OffsetRecordingState(CodegenState):
-    """Codegen that records each node's character range, the way LibCST's
-    ``PositionProvidingCodegenState`` does, but as offsets: no line bookkeeping per token,
-    which makes it several times cheaper. Offsets become lines once, per finding."""
-
-    offset: int = 0
-    ranges: dict = dataclasses.field(default_factory=dict)
-    starts: list = dataclasses.field(default_factory=list)
-
-    def add_indent_tokens(self) -> None:
-        self.tokens.extend(self.indent_tokens)
-        for token in self.indent_tokens:
-            self.offset += len(token)
-
-    def add_token(self, value: str) -> None:
-        self.tokens.append(value)
-        self.offset += len(value)
-
-    def pop_trailing_newline(self) -> None:
-        if self.tokens:
-            self.offset -= len(self.tokens.pop())
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        self.starts.append(self.offset)
-
-    def after_codegen(self, node: cst.CSTNode) -> None:
-        start = self.starts.pop()
-        if node not in self.ranges:  # a syntactic range recorded inside wins
-            self.ranges[node] = (start, self.offset)
-
-    @contextmanager
-    def record_syntactic_position(
-        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
-    ) -> Iterator[None]:
-        start = self.offset
-        # Not in a ``finally``: if codegen is interrupted (Ctrl-C, SIGTERM), the inner
-        # nodes were never recorded and the interruption must propagate unchanged.
-        yield
-        end = self.offset
-        if start_node is not None:
-            start = self.ranges[start_node][0]
-        if end_node is not None:
-            end = self.ranges[end_node][1]
-        self.ranges[node] = (start, end)
 
 
 def _is_main_test(test: cst.BaseExpression) -> bool:

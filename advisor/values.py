@@ -34,10 +34,11 @@ parameters, globals before a configurator ``exec``): rules treat them alike, and
 """
 from __future__ import annotations
 
+import ast
 import operator
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -115,7 +116,12 @@ def string_value(node: cst.SimpleString) -> str | bytes:
     if text[0] in "\"'" and "\\" not in text and "\r" not in text:
         quote = 3 if text[:3] in ('"""', "'''") else 1
         return text[quote:-quote]
-    return node.evaluated_value
+    return _literal(text)
+
+
+@lru_cache(maxsize=4096)
+def _literal(text: str) -> str | bytes:
+    return ast.literal_eval(text)
 
 
 class ValueResolver:
@@ -165,7 +171,7 @@ class ValueResolver:
         call = node if isinstance(node, cst.Call) else ctx.enclosing(node, cst.Call)
         if isinstance(call, cst.Call) and _method_name(call) == "add_argument":
             options = [
-                a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)
+                string_value(a.value) for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)
             ]
             long_options = [o for o in options if isinstance(o, str) and o.startswith("--")]
             option = (long_options or options or [_argparse_dest(call)])[0]
@@ -1020,9 +1026,9 @@ def _method_name(call: cst.Call) -> str | None:
 def _argparse_dest(call: cst.Call) -> str | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dest":
-            return arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
+            return string_value(arg.value) if isinstance(arg.value, cst.SimpleString) else None
     options = [
-        arg.value.evaluated_value
+        string_value(arg.value)
         for arg in call.args
         if arg.keyword is None and not arg.star and isinstance(arg.value, cst.SimpleString)
     ]

@@ -17,6 +17,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import ReplaceNodes, string_like
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.values import string_value
 
 GUIDE = "Using PyTorch native attention and Flash Attention"
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
@@ -86,7 +87,7 @@ def needs_attention_weights(ctx: FileContext) -> bool:
     for attribute in ctx.nodes(cst.Attribute):
         if attribute.attr.value in ATTENTION_OUTPUTS:
             return True
-    return any(s.evaluated_value in ATTENTION_OUTPUTS for s in ctx.nodes(cst.SimpleString))
+    return any(string_value(s) in ATTENTION_OUTPUTS for s in ctx.nodes(cst.SimpleString))
 
 
 def _is_false(ctx: FileContext, expr: cst.BaseExpression) -> bool:
@@ -96,7 +97,7 @@ def _is_false(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 
 def _eager_by_design(ctx: FileContext) -> bool:
     return any(
-        isinstance(s.evaluated_value, str) and EAGER_BY_DESIGN.search(s.evaluated_value)
+        isinstance(value := string_value(s), str) and EAGER_BY_DESIGN.search(value)
         for s in ctx.nodes(cst.SimpleString)
     )
 
@@ -109,7 +110,7 @@ def _attention_settings(ctx: FileContext) -> Iterator[cst.BaseExpression]:
         if arg.keyword is not None and arg.keyword.value in ATTN_SETTING:
             yield arg.value
     for element in ctx.nodes(cst.DictElement):
-        if isinstance(element.key, cst.SimpleString) and element.key.evaluated_value in ATTN_SETTING:
+        if isinstance(element.key, cst.SimpleString) and string_value(element.key) in ATTN_SETTING:
             yield element.value
     for assign in ctx.nodes(cst.Assign):
         for target in assign.targets:
@@ -794,7 +795,7 @@ def _deliberately_manual(ctx: FileContext, node: cst.CSTNode) -> bool:
         return True
     if any("attn_implementation" in name.value for name in ctx.nodes(cst.Name)):
         return True  # a model that dispatches on ``config._attn_implementation``: eager is one choice
-    return any(s.evaluated_value in FUSED_ATTENTION for s in ctx.walk(region, cst.SimpleString))
+    return any(string_value(s) in FUSED_ATTENTION for s in ctx.walk(region, cst.SimpleString))
 
 
 class ManualAttention(Rule):

@@ -11,7 +11,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
-from advisor.values import Value
+from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
 # The guide's own example value. More workers rarely help a single GPU and each one
@@ -465,7 +465,7 @@ def _argparse_option(ctx: FileContext, value: Value) -> str | None:
     if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
         for arg in call.args:
             if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
-                option = arg.value.evaluated_value
+                option = string_value(arg.value)
                 if isinstance(option, str) and option.startswith("--"):
                     return option
     return None

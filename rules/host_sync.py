@@ -48,6 +48,7 @@ from advisor.rules.data_loading import (
     unwrap_iterable,
 )
 from advisor.rules.precision import _removal_edits, _trains_within, file_trains, under_no_grad
+from advisor.values import string_value
 
 SYNC_GUIDE = "Avoid unnecessary CPU-GPU synchronization"
 DEBUG_GUIDE = "Disable debugging APIs"
@@ -200,7 +201,7 @@ class _StepModel:
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
             sides = (test.left, test.comparisons[0].comparator)
             if isinstance(test.comparisons[0].operator, cst.Equal) and any(
-                isinstance(side, cst.SimpleString) and side.evaluated_value in ("cuda", "gpu") for side in sides
+                isinstance(side, cst.SimpleString) and string_value(side) in ("cuda", "gpu") for side in sides
             ):
                 return True  # ``device.type == "cuda"``
         return self._main_process_test(test)

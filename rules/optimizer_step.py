@@ -19,6 +19,7 @@ from advisor.loops import Event, MicroStepLoop, TrainingLoop, fixed_at_one, is_s
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Fix, Invalid, Rule, Valid
 from advisor.rules.precision import SCALER_ENABLED_POSITION, SCALERS
+from advisor.values import string_value
 
 GUIDE = "Gradient Accumulation"
 
@@ -1626,7 +1627,7 @@ def _is_loss_source(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) 
             return False
         index = expr.slice[0].slice.value
         is_first = isinstance(index, cst.Integer) and index.evaluated_value == 0
-        is_loss_key = isinstance(index, cst.SimpleString) and index.evaluated_value == "loss"
+        is_loss_key = isinstance(index, cst.SimpleString) and string_value(index) == "loss"
         return (is_first or is_loss_key) and isinstance(expr.value, (cst.Name, cst.Call))
     if not isinstance(expr, cst.Call):
         return False

@@ -28,6 +28,7 @@ from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.rules.data_loading import _cuda_device, _trainer_on_cpu
 from advisor.rules.kernels import KNOWN_LIBRARIES
+from advisor.values import string_value
 
 GUIDE = "Mixed precision training"
 
@@ -209,7 +210,7 @@ def _compared_to(test: cst.BaseExpression, name: str) -> tuple[str, bool] | None
         return None
     if not isinstance(target.comparator, cst.SimpleString) or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
         return None
-    return target.comparator.evaluated_value, isinstance(target.operator, cst.Equal)
+    return string_value(target.comparator), isinstance(target.operator, cst.Equal)
 
 
 def under_bf16_choice(ctx: FileContext, node: cst.CSTNode | None) -> bool:
@@ -2101,7 +2102,7 @@ def _find_reduced_precision(ctx: FileContext) -> bool:
                 continue  # ``dict(bf16=False)``: says fp32, not the opposite
         return True
     for string in ctx.nodes(cst.SimpleString):
-        value = string.evaluated_value
+        value = string_value(string)
         if isinstance(value, str) and _REDUCED_PRECISION_STRING.match(value.strip()):
             holder = ctx.parent.get(string)
             if isinstance(holder, cst.DictElement) and holder.key is string and _switched_off(ctx, holder.value):
@@ -2341,7 +2342,7 @@ def tf32_configured(ctx: FileContext) -> bool:
     if any(_TF32_NAME.search(name.value) for name in ctx.nodes(cst.Name)):
         return True
     for string in ctx.nodes(cst.SimpleString):
-        value = string.evaluated_value
+        value = string_value(string)
         if isinstance(value, str) and "tf32" in value.lower():
             return True
     return False

@@ -184,12 +184,12 @@ def test_an_interrupt_while_positions_are_computed_propagates_unchanged(monkeypa
     """Ctrl-C or SIGTERM may land inside the codegen that computes positions. The interrupt
     must reach the CLI as itself: a bookkeeping error raised while unwinding would replace it
     and print a traceback (CI caught exactly that, with SIGTERM, once)."""
-    from advisor import context
+    from advisor import positions
     from advisor.engine import parse
     from tests.helpers import target_for
 
     ctx = parse("train.py", PLAIN, target_for("A100"))
-    add_token = context._OffsetRecordingState.add_token
+    add_token = positions._OffsetRecordingState.add_token
     count = [0]
 
     def interrupted(self, value):
@@ -198,9 +198,9 @@ def test_an_interrupt_while_positions_are_computed_propagates_unchanged(monkeypa
             raise KeyboardInterrupt
         add_token(self, value)
 
-    monkeypatch.setattr(context._OffsetRecordingState, "add_token", interrupted)
+    monkeypatch.setattr(positions._OffsetRecordingState, "add_token", interrupted)
     with pytest.raises(KeyboardInterrupt) as raised:
-        ctx.position(ctx.module.body[-1])
+        ctx.position(ctx.module)  # the whole file's code is generated
     assert raised.value.__context__ is None
 
 
