@@ -585,12 +585,14 @@ class FileContext:
 
 
 def _is_main_test(test: cst.BaseExpression) -> bool:
+    from advisor.values import string_value  # values builds on this module
+
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     left, right = test.left, test.comparisons[0].comparator
     names = {dotted_name(left), dotted_name(right)}
     strings = {
-        n.evaluated_value for n in (left, right) if isinstance(n, cst.SimpleString)
+        string_value(n) for n in (left, right) if isinstance(n, cst.SimpleString)
     }
     return "__name__" in names and "__main__" in strings
 

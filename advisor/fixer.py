@@ -16,6 +16,7 @@ import signal
 import stat
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -151,7 +152,9 @@ def _compiles(code: str, path: str) -> bool:
 
 def _compile_error(code: str, path: str) -> str | None:
     try:
-        compile(code, path, "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the file's own warnings (invalid escapes) are not ours to print
+            compile(code, path, "exec", dont_inherit=True)
     except SyntaxError as error:
         return f"{error.msg} (line {error.lineno})"
     except (ValueError, RecursionError, MemoryError) as error:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -119,9 +120,28 @@ def string_value(node: cst.SimpleString) -> str | bytes:
     return _literal(text)
 
 
+def concatenated_value(node: cst.ConcatenatedString) -> str | bytes | None:
+    """``"a" "b"``'s value, as LibCST's ``evaluated_value`` gives it (None with an f-string or
+    mixed str and bytes), through ``string_value``."""
+    values = []
+    for part in (node.left, node.right):
+        if isinstance(part, cst.SimpleString):
+            values.append(string_value(part))
+        elif isinstance(part, cst.ConcatenatedString):
+            values.append(concatenated_value(part))
+        else:
+            return None
+    left, right = values
+    if isinstance(left, str) and isinstance(right, str) or isinstance(left, bytes) and isinstance(right, bytes):
+        return left + right
+    return None
+
+
 @lru_cache(maxsize=4096)
 def _literal(text: str) -> str | bytes:
-    return ast.literal_eval(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an invalid escape is the file's business, not ours to print
+        return ast.literal_eval(text)
 
 
 class ValueResolver:
@@ -255,7 +275,7 @@ class ValueResolver:
         if isinstance(expr, cst.SimpleString):
             return Value(string_value(expr), expr)
         if isinstance(expr, cst.ConcatenatedString):
-            evaluated = expr.evaluated_value
+            evaluated = concatenated_value(expr)
             return None if evaluated is None else Value(evaluated, expr)
         if isinstance(expr, cst.Name):
             if expr.value in ("True", "False", "None"):

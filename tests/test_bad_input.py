@@ -382,3 +382,17 @@ def test_report_that_cannot_be_written_is_a_usage_error(tmp_path, capsys):
     code, out, err = run(["check", "--output", "missing/report.txt", "train.py"], capsys, tmp_path)
     assert code == 2 and out == ""
     assert err == "advisor: error: cannot write the report to missing/report.txt: No such file or directory\n"
+
+
+def test_the_files_own_compile_warnings_are_not_printed(tmp_path):
+    """An invalid escape is the file's business (a DeprecationWarning on 3.11, a SyntaxWarning
+    printed by default from 3.12): compiling it to check a fix must not print it, nor fail
+    because of it when warnings are errors."""
+    for warnings_option in ("always", "error"):
+        (tmp_path / "train.py").write_bytes(HEADER + b's = "\\d"\n' + LOADER + TAIL)
+        completed = subprocess.run(
+            [sys.executable, "-W", warnings_option, "-m", "advisor", "fix", "train.py", *GPU, "--no-color"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )
+        assert "Warning" not in completed.stderr and "Traceback" not in completed.stderr, completed.stderr
+        assert (tmp_path / "train.py").read_bytes() == HEADER + b's = "\\d"\n' + FIXED_LOADER + TAIL
