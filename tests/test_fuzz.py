@@ -366,18 +366,24 @@ def codes_on_original(path: Path) -> frozenset[str]:
 fixtures = st.sampled_from(FIXTURE_PATHS)
 
 
-@fuzz_settings(ci_examples=20)
-@given(fixtures, st.data())
-def test_semantics_preserving_mutations_keep_the_codes(path, data):
+def renamed_and_reordered(path: Path, data, comments: bool) -> cst.Module:
+    """The fixture with, each drawn or not, its import aliases renamed, its keyword
+    arguments reordered and (with ``comments``) comments and blank lines added."""
     module = cst.parse_module(fixture_source(path))
     choices = Choices(data.draw)
     if data.draw(st.booleans(), label="rename aliases"):
         module = rename_import_aliases(module, choices)
     if data.draw(st.booleans(), label="reorder keywords"):
         module = reorder_keyword_arguments(module, choices)
-    if data.draw(st.booleans(), label="comments"):
+    if comments and data.draw(st.booleans(), label="comments"):
         module = add_comments_and_blank_lines(module, choices)
-    mutated = module.code
+    return module
+
+
+@fuzz_settings(ci_examples=20)
+@given(fixtures, st.data())
+def test_semantics_preserving_mutations_keep_the_codes(path, data):
+    mutated = renamed_and_reordered(path, data, comments=True).code
     note(mutated)
     assert compiles(mutated), mutated
     codes = assert_robust(mutated, path=path.name, unsafe=data.draw(st.booleans(), label="unsafe"))
@@ -387,13 +393,7 @@ def test_semantics_preserving_mutations_keep_the_codes(path, data):
 @fuzz_settings(ci_examples=12)
 @given(fixtures, st.sampled_from(sorted(STRUCTURAL)), st.data())
 def test_structural_mutations_stay_robust(path, wrapping, data):
-    module = cst.parse_module(fixture_source(path))
-    choices = Choices(data.draw)
-    if data.draw(st.booleans(), label="rename aliases"):
-        module = rename_import_aliases(module, choices)
-    if data.draw(st.booleans(), label="reorder keywords"):
-        module = reorder_keyword_arguments(module, choices)
-    mutated = STRUCTURAL[wrapping](module).code
+    mutated = STRUCTURAL[wrapping](renamed_and_reordered(path, data, comments=False)).code
     note(mutated)
     assume(compiles(mutated))  # a module-level ``global`` inside ``def main`` may not be
     assert_robust(mutated, path=path.name, unsafe=data.draw(st.booleans(), label="unsafe"))

@@ -503,33 +503,29 @@ def warm_up(tools: list[Tool], options: argparse.Namespace) -> None:
 
 
 # -- the machine -----------------------------------------------------------------------------
-def cpu_model() -> str:
+def first_line_starting(path: str, prefix: str) -> str | None:
+    """The first line of a system file that starts with ``prefix``; None when it has none or
+    cannot be read (not Linux)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return next((line for line in Path(path).read_text().splitlines() if line.startswith(prefix)), None)
     except OSError:
-        pass
-    return platform.processor() or "?"
+        return None
+
+
+def cpu_model() -> str:
+    line = first_line_starting("/proc/cpuinfo", "model name")
+    return line.split(":", 1)[1].strip() if line else platform.processor() or "?"
 
 
 def memory_gib() -> str:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
-    except OSError:
-        pass
-    return "?"
+    line = first_line_starting("/proc/meminfo", "MemTotal:")
+    return f"{int(line.split()[1]) / 2**20:.1f} GiB" if line else "?"
 
 
 def os_name() -> str:
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return f"{line.split('=', 1)[1].strip(chr(34))}, Linux {platform.release()}"
-    except OSError:
-        pass
+    line = first_line_starting("/etc/os-release", "PRETTY_NAME=")
+    if line:
+        return f"{line.split('=', 1)[1].strip(chr(34))}, Linux {platform.release()}"
     return platform.platform()
 
 
