@@ -34,3 +34,8 @@ ACCELERATOR = "accelerate.Accelerator"
 LIGHTNING_TRAINER = "lightning.pytorch.Trainer"
 FABRIC = "lightning.fabric.Fabric"
 TORCH_ADAM = ("torch.optim.Adam", "torch.optim.AdamW")
+DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")
+DISTRIBUTED_DATA_PARALLEL = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)

@@ -80,6 +80,7 @@ def settings_fingerprint(settings: "Settings") -> str:
         "codes": sorted(settings.codes),
         "per_file_ignores": sorted([pattern, sorted(codes)] for pattern, codes in settings.per_file_ignores),
         "root": os.path.abspath(settings.root),
+        "project_scope": settings.project_scope,
         "target": target,
     }
     return digest(json.dumps(payload, sort_keys=True, default=repr).encode())
@@ -109,6 +110,8 @@ class Cache:
         self._entries: dict[str, dict] = {}
         self._updates: dict[str, dict] = {}
         self._loaded_stat: tuple[int, int] | None = None
+        self._digests: dict[str, str] = {}
+        self._target = settings.target
         self._entries = self._read()
 
     def _read(self) -> dict[str, dict]:
@@ -125,15 +128,45 @@ class Cache:
     def get(self, path: str, content_digest: str) -> "FileResult | None":
         entry = self._entries.get(os.path.abspath(path))
         result = _decode(entry, path, content_digest) if entry is not None else None
+        if result is not None and not self._dependencies_hold(path, result):
+            result = None
         if result is None:
             self.misses += 1
         else:
             self.hits += 1
         return result
 
+    def _dependencies_hold(self, path: str, result: "FileResult") -> bool:
+        """The project files the cached result was computed with are unchanged, and so is the
+        list of files importing it where their verdict was asked."""
+        for dependency, expected in result.dependencies.items():
+            if self._digest_of(dependency) != expected:
+                return False
+        if result.importers is not None:
+            from advisor.project import project_for
+            from advisor.engine import parse
+
+            project = project_for(path, self._target, parse)
+            if sorted(project.importers.get(os.path.abspath(path), [])) != result.importers:
+                return False
+        return True
+
+    def _digest_of(self, path: str) -> str:
+        known = self._digests.get(path)
+        if known is None:
+            try:
+                with open(path, "rb") as handle:
+                    known = digest(handle.read())
+            except OSError:
+                known = ""
+            self._digests[path] = known
+        return known
+
     def put(self, result: "FileResult", content_digest: str) -> None:
         entry = {
             "digest": content_digest,
+            "dependencies": result.dependencies,
+            "importers": result.importers,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
             "errors": [[getattr(e, name) for name in _ERROR_FIELDS] for e in result.errors],
@@ -184,11 +217,20 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
     diagnostics, errors = entry.get("diagnostics"), entry.get("errors")
     if not isinstance(diagnostics, list) or not isinstance(errors, list):
         return None
+    dependencies, importers = entry.get("dependencies", {}), entry.get("importers")
+    if not isinstance(dependencies, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in dependencies.items()
+    ):
+        return None
+    if importers is not None and not (isinstance(importers, list) and all(isinstance(i, str) for i in importers)):
+        return None
     try:
         result = FileResult(
             path,
             diagnostics=[Diagnostic(path, *_checked(row, _DIAGNOSTIC_FIELDS)) for row in diagnostics],
             errors=[FileError(path, *_checked(row, _ERROR_FIELDS)) for row in errors],
+            dependencies=dependencies,
+            importers=importers,
         )
     except (TypeError, ValueError):
         return None

@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--config", type=Path, help="pyproject.toml to read [tool.advisor] from")
         sub.add_argument("--jobs", "-j", type=int, help="worker processes (default: one per core)")
         sub.add_argument("--no-color", action="store_true", help="plain text output")
+        sub.add_argument(
+            "--no-project",
+            action="store_true",
+            help="analyse each file alone, without the project's sibling modules it imports or that import it",
+        )
 
     check = commands.add_parser("check", help="report findings")
     common(check)
@@ -98,6 +103,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
         target=target,
         per_file_ignores=per_file,
         root=str(config.root),
+        project_scope=not getattr(args, "no_project", False),
     )
     return settings, config
 

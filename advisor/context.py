@@ -23,7 +23,9 @@ from advisor.names import STAR_IMPORT_CONVENTIONS, ImportTable, dotted_name
 from advisor.targets import Target
 
 if TYPE_CHECKING:
+    from advisor.facts import Facts
     from advisor.loops import TrainingLoopModel
+    from advisor.project import ProjectView
     from advisor.values import ValueResolver
 
 N = TypeVar("N", bound=cst.CSTNode)
@@ -251,6 +253,8 @@ class FileContext:
         self._order_key_cache: dict[type, list[int]] = {}
         self._qualnames: dict[cst.CSTNode, str | None] = {}
         self._memo: dict[object, object] = {}
+        # The project the file belongs to (its sibling modules), when the engine knows it.
+        self.project: "ProjectView | None" = None
         # Imports bind names before the calls that use them may be visited (imports
         # inside functions, or below a helper), so collect them first.
         for node in _top_level_imports(module):
@@ -480,6 +484,12 @@ class FileContext:
         return TrainingLoopModel(self)
 
     @cached_property
+    def facts(self) -> "Facts":
+        from advisor.facts import Facts
+
+        return Facts(self)
+
+    @cached_property
     def _positions(self) -> Positions:
         return Positions(self.source, self.module, self.parent)
 
@@ -489,37 +499,6 @@ class FileContext:
         return self._positions.of(node)
 
     # -- facts about the whole file -------------------------------------------------
-    @cached_property
-    def uses_cuda(self) -> bool:
-        """Whether anything in the file places work on a CUDA device.
-
-        Evidence: a ``"cuda"`` device string, ``.cuda()``, ``.to(0)``, any ``torch.cuda`` API, an HF
-        Trainer or Accelerate/Lightning/Fabric object (they pick the GPU themselves).
-        A script with none of these is treated as CPU-only and gets no CUDA advice.
-        """
-        if self._cuda_strings or self._calls_by_method.get("cuda"):
-            return True
-        # ``model.to(0)``, ``torch.device(0)``: an integer device is a CUDA device index.
-        for call in [*self._calls_by_method.get("to", ()), *self._calls_by_qualname.get("torch.device", ())]:
-            if call.args and call.args[0].keyword is None and isinstance(call.args[0].value, cst.Integer):
-                return True
-        gpu_frameworks = (
-            "torch.cuda.",
-            "transformers.Trainer",
-            "transformers.Seq2SeqTrainer",
-            "trl.",
-            "accelerate.Accelerator",
-            "lightning.pytorch.Trainer",
-            "lightning.fabric.Fabric",
-        )
-        if any(q.startswith(gpu_frameworks) for q in self._calls_by_qualname):
-            return True
-        for node in self.nodes(cst.Attribute):
-            qualname = self.qualname(node)
-            if qualname and qualname.startswith("torch.cuda."):
-                return True
-        return False
-
     @cached_property
     def main_guards(self) -> list[cst.If]:
         """The module-level ``if __name__ == "__main__":`` statements."""

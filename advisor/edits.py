@@ -195,3 +195,48 @@ def combine_edits(ctx: "FileContext", edits: Sequence[Edit]) -> list[Edit] | Non
         merged = outer.replacement.visit(ReplaceNodes({edit.node: edit.replacement}))
         result[result.index(outer)] = Edit(outer.node, merged)
     return result
+
+
+def lines_removed_with(ctx: FileContext, smalls: Sequence[cst.CSTNode]) -> set[cst.CSTNode]:
+    """The statement lines that go entirely when ``smalls`` are removed."""
+    lines: dict[cst.CSTNode, int] = {}
+    for small in smalls:
+        line = ctx.parent.get(small)
+        if line is not None:
+            lines[line] = lines.get(line, 0) + 1
+    return {line for line, count in lines.items() if count == len(line.body)}  # type: ignore[attr-defined]
+
+
+def remove_statements(ctx: FileContext, smalls: Sequence[cst.BaseSmallStatement]) -> list[Edit]:
+    """Edits removing small statements without leaving an empty block or a dangling ``;``."""
+    by_line: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
+    for small in smalls:
+        line = ctx.parent.get(small)
+        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            by_line.setdefault(line, []).append(small)
+    edits: list[Edit] = []
+    whole_lines: list[cst.SimpleStatementLine] = []
+    for line, removed in by_line.items():
+        kept = [s for s in line.body if s not in removed]  # type: ignore[attr-defined]
+        if kept:
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            edits.append(Edit(line, line.with_changes(body=kept)))
+        elif isinstance(line, cst.SimpleStatementSuite):
+            edits.append(Edit(line, as_pass(line)))  # ``if x: scaler.update()``
+        else:
+            whole_lines.append(line)  # type: ignore[arg-type]
+    by_block: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = {}
+    for line in whole_lines:
+        by_block.setdefault(ctx.parent[line], []).append(line)
+    for block, lines in by_block.items():
+        emptied = isinstance(block, cst.IndentedBlock) and len(lines) == len(block.body)
+        for index, line in enumerate(sorted(lines, key=ctx.order.__getitem__)):
+            if emptied and index == 0:
+                edits.append(Edit(line, as_pass(line)))
+            else:
+                edits.append(Edit(line, cst.RemoveFromParent()))
+    return edits
+
+
+def as_pass(line: cst.SimpleStatementLine | cst.SimpleStatementSuite) -> cst.CSTNode:
+    return line.with_changes(body=[cst.Pass()], trailing_whitespace=cst.TrailingWhitespace())

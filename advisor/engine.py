@@ -45,6 +45,8 @@ class Settings:
     target: Target
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
     root: str = "."
+    # Analyse each file with its project's sibling modules (advisor.project); off: each file alone.
+    project_scope: bool = True
 
     def codes_for(self, path: str) -> frozenset[str]:
         codes = self.codes
@@ -89,6 +91,11 @@ class FileResult:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
+    # The project's other files the analysis read (absolute path -> digest of their bytes), and
+    # the files that import this one when their verdict was asked: a cached result holds only
+    # while they are unchanged.
+    dependencies: dict[str, str] = field(default_factory=dict)
+    importers: list[str] | None = None
 
 
 # -- files ------------------------------------------------------------------------------
@@ -243,6 +250,62 @@ def analyzable_context(path: str, data: bytes, target: Target, errors: list[File
         return None
 
 
+def attach_project(ctx: FileContext, settings: Settings, data: bytes | None = None) -> None:
+    """Give the file its project (advisor.project). With ``data``, the bytes on disk the context
+    was parsed from, the context is offered to its siblings too."""
+    if not settings.project_scope:
+        return
+    from advisor.project import ProjectView, project_for
+
+    project = project_for(ctx.path, settings.target, parse)
+    ctx.project = ProjectView(project, ctx)
+    if data is None:
+        return
+    try:
+        stat = os.stat(ctx.path)
+    except OSError:
+        return
+    if stat.st_size == len(data):
+        project.keep(os.path.abspath(ctx.path), (stat.st_mtime_ns, stat.st_size), ctx)
+
+
+def project_context(path: str, data: bytes, settings: Settings, errors: list[FileError]) -> FileContext | None:
+    """The file's context within its project: one already parsed in this process as another
+    file's dependency is reused."""
+    if settings.project_scope and RELEVANT.search(data):
+        from advisor.project import project_for
+
+        cached = project_for(path, settings.target, parse).cached(os.path.abspath(path), len(data))
+        if cached is not None and cached.project is not None:
+            cached.path = path  # reported as the caller names it
+            return cached
+    ctx = analyzable_context(path, data, settings.target, errors)
+    if ctx is not None:
+        attach_project(ctx, settings, data)
+    return ctx
+
+
+def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]:
+    """What the file's results depend on besides its own bytes (see FileResult)."""
+    view = ctx.project
+    if view is None:
+        return {}, None
+    from advisor.cache import digest
+
+    own = os.path.abspath(ctx.path)
+    found: dict[str, str] = {}
+    for path in view.consulted_files():
+        if path == own:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                found[path] = digest(handle.read())
+        except OSError:
+            found[path] = ""
+    importers = view.project.importers.get(own, []) if view.asked_importers else None
+    return found, (sorted(importers) if importers is not None else None)
+
+
 def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], list[FileError]]:
     """Every enabled rule over one context; findings positioned and filtered by suppressions."""
     findings: list[Finding] = []
@@ -307,10 +370,11 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         result.errors.append(FileError(path, f"cannot read: {error.strerror or error}"))
         return result
     try:
-        ctx = analyzable_context(path, data, settings.target, result.errors)
+        ctx = project_context(path, data, settings, result.errors)
         if ctx is None:
             return result
         findings, errors = run_rules(ctx, settings.codes_for(path))
+        result.dependencies, result.importers = dependencies_of(ctx)
     except Exception as error:
         if not from_recursion(error):
             raise
@@ -374,6 +438,9 @@ def check_paths(
 
     ``progress(n)`` is told each time ``n`` more files are done.
     """
+    from advisor.project import forget_projects
+
+    forget_projects()  # files may have changed since the last run in this process
     if cache is None:
         results = []
         for result in map_files(_check_chunk, paths, settings, jobs):

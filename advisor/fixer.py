@@ -27,7 +27,8 @@ from advisor.engine import (
     Diagnostic,
     FileError,
     Settings,
-    analyzable_context,
+    attach_project,
+    project_context,
     check_file,
     decode,
     map_files,
@@ -195,7 +196,7 @@ def _left_unchanged(result: FixResult, settings: Settings, reason: str) -> None:
 
 def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
     result = FixResult(path, original=data, fixed=data)
-    ctx = analyzable_context(path, data, settings.target, result.errors)
+    ctx = project_context(path, data, settings, result.errors)
     if ctx is None:
         return result
     encoding = source_encoding(data)
@@ -227,6 +228,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
             ctx = FileContext.from_source(path, code, settings.target)
         except cst.ParserSyntaxError:
             break
+        attach_project(ctx, settings)  # every round sees the facts a fresh check would
     findings, errors = run_rules(ctx, codes)
     result.errors = errors
     result.converged = not choose_fixes(ctx, findings, unsafe, blocked)
@@ -331,6 +333,9 @@ def _fix_chunk(args: tuple[tuple[list[str], bool, bool], Settings]) -> list[FixR
 
 
 def fix_paths(paths: Sequence[str], settings: Settings, unsafe: bool, write: bool, jobs: int | None = None) -> list[FixResult]:
+    from advisor.project import forget_projects
+
+    forget_projects()  # files may have changed since the last run in this process
     if (jobs or 0) == 1 or len(paths) < 8:
         return _fix_chunk(((list(paths), unsafe, write), settings))
     return list(map_files(_FixChunk(unsafe, write), paths, settings, jobs))

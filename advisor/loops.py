@@ -498,6 +498,20 @@ class TrainingLoopModel:
             return True
         return any(self.ctx.qualname(c.func) == "torch.autograd.grad" for c in self.ctx.walk(inner, cst.Call))
 
+    def accumulation_divisor(self, loop: TrainingLoop) -> cst.BaseExpression | None:
+        """``k`` of the ``if (i + 1) % k == 0`` that guards every optimizer step of the loop."""
+        steps = [e for e in loop.of_kind("step", direct_only=True) if not e.in_nested_loop]
+        if not steps or self.accumulate_context(steps[0].call):
+            return None
+        divisors = []
+        for event in steps:
+            found = next((d for d in (modulo_divisor(g.test) for g in event.guards) if d is not None), None)
+            if found is None:
+                return None
+            divisors.append(found)
+        first = self.ctx.code(divisors[0])
+        return divisors[0] if all(self.ctx.code(d) == first for d in divisors) else None
+
     def loop_of(self, node: cst.CSTNode) -> TrainingLoop | None:
         for loop in self.training_loops:
             if self.ctx.is_descendant(node, loop.node):
@@ -635,3 +649,50 @@ def is_scaler(ctx: "FileContext", receiver: cst.BaseExpression) -> bool:
         return True
     name = dotted_name(receiver) or ""
     return "scaler" in name.split(".")[-1].lower()
+
+
+_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
+
+
+def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs with autograd off: inside ``with torch.no_grad():`` /
+    ``torch.inference_mode()``, or in a function decorated with either."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.With):
+            for item in ancestor.items:
+                managed = item.item.func if isinstance(item.item, cst.Call) else item.item
+                if ctx.qualname(managed) in _NO_GRAD:
+                    return True
+        elif isinstance(ancestor, cst.FunctionDef):
+            for decorator in ancestor.decorators:
+                expression = decorator.decorator
+                expression = expression.func if isinstance(expression, cst.Call) else expression
+                if ctx.qualname(expression) in _NO_GRAD:
+                    return True
+    return False
+
+
+# -- accumulation as written by hand ----------------------------------------------------------
+def modulo_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``k`` in ``(i + 1) % k == 0`` (alone, or one side of ``and``/``or``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return modulo_divisor(test.left) or modulo_divisor(test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Modulo):
+            return inner.right
+        return None
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    comparison = test.comparisons[0]
+    if not isinstance(comparison.operator, cst.Equal):
+        return None
+    for side, other in ((test.left, comparison.comparator), (comparison.comparator, test.left)):
+        if (
+            isinstance(side, cst.BinaryOperation)
+            and isinstance(side.operator, cst.Modulo)
+            and isinstance(other, cst.Integer)
+            and other.evaluated_value == 0
+        ):
+            return side.right
+    return None

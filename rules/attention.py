@@ -23,35 +23,6 @@ GUIDE = "Using PyTorch native attention and Flash Attention"
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 
 
-# -- shared premise ------------------------------------------------------------------------
-def cpu_only_script(ctx: FileContext) -> bool:
-    """A script that runs (a training loop, a ``__main__`` guard, top-level loops or calls)
-    with no sign of a GPU anywhere. A file that only defines models runs wherever its
-    importer puts it, so it is not CPU-only."""
-    if ctx.uses_cuda or _device_map_on_accelerator(ctx):
-        return False
-    if ctx.has_main_guard or ctx.loops.training_loops:
-        return True
-    for statement in ctx.module.body:
-        if isinstance(statement, (cst.For, cst.While)):
-            return True
-        if isinstance(statement, cst.SimpleStatementLine) and any(
-            isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body
-        ):
-            return True
-    return False
-
-
-def _device_map_on_accelerator(ctx: FileContext) -> bool:
-    """``from_pretrained(..., device_map="auto")``: accelerate places the model on the GPU."""
-    for arg in ctx.nodes(cst.Arg):
-        if arg.keyword is not None and arg.keyword.value == "device_map":
-            resolved = ctx.values.resolve(arg.value)
-            if resolved is None or not (isinstance(resolved.value, str) and resolved.value.startswith("cpu")):
-                return True
-    return False
-
-
 # -- ADV603 --------------------------------------------------------------------------------
 ATTN_SETTING = ("attn_implementation", "_attn_implementation")
 # Model families whose transformers classes have no SDPA path (loading them with "sdpa"
@@ -295,7 +266,7 @@ class EagerAttention(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         settings = list(_attention_settings(ctx))
-        if not settings or needs_attention_weights(ctx) or _eager_by_design(ctx) or cpu_only_script(ctx):
+        if not settings or needs_attention_weights(ctx) or _eager_by_design(ctx) or ctx.facts.devices.runs_without_gpu:
             return
         seen: set[int] = set()
         for expr in settings:
@@ -1171,7 +1142,7 @@ class ManualAttention(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not (ctx.calls_with_prefix("torch") or ctx.method_calls("softmax")) or cpu_only_script(ctx):
+        if not (ctx.calls_with_prefix("torch") or ctx.method_calls("softmax")) or ctx.facts.devices.runs_without_gpu:
             return
         tracer = _Tracer(ctx)
         seen: set[int] = set()

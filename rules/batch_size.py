@@ -9,12 +9,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, DATALOADER, DATALOADER_POSITION, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
-from advisor.rules.precision import autocasts, file_trains, half_weights, scaler_calls
+from advisor.facts.precision import autocasts, half_weights, scaler_calls
 from advisor.values import Value
 
 # TrainingArguments defaults, used when an argument is certainly not passed.
@@ -25,10 +25,6 @@ LONG_ACCUMULATION = 8  # ...and this many micro-steps per optimizer step make it
 PREFERRED_BATCH = 4  # the guide's example: 1 x 64 -> 4 x 16
 # How scripts that draw their own batches (nanoGPT's ``get_batch``) name the per-step batch.
 _STEP_BATCH_NAME = re.compile(r"^(micro_?)?batch_size$|^(per_device_)?train_batch_size$|^batch_size_per_(gpu|device)$")
-# Wrappers that keep iterating the loader they are given.
-_ITERATION_WRAPPERS = {"enumerate", "tqdm", "iter", "track", "progress_bar", "skip_first_batches"}
-
-
 @dataclass(frozen=True)
 class Split:
     """A per-device batch and the accumulation steps it is paired with."""
@@ -110,17 +106,6 @@ def _assigned_later(ctx: FileContext, *fields: str) -> bool:
     return any(key.rsplit(".", 1)[-1] in fields and nodes for key, nodes in ctx.attribute_assignments.items())
 
 
-def parsed_training_arguments(ctx: FileContext) -> list[cst.Name]:
-    """Names bound by ``HfArgumentParser(...).parse_args_into_dataclasses()`` to the file's own
-    ``TrainingArguments`` subclass (Alpaca, FastChat): the fields it declares have defaults
-    the file shows; the ones it inherits stay unknown."""
-    found = []
-    for name, cls in ctx.values.parsed_dataclasses():
-        if cls is not None and any(q in TRAINING_ARGUMENTS for q in ctx.base_qualnames(cls)):
-            found.append(name)
-    return found
-
-
 def _field_true(ctx: FileContext, name: cst.Name, field: str) -> bool:
     value = ctx.values.attribute(name, field)
     return value is not None and bool(value.value)
@@ -139,176 +124,6 @@ def _derived_from_batch(ctx: FileContext, split: Split, product: int) -> bool:
         and total.value == product
         and total.node is not split.batch.node
     )
-
-
-# -- which DataLoader a loop or framework trains on ------------------------------------------
-def loader_calls(
-    ctx: FileContext, expr: cst.BaseExpression, depth: int = 0, visiting: frozenset[int] = frozenset()
-) -> list[cst.Call] | None:
-    """The ``DataLoader(...)`` calls behind a loop's iterable, or None if any path is unknown.
-
-    Sees through ``enumerate``/``tqdm``, names bound once or through
-    ``accelerator.prepare`` / ``fabric.setup_dataloaders`` unpacking, ``self.x`` attributes,
-    and parameters (``def train(model, train_loader)``) through the file's calls of the function.
-    A binding met again while resolving itself (``loader = prepare(loader)``) adds nothing.
-    """
-    if depth > 8:
-        return None
-    if isinstance(expr, cst.Call):
-        if ctx.qualname(expr.func) == DATALOADER:
-            return [expr]
-        func_name = (dotted_name(expr.func) or "").split(".")[-1]
-        if func_name in _ITERATION_WRAPPERS and expr.args and not expr.args[0].star:
-            return loader_calls(ctx, expr.args[0].value, depth + 1, visiting)
-        if func_name in ("prepare", "setup_dataloaders") and len(expr.args) == 1 and not expr.args[0].star:
-            return loader_calls(ctx, expr.args[0].value, depth + 1, visiting)
-        return None
-    if isinstance(expr, cst.Name):
-        bindings = ctx.lookup(expr.value, expr)
-        if not bindings:
-            return None
-        found: list[cst.Call] = []
-        for binding in bindings:
-            if id(binding.node) in visiting:
-                continue
-            inner_visiting = visiting | {id(binding.node)}
-            if binding.value is not None:
-                inner = loader_calls(ctx, binding.value, depth + 1, inner_visiting)
-            elif isinstance(binding.node, cst.Assign):
-                inner = _unpacked_from_prepare(ctx, binding.node, expr.value, depth, inner_visiting)
-            elif isinstance(binding.node, cst.Param):
-                inner = _passed_as(ctx, binding.node, depth, inner_visiting)
-            else:
-                inner = None
-            if inner is None:
-                return None
-            found.extend(c for c in inner if c not in found)
-        return found
-    if isinstance(expr, cst.Attribute):
-        name = dotted_name(expr)
-        assignments = ctx.attribute_assignments.get(name or "", [])
-        if not assignments:
-            return None
-        found = []
-        for assignment in assignments:
-            if id(assignment) in visiting:
-                continue
-            if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1:
-                return None
-            inner = loader_calls(ctx, assignment.value, depth + 1, visiting | {id(assignment)})
-            if inner is None:
-                return None
-            found.extend(c for c in inner if c not in found)
-        return found
-    return None
-
-
-def _unpacked_from_prepare(
-    ctx: FileContext, assign: cst.Assign, name: str, depth: int, visiting: frozenset[int]
-) -> list[cst.Call] | None:
-    """``model, opt, train_loader = accelerator.prepare(model, opt, train_loader)``: the matching argument."""
-    call = assign.value
-    if len(assign.targets) != 1 or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
-        return None
-    if call.func.attr.value not in ("prepare", "setup_dataloaders"):
-        return None
-    target = assign.targets[0].target
-    if not isinstance(target, (cst.Tuple, cst.List)):
-        return None
-    names = [dotted_name(e.value) if not isinstance(e, cst.StarredElement) else None for e in target.elements]
-    if name not in names or None in names or len(names) != len(call.args):
-        return None
-    if any(arg.star or arg.keyword for arg in call.args):
-        return None
-    return loader_calls(ctx, call.args[names.index(name)].value, depth + 1, visiting)
-
-
-def _passed_as(ctx: FileContext, param: cst.Param, depth: int, visiting: frozenset[int]) -> list[cst.Call] | None:
-    """The loaders every call of the file passes for ``param``; None when the function is
-    called from nowhere the file shows, or any call passes something unknown."""
-    function = ctx.enclosing(param, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    positional = [p for p in function.params.params]
-    if not any(p is param for p in positional):
-        return None
-    callers = ctx.loops.callers(function)
-    if not callers:
-        return None
-    position = next(i for i, p in enumerate(positional) if p is param)
-    if isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):  # def -> body -> class
-        position -= 1  # ``self.train(loader)``: ``self`` is not passed
-    found: list[cst.Call] = []
-    for call in callers:
-        passed = ctx.argument(call, param.name.value, position if position >= 0 else None)
-        if passed is None or passed is MISSING:
-            return None
-        inner = loader_calls(ctx, passed, depth + 1, visiting)
-        if inner is None:
-            return None
-        found.extend(c for c in inner if c not in found)
-    return found
-
-
-def loader_batch(ctx: FileContext, loader: cst.Call) -> Value | None:
-    """The loader's ``batch_size``, DataLoader's default 1 when absent, None when unknown or not batching."""
-    if ctx.argument(loader, "batch_sampler", DATALOADER_POSITION["batch_sampler"]) is not MISSING:
-        return None  # batches come from the sampler
-    collate = ctx.argument(loader, "collate_fn", DATALOADER_POSITION["collate_fn"])
-    if collate is None or isinstance(collate, cst.Lambda):
-        return None  # ``collate_fn=lambda x: x[0]``: the dataset yields whole batches
-    expr = ctx.argument(loader, "batch_size", DATALOADER_POSITION["batch_size"])
-    if expr is None:
-        return None
-    if expr is MISSING:
-        if collate is not MISSING:
-            return None
-        return Value(1, loader, "default")
-    return ctx.values.resolve(expr)
-
-
-def single_loader_batch(ctx: FileContext, loaders: list[cst.Call] | None) -> Value | None:
-    if not loaders or len(loaders) != 1:
-        return None
-    return loader_batch(ctx, loaders[0])
-
-
-def lightning_training_loaders(ctx: FileContext) -> list[cst.Call] | None:
-    """The DataLoaders a Lightning ``Trainer`` trains on: returned by ``train_dataloader()``
-    hooks or passed to ``fit(train_dataloaders=...)``. None when one of them is unknown."""
-    candidates: list[cst.Call] = []
-    for function in ctx.nodes(cst.FunctionDef):
-        if function.name.value == "train_dataloader":
-            for ret in ctx.walk(function, cst.Return):
-                calls = loader_calls(ctx, ret.value) if ret.value is not None else None
-                if calls is None:
-                    return None
-                candidates.extend(c for c in calls if c not in candidates)
-    for fit in ctx.method_calls("fit"):
-        expr = ctx.argument(fit, "train_dataloaders", 1)
-        if expr is None:
-            return None
-        if expr is MISSING:
-            continue
-        calls = loader_calls(ctx, expr)
-        if calls is None:
-            return None
-        candidates.extend(c for c in calls if c not in candidates)
-    return candidates
-
-
-def training_loader_of_loops(ctx: FileContext) -> list[cst.Call] | None:
-    """The one DataLoader the file's training loops iterate, if that is knowable."""
-    found: list[cst.Call] = []
-    for loop in ctx.loops.training_loops:
-        iterable = loop.iterable
-        if iterable is None:
-            return None
-        calls = loader_calls(ctx, iterable)
-        if calls is None:
-            return None
-        found.extend(c for c in calls if c not in found)
-    return found or None
 
 
 def step_batch_setting(ctx: FileContext, loop) -> Value | None:
@@ -333,32 +148,6 @@ def step_batch_setting(ctx: FileContext, loop) -> Value | None:
             return None
         found = value
     return found
-
-
-# -- accumulation as written by hand ----------------------------------------------------------
-def modulo_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``k`` in ``(i + 1) % k == 0`` (alone, or one side of ``and``/``or``)."""
-    if isinstance(test, cst.BooleanOperation):
-        return modulo_divisor(test.left) or modulo_divisor(test.right)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = test.expression
-        if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Modulo):
-            return inner.right
-        return None
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return None
-    comparison = test.comparisons[0]
-    if not isinstance(comparison.operator, cst.Equal):
-        return None
-    for side, other in ((test.left, comparison.comparator), (comparison.comparator, test.left)):
-        if (
-            isinstance(side, cst.BinaryOperation)
-            and isinstance(side.operator, cst.Modulo)
-            and isinstance(other, cst.Integer)
-            and other.evaluated_value == 0
-        ):
-            return side.right
-    return None
 
 
 class AccumulationSplit(Rule):
@@ -808,7 +597,7 @@ class AccumulationSplit(Rule):
     # -- where a batch and its accumulation come from ----------------------------------------------
     def _splits(self, ctx: FileContext) -> Iterator[Split]:
         yield from self._trainer_splits(ctx)
-        if not ctx.uses_cuda:
+        if not ctx.facts.devices.gpu.yes:
             return
         yield from self._accelerator_splits(ctx)
         yield from self._lightning_splits(ctx)
@@ -820,15 +609,15 @@ class AccumulationSplit(Rule):
         if _assigned_later(ctx, *TRAINER_DEFAULTS):
             return
         for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if any(self._maybe_true(ctx, call, flag) for flag in ("use_cpu", "no_cuda")):
+            if not ctx.facts.devices.framework_setting(call).gpu:
                 continue
             batch, accumulation = (
                 _resolve_argument(ctx, call, field, default) for field, default in TRAINER_DEFAULTS.items()
             )
             if batch is not None and accumulation is not None:
                 yield Split(batch, accumulation, call)
-        for name in parsed_training_arguments(ctx):
-            if any(_field_true(ctx, name, flag) for flag in ("use_cpu", "no_cuda")):
+        for name in ctx.facts.frameworks.parsed_training_arguments:
+            if not ctx.facts.devices.parsed_arguments_setting(name).gpu:
                 continue
             batch, accumulation = (ctx.values.attribute(name, field) for field in TRAINER_DEFAULTS)
             if batch is not None and accumulation is not None:
@@ -847,7 +636,7 @@ class AccumulationSplit(Rule):
         calls = ctx.calls(ACCELERATOR)
         if not calls:
             return
-        batch = single_loader_batch(ctx, training_loader_of_loops(ctx))
+        batch = ctx.facts.loaders.single_batch(ctx.facts.loaders.of_training_loops)
         if batch is None:
             return
         for call in calls:
@@ -859,7 +648,7 @@ class AccumulationSplit(Rule):
         trainers = ctx.calls(LIGHTNING_TRAINER)
         if not trainers:
             return
-        batch = single_loader_batch(ctx, lightning_training_loaders(ctx))
+        batch = ctx.facts.loaders.single_batch(ctx.facts.loaders.lightning_training)
         if batch is None:
             return
         for call in trainers:
@@ -871,12 +660,12 @@ class AccumulationSplit(Rule):
         for loop in ctx.loops.training_loops:
             if not isinstance(loop.node, cst.For):
                 continue
-            divisor = self._accumulation_divisor(ctx, loop)
+            divisor = ctx.loops.accumulation_divisor(loop)
             if divisor is None:
                 continue
             accumulation = ctx.values.resolve(divisor)
-            loaders = loader_calls(ctx, loop.node.iter)
-            batch = single_loader_batch(ctx, loaders)
+            loaders = ctx.facts.loaders.behind(loop.node.iter)
+            batch = ctx.facts.loaders.single_batch(loaders)
             if accumulation is None or batch is None or loaders is None:
                 continue
             repeated = any(
@@ -903,21 +692,6 @@ class AccumulationSplit(Rule):
                 )
                 yield Split(batch, accumulation, micro.steps, accumulation_repeated=repeated)
                 break
-
-    @staticmethod
-    def _accumulation_divisor(ctx: FileContext, loop) -> cst.BaseExpression | None:
-        """``k`` of the ``if (i + 1) % k == 0`` that guards every optimizer step of the loop."""
-        steps = [e for e in loop.of_kind("step", direct_only=True) if not e.in_nested_loop]
-        if not steps or ctx.loops.accumulate_context(steps[0].call):
-            return None
-        divisors = []
-        for event in steps:
-            found = next((d for d in (modulo_divisor(g.test) for g in event.guards) if d is not None), None)
-            if found is None:
-                return None
-            divisors.append(found)
-        first = ctx.code(divisors[0])
-        return divisors[0] if all(ctx.code(d) == first for d in divisors) else None
 
 
 # -- ADV402 -------------------------------------------------------------------------------------
@@ -964,7 +738,7 @@ def training_batches(ctx: FileContext) -> Iterator[TrainingBatch]:
     plain loops alike), or the one a Lightning ``Trainer`` fits on."""
     if not _assigned_later(ctx, "per_device_train_batch_size"):
         for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if any(AccumulationSplit._maybe_true(ctx, call, flag) for flag in ("use_cpu", "no_cuda")):
+            if not ctx.facts.devices.framework_setting(call).gpu:
                 continue
             if AccumulationSplit._maybe_true(ctx, call, "auto_find_batch_size"):
                 continue  # the Trainer picks the batch at run time
@@ -972,22 +746,22 @@ def training_batches(ctx: FileContext) -> Iterator[TrainingBatch]:
             batch = _resolve_argument(ctx, call, field, TRAINER_DEFAULTS[field])
             if batch is not None:
                 yield TrainingBatch(batch, call, _resolves_to(ctx, call, "fp16", (True,)))
-        for name in parsed_training_arguments(ctx):
-            if any(_field_true(ctx, name, flag) for flag in ("use_cpu", "no_cuda", "auto_find_batch_size")):
+        for name in ctx.facts.frameworks.parsed_training_arguments:
+            if not ctx.facts.devices.parsed_arguments_setting(name).gpu or _field_true(ctx, name, "auto_find_batch_size"):
                 continue
             batch = ctx.values.attribute(name, "per_device_train_batch_size")
             if batch is not None:
                 yield TrainingBatch(batch, ctx.statement_of(batch.node) or batch.node, _field_true(ctx, name, "fp16"))
-    if not ctx.uses_cuda:
+    if not ctx.facts.devices.gpu.yes:
         return
     fp16 = _loop_fp16(ctx)
-    loaders = training_loader_of_loops(ctx) if ctx.loops.training_loops else None
-    batch = single_loader_batch(ctx, loaders)
+    loaders = ctx.facts.loaders.of_training_loops if ctx.loops.training_loops else None
+    batch = ctx.facts.loaders.single_batch(loaders)
     if batch is not None and loaders:
         yield TrainingBatch(batch, loaders[0], fp16)
     if ctx.calls(LIGHTNING_TRAINER):
-        loaders = lightning_training_loaders(ctx)
-        batch = single_loader_batch(ctx, loaders)
+        loaders = ctx.facts.loaders.lightning_training
+        batch = ctx.facts.loaders.single_batch(loaders)
         if batch is not None and loaders:
             yield TrainingBatch(batch, loaders[0], fp16)
 
@@ -1310,15 +1084,6 @@ def _int_of(ctx: FileContext, expr: cst.BaseExpression | None) -> Value | None:
         return None
     value = ctx.values.resolve(expr)
     return value if value is not None and type(value.value) is int else None
-
-
-def _trains_on_cuda(ctx: FileContext) -> bool:
-    if not ctx.uses_cuda:
-        return False
-    if file_trains(ctx):
-        return True
-    trainers = ctx.calls_with_prefix("transformers.") + ctx.calls_with_prefix("trl.") + ctx.calls(LIGHTNING_TRAINER)
-    return any((ctx.qualname(call.func) or "").endswith("Trainer") for call in trainers)
 
 
 def _layer_sizes(ctx: FileContext, qualname: str, keyword: str, position: int) -> list[tuple[cst.Call, Value]]:
@@ -1912,7 +1677,7 @@ class DimsNotTensorCoreFriendly(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not _trains_on_cuda(ctx):
+        if not (ctx.facts.devices.gpu.yes and ctx.facts.frameworks.trains):
             return
         by_size: dict[int, list[VocabSite]] = {}
         for site in [*_config_sites(ctx), *_tied_head_sites(ctx)]:

@@ -1,453 +1,22 @@
 """ADV1xx: data loading (guide: "Data preloading")."""
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
-from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import DATALOADER, DATALOADER_POSITION, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.facts.loaders import batch_target, target_names
 from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
 # The guide's own example value. More workers rarely help a single GPU and each one
 # holds a copy of the dataset object; the docs say to tune it.
 SUGGESTED_WORKERS = 4
-
-_TRAINING_NAME = re.compile(r"train", re.I)
-_EVALUATION_NAME = re.compile(r"val|eval|test|dev(?!ice)|infer|pred|score|calib", re.I)
-_PROGRESS_WRAPPERS = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm", "rich.progress.track")
-# Datasets that must not get workers blindly: iterable ones yield every sample once per
-# worker unless they shard themselves; in-memory tensors are indexed faster in-process.
-_ITERABLE_PREFIXES = ("webdataset.", "torchdata.", "torch.utils.data.datapipes.", "streaming.")
-# Library datasets that are IterableDatasets without saying so in their name.
-_ITERABLE_DATASETS = (
-    "trl.ConstantLengthDataset",
-    "trl.trainer.ConstantLengthDataset",
-    "trl.trainer.utils.ConstantLengthDataset",
-)
-_IN_MEMORY_DATASETS = ("torch.utils.data.TensorDataset",)
-
-
-def _gpu_tensor_dataset(ctx: FileContext, definition: cst.BaseExpression) -> bool:
-    """A dataset expression built from tensors moved with ``.cuda()`` / ``.to(...)``."""
-    for inner in ctx.walk(definition, cst.Call):
-        func = inner.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to"):
-            return True
-    for name in ctx.walk(definition, cst.Name):
-        bound = ctx.bound_call(name)
-        if bound is not None and isinstance(bound.func, cst.Attribute) and bound.func.attr.value in ("cuda", "to"):
-            return True
-    return False
-
-
-def dataset_on_gpu(ctx: FileContext, call: cst.Call) -> bool:
-    """Whether the loader's batches are on the GPU before it yields them: the dataset holds
-    GPU tensors, or its items or its ``collate_fn`` are moved there. Pinning such a batch
-    raises ("only dense CPU tensors can be pinned"), and a forked worker cannot use CUDA."""
-    dataset = ctx.argument(call, "dataset", 0)
-    if dataset is not None and dataset is not MISSING:
-        definition = ctx.bound_call(dataset) if isinstance(dataset, cst.Name) else dataset
-        if definition is not None and _gpu_tensor_dataset(ctx, definition):
-            return True
-        for source in dataset_sources(ctx, dataset) or ():
-            if _gpu_tensor_dataset(ctx, source) or _items_on_device(ctx, source):
-                return True
-    collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
-    return collate is not None and collate is not MISSING and callable_moves_to_device(ctx, collate)
-
-
-# -- what a dataset or a collate function does ---------------------------------------------------
-# The methods through which a Dataset class hands out (or prepares) its items.
-_ITEM_METHODS = ("__init__", "__getitem__", "__getitems__", "__iter__", "__next__")
-# How deep calls to the file's own functions are followed.
-_CALL_DEPTH = 3
-
-
-def dataset_sources(
-    ctx: FileContext, expr: cst.BaseExpression, depth: int = 0
-) -> list[cst.BaseExpression] | None:
-    """The expressions a dataset argument can be, seen through names bound once, the
-    parameters of the file's functions (what each call of the file passes) and the
-    ``return`` statements of the file's own functions (``load_and_cache_examples(...)``);
-    None when some path cannot be followed."""
-    if depth > 6:
-        return None
-    if isinstance(expr, cst.Name):
-        bindings = ctx.lookup(expr.value, expr)
-        if len(bindings) != 1:
-            return None
-        binding = bindings[0]
-        if binding.value is not None:
-            return dataset_sources(ctx, binding.value, depth + 1)
-        if isinstance(binding.node, cst.Param):
-            return _passed_for(ctx, binding.node, depth)
-        return None
-    if isinstance(expr, cst.Call):
-        function = ctx.loops.callee(expr)
-        if function is None:
-            return [expr]
-        returns = [r for r in ctx.walk(function, cst.Return) if ctx.scope_of.get(r) is function]
-        if not returns:
-            return None
-        found: list[cst.BaseExpression] = []
-        for statement in returns:
-            if statement.value is None:
-                return None
-            inner = dataset_sources(ctx, statement.value, depth + 1)
-            if inner is None:
-                return None
-            found.extend(inner)
-        return found
-    return [expr]
-
-
-def _passed_for(ctx: FileContext, param: cst.Param, depth: int) -> list[cst.BaseExpression] | None:
-    """What every call of the file passes for ``param`` of one of its functions."""
-    function = ctx.enclosing(param, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    positional = list(function.params.params)
-    index = next((i for i, p in enumerate(positional) if p is param), None)
-    callers = ctx.loops.callers(function)
-    if not callers:
-        return None
-    if index is not None and isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):
-        index -= 1  # ``self.train(dataset)``: ``self`` is not passed
-    found: list[cst.BaseExpression] = []
-    for caller in callers:
-        passed = ctx.argument(caller, param.name.value, index if index is not None and index >= 0 else None)
-        if passed is None or passed is MISSING:
-            return None
-        inner = dataset_sources(ctx, passed, depth + 1)
-        if inner is None:
-            return None
-        found.extend(inner)
-    return found
-
-
-def _device_move(ctx: FileContext, call: cst.Call) -> bool:
-    """A call that puts tensors on an accelerator: ``.cuda()``, ``.to(device)`` (not
-    ``.to(torch.long)`` nor ``.to("cpu")``), or one given a ``device=`` other than the CPU."""
-    func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-        return True
-    device = ctx.keyword_arg(call, "device")
-    if isinstance(func, cst.Attribute) and func.attr.value == "to":
-        if any(arg.star for arg in call.args):
-            return True
-        positional = [arg.value for arg in call.args if arg.keyword is None]
-        target = device.value if device is not None else positional[0] if positional else None
-        if target is None or (device is None and _is_dtype(ctx, target)):
-            return False
-        return not _certainly_cpu(ctx, target)
-    return device is not None and not _certainly_cpu(ctx, device.value)
-
-
-def _certainly_cpu(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device" and expr.args:
-        expr = expr.args[0].value
-    value = ctx.values.resolve(expr)
-    return value is not None and isinstance(value.value, str) and value.value.split(":")[0] == "cpu"
-
-
-def _runs_device_move(ctx: FileContext, root: cst.CSTNode, depth: int = 0) -> bool:
-    """Whether ``root`` moves tensors to a device, itself or through the file's own functions it calls."""
-    for call in ctx.walk(root, cst.Call):
-        if _device_move(ctx, call):
-            return True
-        if depth < _CALL_DEPTH:
-            function = ctx.loops.callee(call)
-            if function is not None and function is not root and _runs_device_move(ctx, function, depth + 1):
-                return True
-    return False
-
-
-def _local_class(ctx: FileContext, expr: cst.BaseExpression) -> cst.ClassDef | None:
-    if isinstance(expr, cst.Name):
-        bindings = ctx.lookup(expr.value, expr)
-        if len(bindings) == 1 and isinstance(bindings[0].node, cst.ClassDef):
-            return bindings[0].node
-    return None
-
-
-def _methods(ctx: FileContext, cls: cst.ClassDef, names: tuple[str, ...], depth: int = 0) -> list[cst.FunctionDef]:
-    """``cls``'s methods of these names, its own or those of base classes the file defines."""
-    if depth > 3 or not isinstance(cls.body, cst.IndentedBlock):
-        return []
-    found = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value in names]
-    for base in cls.bases:
-        inner = _local_class(ctx, base.value)
-        if inner is not None:
-            found.extend(_methods(ctx, inner, names, depth + 1))
-    return found
-
-
-def _items_on_device(ctx: FileContext, source: cst.BaseExpression) -> bool:
-    """A dataset of a class of the file that moves its data or items to a device."""
-    if not isinstance(source, cst.Call):
-        return False
-    cls = _local_class(ctx, source.func)
-    return cls is not None and any(_runs_device_move(ctx, m) for m in _methods(ctx, cls, _ITEM_METHODS))
-
-
-def callable_moves_to_device(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """Whether a collate function the file defines moves the batch to a device: a lambda or
-    a function of the file (and the functions of the file they call), ``partial(f, ...)``, an
-    instance of a class of the file with such a ``__call__``, or a method (``dataset.collate_fn``).
-    Library collators (``DataCollatorWithPadding``, ``default_data_collator``) and functions
-    imported from other modules are taken as CPU ones."""
-    if depth > 4:
-        return False
-    if isinstance(expr, cst.Lambda):
-        return _runs_device_move(ctx, expr.body)
-    if isinstance(expr, cst.Call):
-        if ctx.qualname(expr.func) == "functools.partial" and expr.args:
-            return callable_moves_to_device(ctx, expr.args[0].value, depth + 1)
-        cls = _local_class(ctx, expr.func)
-        return cls is not None and any(_runs_device_move(ctx, m) for m in _methods(ctx, cls, ("__call__",)))
-    if isinstance(expr, cst.Name):
-        bindings = ctx.lookup(expr.value, expr)
-        if len(bindings) != 1:
-            return False
-        binding = bindings[0]
-        if isinstance(binding.node, cst.FunctionDef):
-            return _runs_device_move(ctx, binding.node)
-        return binding.value is not None and callable_moves_to_device(ctx, binding.value, depth + 1)
-    if isinstance(expr, cst.Attribute):
-        owner = expr.value
-        if isinstance(owner, cst.Name) and owner.value == "self":
-            cls = ctx.enclosing(expr, cst.ClassDef)
-        else:
-            built = ctx.bound_call(owner)
-            cls = _local_class(ctx, built.func) if built is not None else None
-        if isinstance(cls, cst.ClassDef):
-            return any(_runs_device_move(ctx, m) for m in _methods(ctx, cls, (expr.attr.value,)))
-        assignments = ctx.attribute_assignments.get(dotted_name(expr) or "", [])
-        values = [a.value for a in assignments if isinstance(a, cst.Assign)]
-        return any(callable_moves_to_device(ctx, v, depth + 1) for v in values)
-    return False
-
-
-# -- which DataLoader is which ---------------------------------------------------------------
-def loader_name(ctx: FileContext, call: cst.Call) -> str | None:
-    """What the file calls a DataLoader: the name it is assigned to (``train_loader``,
-    ``self.train_loader``), or the function that returns it (``train_dataloader``)."""
-    parent = ctx.parent.get(call)
-    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-        return dotted_name(parent.targets[0].target)
-    if isinstance(parent, cst.AnnAssign):
-        return dotted_name(parent.target)
-    values = ctx.parent.get(parent) if isinstance(parent, cst.Element) else None
-    if isinstance(values, cst.Tuple):  # ``train_loader, val_loader = DataLoader(...), DataLoader(...)``
-        assign = ctx.parent.get(values)
-        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-            target = assign.targets[0].target
-            if isinstance(target, cst.Tuple) and len(target.elements) == len(values.elements):
-                index = list(values.elements).index(parent)
-                return dotted_name(target.elements[index].value)
-    if isinstance(parent, cst.Return):
-        function = ctx.enclosing(call, cst.FunctionDef)
-        return function.name.value if isinstance(function, cst.FunctionDef) else None
-    return None
-
-
-def unwrap_iterable(ctx: FileContext, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
-    """The loader behind ``enumerate(...)`` / ``tqdm(...)``, and whether an index comes first."""
-    indexed = False
-    while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
-        callee = dotted_name(expr.func)
-        if callee == "enumerate":
-            indexed = True
-        elif callee != "tqdm" and ctx.qualname(expr.func) not in _PROGRESS_WRAPPERS:
-            break
-        expr = expr.args[0].value
-    return expr, indexed
-
-
-def loader_calls(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.Call] | None:
-    """The DataLoader constructions an iterated expression can be, or None when it may be anything else.
-
-    A loader handed to a function (``def train(model, train_loader)``) is matched by
-    name with the DataLoaders the file assigns to that name, provided the name is never
-    bound to anything else.
-    """
-    if isinstance(expr, cst.Call):
-        return [expr] if ctx.qualname(expr.func) == DATALOADER else None
-    if isinstance(expr, cst.Attribute):
-        spelling = dotted_name(expr)
-        assignments = ctx.attribute_assignments.get(spelling or "", [])
-        values = [a.value for a in assignments if isinstance(a, cst.Assign) and len(a.targets) == 1]
-        if not values or len(values) != len(assignments):
-            return None
-        calls = [v for v in values if isinstance(v, cst.Call) and ctx.qualname(v.func) == DATALOADER]
-        return calls if len(calls) == len(values) else None
-    if not isinstance(expr, cst.Name):
-        return None
-    bindings = ctx.lookup(expr.value, expr)
-    if len(bindings) == 1 and isinstance(bindings[0].value, cst.Call):
-        value = bindings[0].value
-        return [value] if ctx.qualname(value.func) == DATALOADER else None
-    if not bindings or not all(isinstance(b.node, cst.Param) for b in bindings):
-        return None
-    calls: list[cst.Call] = []
-    for (_, name), found in ctx.bindings.items():
-        if name != expr.value:
-            continue
-        for binding in found:
-            if isinstance(binding.node, cst.Param):
-                continue
-            value = binding.value
-            if not (isinstance(value, cst.Call) and ctx.qualname(value.func) == DATALOADER):
-                return None
-            calls.append(value)
-    return calls or None
-
-
-def handed_to_framework(ctx: FileContext, spelling: str | None) -> bool:
-    """Whether ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)`` takes the loader
-    spelled ``spelling``: the framework then places batches on the device itself."""
-    if spelling is None:
-        return False
-    for call in ctx.method_calls("prepare", "prepare_data_loader", "setup_dataloaders"):
-        if any(dotted_name(arg.value) == spelling for arg in call.args):
-            return True
-    return False
-
-
-# Lightning hooks whose loaders only ``trainer.test(...)`` / ``trainer.predict(...)`` draw from.
-_LIGHTNING_ON_DEMAND_LOADERS = {"test_dataloader": "test", "predict_dataloader": "predict"}
-_LIGHTNING_MODULES = ("LightningModule", "LightningDataModule")
-
-
-def _unused_lightning_loader(ctx: FileContext, call: cst.Call) -> bool:
-    """A loader built in a LightningModule's (or DataModule's) ``test_dataloader()`` /
-    ``predict_dataloader()`` in a file that builds its ``Trainer`` and never calls
-    ``trainer.test`` / ``trainer.predict``: no batch of it ever reaches the GPU. Without a
-    Trainer in the file, or with ``LightningCLI`` (its ``test`` subcommand), it may be used."""
-    function = ctx.enclosing(call, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef) or function.name.value not in _LIGHTNING_ON_DEMAND_LOADERS:
-        return False
-    cls = ctx.enclosing(function, cst.ClassDef)
-    if not isinstance(cls, cst.ClassDef) or ctx.enclosing(function, cst.FunctionDef) is not None:
-        return False
-    if not any(
-        q.split(".")[0] == "lightning" and q.rsplit(".", 1)[-1] in _LIGHTNING_MODULES for q in ctx.base_qualnames(cls)
-    ):
-        return False
-    if not ctx.calls(LIGHTNING_TRAINER) or any("LightningCLI" in q for q in ctx.called_qualnames):
-        return False
-    return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[function.name.value])
-
-
-def loader_dataset(ctx: FileContext, call: cst.Call) -> cst.Call | None:
-    """The call that builds the loader's dataset, where the file shows it."""
-    dataset = ctx.argument(call, "dataset", 0)
-    if dataset is None or dataset is MISSING:
-        return None
-    return ctx.bound_call(dataset)
-
-
-def _file_streams_data(ctx: FileContext) -> bool:
-    """Whether the file uses iterable / streaming datasets anywhere (``IterableDataset``,
-    ``load_dataset(..., streaming=True)``, ``to_iterable_dataset()``, TRL's packed
-    ``ConstantLengthDataset``, WebDataset, torchdata). ``streaming=args.streaming`` counts:
-    the command line may turn it on, whatever the flag's default."""
-    if any(n.value == "IterableDataset" for n in ctx.nodes(cst.Name)):
-        return True
-    if any(a.attr.value in ("IterableDataset", "to_iterable_dataset") for a in ctx.nodes(cst.Attribute)):
-        return True
-    for arg in ctx.nodes(cst.Arg):
-        if arg.keyword is not None and arg.keyword.value == "streaming":
-            value = ctx.values.resolve(arg.value)
-            if value is None or value.value is not False or value.origin == "argparse default":
-                return True
-    if ctx.calls(*_ITERABLE_DATASETS):
-        return True
-    return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
-
-
-def _builtin_call(ctx: FileContext, expr: cst.BaseExpression, *names: str) -> bool:
-    """``range(...)`` / ``list(...)`` calling the builtin (the file binds no such name)."""
-    return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Name)
-        and expr.func.value in names
-        and not ctx.lookup(expr.func.value, expr.func)
-    )
-
-
-def _dataset_expression(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
-    """The expression the loader's dataset is, seen through a name bound once."""
-    dataset = ctx.argument(call, "dataset", 0)
-    if dataset is None or dataset is MISSING:
-        return None
-    if isinstance(dataset, cst.Name):
-        return ctx.single_assignment(dataset)
-    return dataset
-
-
-def index_dataset(ctx: FileContext, call: cst.Call) -> bool:
-    """A loader over ``range(n)`` (or ``list(range(n))``): its batches are integer indices,
-    not the training data, so neither pinning nor workers change what reaches the GPU."""
-    dataset = _dataset_expression(ctx, call)
-    if dataset is None:
-        return False
-    if _builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
-        dataset = dataset.args[0].value  # type: ignore[attr-defined]
-    return _builtin_call(ctx, dataset, "range")
-
-
-def _python_sequence_dataset(ctx: FileContext, call: cst.Call) -> bool:
-    """A dataset written as a Python list / tuple (literal or comprehension) or a range:
-    its items are already in memory, and indexing them in-process is cheaper than workers."""
-    dataset = _dataset_expression(ctx, call)
-    return isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)) or index_dataset(ctx, call)
-
-
-def dataset_unsuited_to_workers(ctx: FileContext, call: cst.Call) -> bool:
-    """Iterable datasets (each worker would replay the stream) and in-memory datasets
-    (tensor datasets, Python sequences)."""
-    if _file_streams_data(ctx) or _python_sequence_dataset(ctx, call):
-        return True
-    dataset = ctx.argument(call, "dataset", 0)
-    if dataset is None or dataset is MISSING:
-        return False
-    # ``train(args, train_dataset)`` with ``train_dataset = load_and_cache_examples(...)``,
-    # which returns a TensorDataset: followed through parameters and returns.
-    return any(
-        isinstance(source, cst.Call) and ctx.qualname(source.func) in _IN_MEMORY_DATASETS
-        for source in dataset_sources(ctx, dataset) or ()
-    )
-
-
-def spawn_safe(ctx: FileContext, *nodes: cst.CSTNode) -> bool:
-    """Whether worker processes may be started: the script guards its entry point and
-    none of ``nodes`` runs at import time (a spawned worker re-imports the main module)."""
-    return ctx.has_main_guard and not any(ctx.runs_on_import(node) for node in nodes)
-
-
-def local_callable(ctx: FileContext, call: cst.Call) -> str | None:
-    """The keyword (``collate_fn``, ``worker_init_fn``) of a DataLoader given a lambda or a
-    function defined inside another function: neither can be pickled for a spawned worker."""
-    for keyword in ("collate_fn", "worker_init_fn"):
-        argument = ctx.argument(call, keyword, 6 if keyword == "collate_fn" else None)
-        if argument is None or argument is MISSING:
-            continue
-        if isinstance(argument, cst.Lambda):
-            return keyword
-        if isinstance(argument, cst.Name):
-            for binding in ctx.lookup(argument.value, argument):
-                nested = isinstance(binding.node, cst.FunctionDef) and binding.scope is not ctx.module
-                if nested or isinstance(binding.value, cst.Lambda):
-                    return keyword
-    return None
-
 
 def _replace_argument(call: cst.Call, old: cst.BaseExpression, new: str) -> cst.Call:
     """``call`` with the argument whose value is ``old`` given the value ``new``."""
@@ -723,13 +292,12 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.uses_cuda:
+        if not ctx.facts.devices.gpu.yes:
             return
+        loaders = ctx.facts.loaders
         for call in ctx.calls(DATALOADER):
             pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
-            if pin is None or dataset_on_gpu(ctx, call) or index_dataset(ctx, call):
-                continue
-            if _unused_lightning_loader(ctx, call):
+            if pin is None or not loaders.pinnable(call):
                 continue
             if pin is MISSING:
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
@@ -749,42 +317,6 @@ class DataLoaderPinMemory(Rule):
                     continue
             fix = self.fix("Set `pin_memory=True`", Edit(call, set_keyword(call, "pin_memory", "True")))
             yield self.report(call, message + " (guide: Data preloading)", fix)
-
-
-# -- ADV102 ------------------------------------------------------------------------------------
-def _training_iterations(ctx: FileContext) -> dict[cst.Call, list[cst.For]]:
-    """DataLoaders that training loops draw batches from, with the loops that do."""
-    found: dict[cst.Call, list[cst.For]] = {}
-    for loop in ctx.loops.training_loops:
-        for node in [loop.node, *ctx.ancestors(loop.node)]:
-            if not isinstance(node, cst.For):
-                continue
-            source, _ = unwrap_iterable(ctx, node.iter)
-            for call in loader_calls(ctx, source) or ():
-                found.setdefault(call, []).append(node)
-    return found
-
-
-def _looks_like_training(ctx: FileContext, call: cst.Call) -> bool:
-    # Imported here: the precision rules import this module.
-    from advisor.rules.precision import under_no_grad
-
-    # A loader built inside ``evaluate()`` / under ``@torch.inference_mode()`` draws evaluation
-    # batches, whatever it is called and even when shuffled (to sample random batches).
-    function = ctx.enclosing(call, cst.FunctionDef)
-    if isinstance(function, cst.FunctionDef):
-        scope = function.name.value
-        if _EVALUATION_NAME.search(scope) and not _TRAINING_NAME.search(scope):
-            return False
-    if under_no_grad(ctx, call):
-        return False
-    name = (loader_name(ctx, call) or "").split(".")[-1]
-    if _EVALUATION_NAME.search(name):
-        return False
-    if _TRAINING_NAME.search(name):
-        return True
-    shuffle = ctx.argument(call, "shuffle", DATALOADER_POSITION["shuffle"])
-    return shuffle is not None and shuffle is not MISSING and ctx.values.value_of(shuffle) is True
 
 
 class DataLoaderSyncLoading(Rule):
@@ -1165,15 +697,15 @@ class DataLoaderSyncLoading(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.uses_cuda:
+        if not ctx.facts.devices.gpu.yes:
             return
-        training = _training_iterations(ctx)
+        loaders = ctx.facts.loaders
         for call in ctx.calls(DATALOADER):
-            loops = training.get(call)
-            if loops is None and not _looks_like_training(ctx, call):
+            loops = loaders.training_iterations.get(call)
+            if not loaders.is_training(call):
                 continue
             workers = ctx.argument(call, "num_workers", DATALOADER_POSITION["num_workers"])
-            if workers is None or dataset_on_gpu(ctx, call) or dataset_unsuited_to_workers(ctx, call):
+            if workers is None or loaders.dataset_on_gpu(call) or loaders.unsuited_to_workers(call):
                 continue
             written_here = workers is MISSING
             value = None
@@ -1195,13 +727,13 @@ class DataLoaderSyncLoading(Rule):
                 where = "make its default" if from_argparse else "set it where it is defined to"
                 message = f"{head}; {where} {SUGGESTED_WORKERS} and pass `persistent_workers=True`"
                 fix = None
-            elif not spawn_safe(ctx, call, *(loops or ())):
+            elif not loaders.spawn_safe(call, *(loops or ())):
                 message = (
                     f"{head}; {advice} once the entry point runs under `if __name__ == \"__main__\":` "
                     "(worker processes re-import the script)"
                 )
                 fix = None
-            elif (local := local_callable(ctx, call)) is not None:
+            elif (local := loaders.local_callable(call)) is not None:
                 message = (
                     f"{head}; {advice} once `{local}` is a module-level function "
                     "(worker processes started with spawn must pickle it)"
@@ -1228,67 +760,6 @@ class DataLoaderSyncLoading(Rule):
         return append_args(updated, added)
 
 
-# -- ADV103 ------------------------------------------------------------------------------------
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
-_DEVICE_NAME = re.compile(r"device|gpu|cuda|rank|^dev$", re.I)
-_CUDA_DEVICE = re.compile(r"^(cuda(:\d+)?|gpu)$")
-_DTYPES = {
-    "float", "float16", "half", "bfloat16", "float32", "float64", "double", "int", "int8", "int16", "int32",
-    "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-}
-
-
-def _means_cuda_available(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """``torch.cuda.is_available()``, possibly behind names and ``and`` (``use_cuda``, ``args.cuda``)."""
-    if depth > 6:
-        return False
-    if isinstance(expr, cst.Call):
-        return ctx.qualname(expr.func) == "torch.cuda.is_available"
-    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And):
-        return _means_cuda_available(ctx, expr.left, depth + 1) or _means_cuda_available(ctx, expr.right, depth + 1)
-    if isinstance(expr, cst.Name):
-        value = ctx.single_assignment(expr)
-        return value is not None and _means_cuda_available(ctx, value, depth + 1)
-    if isinstance(expr, cst.Attribute):
-        assignments = ctx.attribute_assignments.get(dotted_name(expr) or "", [])
-        if len(assignments) == 1 and isinstance(assignments[0], cst.Assign) and len(assignments[0].targets) == 1:
-            return _means_cuda_available(ctx, assignments[0].value, depth + 1)
-    return False
-
-
-def pinned(ctx: FileContext, call: cst.Call) -> bool:
-    """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
-    pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
-    if pin is None or pin is MISSING:
-        return False
-    value = ctx.values.resolve(pin)
-    if value is not None:
-        return value.value is True
-    return _means_cuda_available(ctx, pin)
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: set[str] = set()
-        for element in target.elements:
-            names |= _target_names(element.value)
-        return names
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
-
-
-def _batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpression | None:
-    """The part of a loop target that holds the batch (``(x, y)`` in ``for i, (x, y) in enumerate(...)``)."""
-    if not indexed:
-        return target
-    if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-        return target.elements[1].value
-    return None
-
-
 class _BatchScope:
     """The names in one loop body that hold (parts of) the batch the loop draws."""
 
@@ -1302,7 +773,7 @@ class _BatchScope:
             for assign in assignments:
                 if self._is_batch_value(assign.value):
                     for target in assign.targets:
-                        self.names |= _target_names(target.target)
+                        self.names |= target_names(target.target)
 
     def outside(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is not run by the loop body itself (it sits in a nested def or class)."""
@@ -1332,7 +803,7 @@ class _BatchScope:
         for ancestor in self.ctx.ancestors(at):
             if ancestor is self.loop:
                 return False
-            if not isinstance(ancestor, _COMPREHENSIONS):
+            if not isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
                 continue
             clause: cst.CompFor | None = ancestor.for_in
             while clause is not None:
@@ -1344,48 +815,12 @@ class _BatchScope:
                     and not iterable.args
                 ):
                     if iterable.func.attr.value == "items":
-                        target = _batch_target(target, indexed=True)
+                        target = batch_target(target, indexed=True)
                     iterable = iterable.func.value
-                if target is not None and name in _target_names(target):
+                if target is not None and name in target_names(target):
                     return self.holds_batch(iterable, ancestor)
                 clause = clause.inner_for_in
         return False
-
-
-def _is_dtype(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    spelling = ctx.qualname(expr) or dotted_name(expr) or ""
-    last = spelling.split(".")[-1]
-    return (spelling.startswith("torch.") and last in _DTYPES) or last.endswith("dtype")
-
-
-def _cuda_device(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """Whether ``expr`` names a CUDA device (or a device that is only known at run time by its name)."""
-    if depth > 6:
-        return False
-    value = ctx.values.resolve(expr)
-    if value is not None:
-        if isinstance(value.value, str):
-            return bool(_CUDA_DEVICE.match(value.value))
-        return type(value.value) is int  # a device index
-    if isinstance(expr, cst.FormattedString):
-        first = expr.parts[0] if expr.parts else None
-        return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda")
-    if isinstance(expr, cst.IfExp):
-        return _cuda_device(ctx, expr.body, depth + 1) or _cuda_device(ctx, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Name) and expr.func.value == "int" and not ctx.lookup("int", expr.func):
-            return True  # ``int(os.environ["LOCAL_RANK"])``: a device index
-        if ctx.qualname(expr.func) != "torch.device" or not expr.args:
-            return False
-        first = expr.args[0].value
-        known = ctx.values.resolve(first)
-        return _cuda_device(ctx, first, depth + 1) if known is not None or isinstance(first, cst.IfExp) else True
-    if isinstance(expr, cst.Name):
-        assigned = ctx.single_assignment(expr)
-        if assigned is not None:
-            return _cuda_device(ctx, assigned, depth + 1)
-    spelling = dotted_name(expr)
-    return spelling is not None and bool(_DEVICE_NAME.search(spelling.split(".")[-1]))
 
 
 def _blocking_copy(ctx: FileContext, call: cst.Call) -> bool:
@@ -1402,19 +837,20 @@ def _blocking_copy(ctx: FileContext, call: cst.Call) -> bool:
         if len(positional) > 1:
             return False
         device = device_keyword.value if device_keyword else positional[0] if positional else None
-        return device is None or _cuda_device(ctx, device)
+        return device is None or ctx.facts.devices.on_gpu(device)
     if len(positional) > 2:
         return False
     if len(positional) == 2 and isinstance(ctx.values.value_of(positional[1]), bool):
         return False  # ``to(other, non_blocking)``
     device = device_keyword.value if device_keyword else positional[0] if positional else None
-    return device is not None and not _is_dtype(ctx, device) and _cuda_device(ctx, device)
+    devices = ctx.facts.devices
+    return device is not None and not devices.is_dtype(device) and devices.on_gpu(device)
 
 
 class BlockingHostToDeviceCopy(Rule):
     code = "ADV103"
     name = "blocking-host-to-device-copy"
-    summary = "A batch from a pinned DataLoader is copied to the GPU without `non_blocking=True`."
+    summary = "A batch from a pinned (or soon pinned) DataLoader is copied to the GPU without `non_blocking=True`."
     guide = GUIDE
     fix_applicability = Applicability.SAFE
     why = """
@@ -1436,8 +872,10 @@ class BlockingHostToDeviceCopy(Rule):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     """
     silent_when = """
-        - the loader is not known to pin its memory (ADV101 reports that first), or its
-          `pin_memory` cannot be read;
+        - the loader's `pin_memory` is set to something other than `True` on purpose
+          (`pin_memory=False`, a value that cannot be read). A loader that does not set
+          it at all is reported with ADV101, and its copies here: pinning and
+          non-blocking copies go together, and `advisor fix` applies both in one run;
         - Accelerate or Fabric prepares the loader (it places batches itself);
         - the call converts the dtype (`.to(torch.float16)`) or moves to a device that is
           not CUDA (`.to("cpu")`, a `device` that resolves to `"cpu"`), or to something
@@ -1453,11 +891,11 @@ class BlockingHostToDeviceCopy(Rule):
             import torch
             from torch.utils.data import DataLoader
 
-            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=False)
             for x, y in loader:
                 x, y = x.to("cuda"), y.to("cuda")
             """,
-            note="loader not pinned: ADV101's business",
+            note="pinning turned off on purpose: the copies stay as they are",
         ),
         Valid(
             """
@@ -1518,6 +956,26 @@ class BlockingHostToDeviceCopy(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            for x, y in loader:
+                x, y = x.to("cuda"), y.to("cuda")
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            for x, y in loader:
+                x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+            """,
+            count=2,
+            note="a loader that does not set `pin_memory`: ADV101 pins it, and its copies go with it",
+        ),
         Invalid(
             """
             import torch
@@ -1600,21 +1058,28 @@ class BlockingHostToDeviceCopy(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.uses_cuda:
+        if not ctx.facts.devices.gpu.yes:
             return
+        facts = ctx.facts.loaders
         reported: set[cst.Call] = set()
         for loop in ctx.nodes(cst.For):
-            source, indexed = unwrap_iterable(ctx, loop.iter)
-            loaders = loader_calls(ctx, source)
-            if not loaders or not all(pinned(ctx, c) for c in loaders):
+            source, indexed = facts.unwrap(loop.iter)
+            loaders = facts.behind(source)
+            if not loaders:
                 continue
-            if any(dataset_on_gpu(ctx, c) for c in loaders):
+            if all(facts.pinned(c) for c in loaders):
+                unpinned = False
+            elif all(facts.pin_unset(c) and facts.pinnable(c) for c in loaders):
+                unpinned = True  # ADV101 pins it: the copies go with it, in the same run
+            else:
+                continue
+            if any(facts.dataset_on_gpu(c) for c in loaders):
                 continue  # the batch is on the GPU already: its ``.to()`` copies nothing
-            spellings = {dotted_name(source), *(loader_name(ctx, c) for c in loaders)}
-            if any(handed_to_framework(ctx, spelling) for spelling in spellings):
+            spellings = {dotted_name(source), *(facts.name(c) for c in loaders)}
+            if any(facts.handed_to_framework(spelling) for spelling in spellings):
                 continue
-            target = _batch_target(loop.target, indexed)
-            names = _target_names(target) if target is not None else set()
+            target = batch_target(loop.target, indexed)
+            names = target_names(target) if target is not None else set()
             if not names:
                 continue
             scope = _BatchScope(ctx, loop, names)
@@ -1629,12 +1094,18 @@ class BlockingHostToDeviceCopy(Rule):
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
                 fix = self.fix("Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")))
-                yield self.report(
-                    call,
-                    f"Batch from a pinned DataLoader copied with a blocking {copy}: pass `non_blocking=True` "
-                    f"so the copy overlaps host work (guide: {GUIDE})",
-                    fix,
-                )
+                if unpinned:
+                    message = (
+                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "
+                        f"memory (ADV101): pin the loader and pass `non_blocking=True`, so the copy overlaps "
+                        f"host work (guide: {GUIDE})"
+                    )
+                else:
+                    message = (
+                        f"Batch from a pinned DataLoader copied with a blocking {copy}: pass `non_blocking=True` "
+                        f"so the copy overlaps host work (guide: {GUIDE})"
+                    )
+                yield self.report(call, message, fix)
 
 
 # -- ADV104 ------------------------------------------------------------------------------------
@@ -1650,24 +1121,13 @@ def _set_elsewhere(ctx: FileContext, setting: str) -> bool:
     return any(ctx.keyword_arg(call, setting) for call in ctx.calls("dataclasses.replace"))
 
 
-def _trainer_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
-    """``use_cpu=True`` / ``no_cuda=True``, or a value for them that cannot be read."""
-    for keyword in ("use_cpu", "no_cuda"):
-        argument = ctx.argument(call, keyword)
-        if argument is MISSING:
-            continue
-        if argument is None or ctx.values.value_of(argument) is not False:
-            return True
-    return False
-
-
 def _device_collator_in_file(ctx: FileContext) -> bool:
     """``Trainer(data_collator=...)`` (or any ``collate_fn=``) given a collator of the file that
     moves batches to a device."""
     return any(
         arg.keyword is not None
         and arg.keyword.value in ("data_collator", "collate_fn")
-        and callable_moves_to_device(ctx, arg.value)
+        and ctx.facts.loaders.callable_moves_to_device(arg.value)
         for arg in ctx.nodes(cst.Arg)
     )
 
@@ -1904,7 +1364,7 @@ class TrainerDataLoaderSettings(Rule):
         if _device_collator_in_file(ctx):
             return
         for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if _trainer_on_cpu(ctx, call):
+            if not ctx.facts.devices.framework_setting(call).gpu:
                 continue
             problems: list[str] = []
             advice: list[str] = []
@@ -1923,7 +1383,7 @@ class TrainerDataLoaderSettings(Rule):
 
             workers = ctx.argument(call, "dataloader_num_workers")
             # Workers would replay a streamed dataset unless it shards itself: no advice there.
-            streams = _file_streams_data(ctx)
+            streams = ctx.facts.loaders.file_streams_data
             if workers is not None and not streams and not _set_elsewhere(ctx, "dataloader_num_workers"):
                 value = None if workers is MISSING else ctx.values.resolve(workers)
                 if workers is MISSING or (value is not None and _is_zero(value)):
@@ -1939,7 +1399,7 @@ class TrainerDataLoaderSettings(Rule):
                         from_argparse = value.origin == "argparse default"
                         where = "make its default" if from_argparse else "set it where it is defined to"
                         advice.append(f"{where} {SUGGESTED_WORKERS}")
-                    elif not spawn_safe(ctx, call):
+                    elif not ctx.facts.loaders.spawn_safe(call):
                         advice.append(
                             f"set {wanted} once the entry point runs under `if __name__ == \"__main__\":` "
                             "(worker processes re-import the script)"

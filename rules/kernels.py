@@ -2,12 +2,31 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
+from advisor.apis import DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
+from advisor.facts.models import (
+    JIT,
+    PEFT_WRAPPERS,
+    QUANTIZED_LOAD,
+    TORCH_COMPILE,
+    ModelBuild,
+    TrainedModel,
+    called_directly,
+    compiles_something,
+    conv_net,
+    framework_hand_over,
+    handed_to_deepspeed,
+    local_module_classes,
+    model_build_kind,
+    params_clearly_on_cpu,
+    strip_same_module_methods,
+    first_argument,
+    trace_builds,
+    trained_models,
+)
 from advisor.context import MISSING, FileContext
 from advisor.edits import set_keyword, string_like
 from advisor.names import dotted_name
@@ -18,82 +37,7 @@ UNFUSED_TRAINER_OPTIMS = ("adamw_torch", "adamw_hf")
 FUSED_TRAINER_OPTIM = "adamw_torch_fused"
 UNFUSED_ENUM_MEMBERS = ("ADAMW_TORCH", "ADAMW_HF")
 FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
-# Adam(params, lr, betas, eps, weight_decay, amsgrad, *, foreach, ..., differentiable, fused)
-PARAMS_POSITION = 0
 GUIDE = "Optimizer choice"
-
-
-def _device_kind(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
-    """"cpu" or "accelerator" for a ``.to(...)`` argument, None when it cannot be told."""
-    resolved = ctx.values.resolve(expr)
-    if resolved is not None and isinstance(resolved.value, str):
-        return "cpu" if resolved.value.split(":")[0] == "cpu" else "accelerator"
-    call = ctx.bound_call(expr, "torch.device")
-    if call is not None and call.args:
-        return _device_kind(ctx, call.args[0].value)
-    return None
-
-
-def _placements(ctx: FileContext, owner: str, scope_node: cst.CSTNode) -> set[str | None]:
-    """Where ``owner`` (``model``) is moved: ``.cpu()``, ``.cuda()``, ``.to(x)`` on it or on its constructor."""
-    kinds: set[str | None] = set()
-    moves = ctx.method_calls("to", "cuda", "cpu")
-    roots: list[cst.CSTNode] = []
-    if "." not in owner:
-        for binding in ctx.lookup(owner, scope_node):
-            if binding.value is not None:
-                roots.append(binding.value)
-    for call in moves:
-        receiver = call.func.value  # type: ignore[attr-defined]
-        on_owner = dotted_name(receiver) == owner or any(call is root or ctx.is_descendant(call, root) for root in roots)
-        if on_owner:
-            kinds |= _move_kinds(ctx, call)
-    return kinds
-
-
-def _move_kinds(ctx: FileContext, call: cst.Call) -> set[str | None]:
-    """{"cpu"} / {"accelerator"} / {None} (unknown device) for a ``.cpu()`` / ``.cuda()`` /
-    ``.to(x)`` call, the empty set for anything else (``.to(torch.bfloat16)`` changes the dtype)."""
-    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-    if method == "cpu":
-        return {"cpu"}
-    if method == "cuda":
-        return {"accelerator"}
-    if method == "to" and call.args and not call.args[0].star:
-        first = call.args[0].value
-        qualname = ctx.qualname(first) or ""
-        if qualname.startswith("torch.") and qualname != "torch.device":
-            return set()
-        return {_device_kind(ctx, first)}
-    return set()
-
-
-def params_clearly_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
-    """The optimizer's ``model.parameters()`` belong to a model only ever moved to the CPU."""
-    params = ctx.argument(call, "params", PARAMS_POSITION)
-    if params is None or params is MISSING:
-        return False
-    owners = []
-    for inner in ctx.walk(params, cst.Call):
-        func = inner.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
-            owner = dotted_name(func.value)
-            if owner:
-                owners.append(owner)
-    return any(_placements(ctx, owner, call) == {"cpu"} for owner in owners)
-
-
-def handed_to_deepspeed(ctx: FileContext, call: cst.Call) -> bool:
-    """``deepspeed.initialize(optimizer=opt)`` wraps the optimizer and owns where its state lives."""
-    parent = ctx.parent.get(call)
-    name = None
-    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-        name = dotted_name(parent.targets[0].target)
-    for ds_call in ctx.calls("deepspeed.initialize"):
-        for arg in ds_call.args:
-            if arg.value is call or (name is not None and dotted_name(arg.value) == name):
-                return True
-    return False
 
 
 class AdamNotFused(Rule):
@@ -348,7 +292,7 @@ class AdamNotFused(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if ctx.uses_cuda:
+        if ctx.facts.devices.gpu.yes:
             yield from self._check_torch_adam(ctx)
         yield from self._check_trainer(ctx)
 
@@ -373,7 +317,7 @@ class AdamNotFused(Rule):
 
     def _check_trainer(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if any(self._maybe_true(ctx, call, flag) for flag in ("use_cpu", "no_cuda")):
+            if not ctx.facts.devices.framework_setting(call).gpu:
                 continue
             optim = ctx.argument(call, "optim")
             if optim is None or optim is MISSING:
@@ -392,11 +336,9 @@ class AdamNotFused(Rule):
     def _check_parsed_training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
         """The script's own ``TrainingArguments`` subclass declares ``optim`` with an unfused
         default (Alpaca, FastChat): the default is what runs unless the command line says otherwise."""
-        from advisor.rules.batch_size import parsed_training_arguments
-
         reported: set[int] = set()
-        for name in parsed_training_arguments(ctx):
-            if any(self._field_maybe_true(ctx, name, flag) for flag in ("use_cpu", "no_cuda")):
+        for name in ctx.facts.frameworks.parsed_training_arguments:
+            if not ctx.facts.devices.parsed_arguments_setting(name).gpu:
                 continue
             optim = ctx.values.attribute(name, "optim")
             if optim is None or optim.value not in UNFUSED_TRAINER_OPTIMS or not isinstance(optim.node, cst.SimpleString):
@@ -410,11 +352,6 @@ class AdamNotFused(Rule):
             )
             edit = Edit(optim.node, string_like(optim.node, FUSED_TRAINER_OPTIM))
             yield self.report(optim.node, message, self.fix(f'Default to `optim="{FUSED_TRAINER_OPTIM}"`', edit))
-
-    @staticmethod
-    def _field_maybe_true(ctx: FileContext, name: cst.Name, field_name: str) -> bool:
-        value = ctx.values.attribute(name, field_name)
-        return value is not None and bool(value.value)
 
     def _fused_optim_edit(self, ctx: FileContext, optim: cst.BaseExpression) -> Edit | None:
         """The edit turning the ``optim`` value into the fused optimizer, where it is written in this file."""
@@ -432,540 +369,12 @@ class AdamNotFused(Rule):
             return None
         return Edit(resolved.node, string_like(resolved.node, FUSED_TRAINER_OPTIM))
 
-    @staticmethod
-    def _maybe_true(ctx: FileContext, call: cst.Call, keyword: str) -> bool:
-        """``use_cpu=<unknown or true>`` written out; one hidden in unknown ``**kwargs`` is not assumed."""
-        expr = ctx.argument(call, keyword)
-        if expr is MISSING or expr is None:
-            return False
-        resolved = ctx.values.resolve(expr)
-        return resolved is None or bool(resolved.value)
 
 
 # == Models trained on CUDA: the premise of ADV602 (torch.compile) and ADV605 (cuDNN autotuner) ====
 COMPILE_GUIDE = "Using torch.compile"
 # The HF guide has no cuDNN section: the advice is PyTorch's own tuning guide.
 CUDNN_GUIDE = "PyTorch performance tuning guide, cuDNN auto-tuner"
-
-# Methods that hand back their receiver: ``Net().to(device)``, ``model.cuda()``, ``model.train()``.
-_SAME_MODULE_METHODS = frozenset(
-    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "requires_grad_", "to_empty", "type"}
-)
-_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")
-_DISTRIBUTED_DATA_PARALLEL = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-)
-_PEFT_WRAPPERS = (
-    "peft.get_peft_model",
-    "peft.prepare_model_for_kbit_training",
-    "peft.prepare_model_for_int8_training",
-    "peft.PeftModel.from_pretrained",
-)
-_JIT = ("torch.jit.script", "torch.jit.trace", "torch.jit.trace_module")
-TORCH_COMPILE = "torch.compile"
-# torch.nn classes that are not a model on their own.
-_NOT_A_MODEL = re.compile(r"^(Parameter\w*|Buffer|Module|ModuleList|ModuleDict|\w*Loss|DataParallel)$")
-_HF_MODEL_CLASS = re.compile(r"Model|For[A-Z]|^Autoencoder")
-_HF_NOT_A_MODEL = re.compile(r"^DataCollator|Config$|Tokenizer(Fast)?$|Processor$|Extractor$|Pipeline$|Scheduler$|Trainer$")
-_HF_LOADERS = ("from_pretrained", "from_config", "from_single_file")
-_QUANTIZED_LOAD = ("load_in_8bit", "load_in_4bit", "quantization_config")
-_MAX_TRACE_DEPTH = 6
-# CapWords, with at least one lower-case letter: ``Net``, ``ResNet18``, not ``CONFIG``.
-_CLASS_NAME = re.compile(r"^_?[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*$")
-# Published libraries (not the script's own project): their classes are not models, or are
-# recognised above by their own names.
-KNOWN_LIBRARIES = frozenset(
-    {
-        "torch", "torchvision", "transformers", "diffusers", "timm", "accelerate", "lightning",
-        "lightning_fabric", "peft", "trl", "deepspeed", "apex", "bitsandbytes", "datasets", "numpy",
-        "pandas", "sklearn", "scipy", "PIL", "tqdm", "wandb", "tensorboard", "tensorboardX", "mlflow",
-        "argparse", "collections", "dataclasses", "pathlib", "typing", "functools", "itertools", "logging",
-        "json", "os", "sys", "re", "math", "random", "time", "copy", "enum", "contextlib", "abc", "gym",
-        "gymnasium", "stable_baselines3", "omegaconf", "hydra", "einops", "evaluate", "huggingface_hub",
-        "safetensors", "tokenizers", "sentencepiece", "onnx", "onnxruntime", "tensorflow", "keras", "jax",
-        "flax", "optax", "unsloth", "torchmetrics", "ema_pytorch", "torch_ema",
-    }
-)
-
-
-@dataclass(frozen=True)
-class ModelBuild:
-    """Where a model is built: ``model = Net().to(device)`` has call ``Net()``, name ``model``."""
-
-    call: cst.Call
-    # "local" (an nn.Module class of this file), "imported" (a class of the script's project),
-    # "torch.nn", "torchvision", "timm", "transformers" (also diffusers)
-    kind: str
-    name: str  # the spelling bound to the model where it is built (the caller's, for a factory function)
-    binding: cst.CSTNode  # the assignment that binds ``name``
-
-
-@dataclass
-class TrainedModel:
-    """An ``nn.Module`` built in this file whose parameters an optimizer steps in a training loop."""
-
-    name: str  # as the optimizer's parameters spell it (``model``, ``self.net``)
-    optimizer: cst.Call
-    builds: list[ModelBuild] = field(default_factory=list)
-    # What it is handed to: "accelerate", "fabric", "deepspeed", "jit", "compile", "data_parallel", "ddp".
-    handed_to: set[str] = field(default_factory=set)
-    placements: set[str | None] = field(default_factory=set)  # as ``_placements`` tells them
-    quantized: bool = False  # loaded in 8/4 bit (bitsandbytes)
-    # Every spelling the trace followed (``model`` in ``main``, the ``model`` parameter of ``train``...).
-    spellings: set[str] = field(default_factory=set)
-
-    @property
-    def on_cuda(self) -> bool:
-        """Moved somewhere other than the CPU (an unresolved ``.to(device)`` in a CUDA file counts)."""
-        return bool(self.placements - {"cpu"})
-
-
-@dataclass
-class _Trace:
-    builds: list[ModelBuild] = field(default_factory=list)
-    handed_to: set[str] = field(default_factory=set)
-    placements: set[str | None] = field(default_factory=set)
-    quantized: bool = False
-    seen: set[tuple[str, int]] = field(default_factory=set)
-
-
-def cuda_trained_models(ctx: FileContext) -> list[TrainedModel]:
-    """The models this file builds and trains on CUDA: an optimizer stepped in a training loop
-    updates their parameters, and the file shows a CUDA device. One entry per model; whether it
-    is really on the GPU (``on_cuda``) and what it is handed to are left to the rules."""
-    return ctx.memo(cuda_trained_models, lambda: _find_trained_models(ctx) if ctx.uses_cuda else [])
-
-
-def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
-    models: list[TrainedModel] = []
-    for optimizer, owners in _stepped_optimizers(ctx):
-        for owner, at in owners:
-            trace = _Trace()
-            _trace_model(ctx, owner, at, trace, None, 0)
-            if not trace.builds:
-                continue
-            for framework in trace.handed_to & {"accelerate", "fabric"}:
-                device = _framework_device(ctx, framework)
-                if device is not None:
-                    trace.placements.add(device)  # the framework moves the model itself
-            if any({b.call for b in m.builds} & {b.call for b in trace.builds} for m in models):
-                continue  # one entry per model, however many optimizers update it
-            spellings = {spelling for spelling, _ in trace.seen} | {b.name for b in trace.builds if b.name}
-            models.append(
-                TrainedModel(
-                    owner, optimizer, trace.builds, trace.handed_to, trace.placements, trace.quantized, spellings
-                )
-            )
-    return models
-
-
-def _stepped_optimizers(ctx: FileContext) -> list[tuple[cst.Call, list[tuple[str, cst.CSTNode]]]]:
-    """Optimizers stepped in a training loop, each with the models whose parameters it updates."""
-    found: list[tuple[cst.Call, list[tuple[str, cst.CSTNode]]]] = []
-    seen: set[cst.Call] = set()
-    for target in _stepped_optimizer_names(ctx):
-        constructors = ctx.loops.optimizer_constructors(target)
-        for call in constructors:
-            if call not in seen:
-                seen.add(call)
-                params = ctx.argument(call, "params", PARAMS_POSITION)
-                if params is not None and params is not MISSING:
-                    found.append((call, _parameter_owners(ctx, params)))
-        if constructors:
-            continue
-        # nanoGPT / minGPT: ``optimizer = model.configure_optimizers(...)``
-        for call in _configure_optimizers_calls(ctx, target):
-            if call not in seen:
-                seen.add(call)
-                receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
-                if receiver:
-                    found.append((call, [(receiver, call)]))
-    return found
-
-
-def _stepped_optimizer_names(ctx: FileContext) -> list[str]:
-    """Optimizers a training loop steps: those of the innermost loops (``ctx.loops``), and those an
-    enclosing loop steps too (a GAN's generator step after the critic's inner loop)."""
-    names: list[str] = []
-    loops = ctx.loops.training_loops
-    for loop in loops:
-        names.extend(t for t in loop.optimizers if t not in names)
-    for call in ctx.method_calls("step"):
-        receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
-        if receiver is None or receiver in names or not ctx.loops.is_optimizer(receiver):
-            continue
-        outer = [a for a in ctx.ancestors(call) if isinstance(a, (cst.For, cst.While))]
-        if any(ctx.is_descendant(loop.node, o) for loop in loops for o in outer):
-            names.append(receiver)
-    return names
-
-
-def _configure_optimizers_calls(ctx: FileContext, target: str) -> list[cst.Call]:
-    calls = []
-    for call in ctx.method_calls("configure_optimizers"):
-        parent = ctx.parent.get(call)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            bound = dotted_name(parent.targets[0].target)
-            if bound and bound.split(".")[-1] == target.split(".")[-1]:
-                calls.append(call)
-    return calls
-
-
-def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int = 0) -> list[tuple[str, cst.CSTNode]]:
-    """``model`` for ``model.parameters()`` / ``model.named_parameters()`` anywhere in ``params``,
-    also through names bound once (``params = [p for p in model.parameters() if p.requires_grad]``)."""
-    owners: list[tuple[str, cst.CSTNode]] = []
-    for call in ctx.walk(params, cst.Call):
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
-            owner = dotted_name(func.value)
-            if owner is not None:
-                owner = _model_of(owner)
-                if all(owner != known for known, _ in owners):
-                    owners.append((owner, call))
-    if depth < 3:
-        for name in ctx.walk(params, cst.Name):
-            parent = ctx.parent.get(name)
-            if isinstance(parent, cst.Attribute) and (parent.attr is name or parent.value is name):
-                continue
-            value = ctx.single_assignment(name)
-            if value is not None:
-                for owner, at in _parameter_owners(ctx, value, depth + 1):
-                    if all(owner != known for known, _ in owners):
-                        owners.append((owner, at))
-    return owners
-
-
-def _model_of(owner: str) -> str:
-    """The model a parameter owner belongs to: ``model`` for ``model.fc`` (a fine-tuned head) and
-    ``model.module`` (DDP's inner module), ``self.net`` for ``self.net.head``."""
-    parts = owner.split(".")
-    keep = 2 if parts[0] == "self" else 1
-    return ".".join(parts[:keep])
-
-
-def _trace_model(
-    ctx: FileContext,
-    spelling: str,
-    at: cst.CSTNode,
-    trace: _Trace,
-    outer: tuple[str, cst.CSTNode] | None,
-    depth: int,
-) -> None:
-    """Follow what ``spelling`` (seen at ``at``) is bound to, back to the model's constructor.
-
-    ``outer`` is the caller's (name, assignment) when the trace went into a factory function:
-    the model is then built, for the rules' purposes, where the caller binds its result."""
-    key = (spelling, id(ctx.scope_of.get(at)))
-    if depth > _MAX_TRACE_DEPTH or key in trace.seen:
-        return
-    trace.seen.add(key)
-    trace.placements |= _placements(ctx, spelling, at)
-    trace.handed_to |= _hand_overs(ctx, spelling)
-    if "." in spelling:
-        for node in ctx.attribute_assignments.get(spelling, ()):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                _trace_value(ctx, node.value, spelling, node, trace, outer, depth)
-        return
-    for binding in ctx.lookup(spelling, at):
-        node = binding.node
-        if binding.value is not None:
-            _trace_value(ctx, binding.value, spelling, node, trace, outer, depth)
-        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
-            # ``model, optimizer = accelerator.prepare(model, optimizer)``: follow the same position
-            _trace_unpacked(ctx, node, spelling, trace, outer, depth)
-        elif isinstance(node, cst.Param):
-            _trace_parameter(ctx, node, trace, depth)
-
-
-def _trace_value(
-    ctx: FileContext,
-    value: cst.BaseExpression,
-    spelling: str,
-    binding: cst.CSTNode,
-    trace: _Trace,
-    outer: tuple[str, cst.CSTNode] | None,
-    depth: int,
-) -> None:
-    trace.placements |= _chain_placements(ctx, value)
-    value = _strip_same_module_methods(value)
-    inner = dotted_name(value)
-    if inner is not None:
-        if inner != spelling:  # ``model = net.to(device)``: ``model`` is what gets trained
-            _trace_model(ctx, inner, value, trace, outer or (spelling, binding), depth + 1)
-        return
-    if not isinstance(value, cst.Call):
-        return
-    kind = model_build_kind(ctx, value)
-    if kind is not None:
-        name, node = outer or (spelling, binding)
-        trace.builds.append(ModelBuild(value, kind, name, node))
-        if kind == "transformers":
-            if any(ctx.argument(value, keyword) is not MISSING for keyword in _QUANTIZED_LOAD):
-                trace.quantized = True
-            device_map = ctx.argument(value, "device_map")
-            if device_map is not MISSING:
-                resolved = ctx.values.resolve(device_map) if device_map is not None else None
-                trace.placements.add("cpu" if resolved is not None and resolved.value == "cpu" else "accelerator")
-        return
-    qualname = ctx.qualname(value.func) or ""
-    wrapped: cst.BaseExpression | None = None
-    if qualname in _DATA_PARALLEL + _DISTRIBUTED_DATA_PARALLEL:
-        trace.handed_to.add("data_parallel" if qualname in _DATA_PARALLEL else "ddp")
-        wrapped = _first_argument(ctx, value, "module")
-    elif qualname in _PEFT_WRAPPERS:
-        # The PEFT model is the one trained: it is "built" where the wrapper's result is bound.
-        wrapped = _first_argument(ctx, value, "model")
-        outer = outer or (spelling, binding)
-    elif qualname == TORCH_COMPILE:
-        trace.handed_to.add("compile")
-        wrapped = _first_argument(ctx, value, "model")
-    elif qualname in _JIT:
-        trace.handed_to.add("jit")
-    elif qualname == "deepspeed.initialize":
-        trace.handed_to.add("deepspeed")
-    elif _framework_hand_over(ctx, value) is not None:
-        trace.handed_to.add(_framework_hand_over(ctx, value))  # type: ignore[arg-type]
-        wrapped = value.args[0].value if len(value.args) == 1 and not value.args[0].star else None
-    elif isinstance(value.func, cst.Name):
-        _trace_factory(ctx, value, outer or (spelling, binding), trace, depth)
-    inner = dotted_name(wrapped) if wrapped is not None else None
-    if inner is not None:
-        _trace_model(ctx, inner, value, trace, outer, depth + 1)
-
-
-def _trace_unpacked(
-    ctx: FileContext, node: cst.Assign, spelling: str, trace: _Trace, outer, depth: int
-) -> None:
-    target, value = node.targets[0].target, node.value
-    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Call):
-        return
-    qualname = ctx.qualname(value.func) or ""
-    if qualname == "deepspeed.initialize":
-        trace.handed_to.add("deepspeed")
-        return
-    framework = _framework_hand_over(ctx, value)
-    if framework is None:
-        return
-    trace.handed_to.add(framework)
-    names = [dotted_name(e.value) for e in target.elements]
-    if spelling in names and names.index(spelling) < len(value.args):
-        arg = value.args[names.index(spelling)]
-        inner = dotted_name(arg.value) if not arg.star else None
-        if inner is not None:
-            _trace_model(ctx, inner, value, trace, outer, depth + 1)
-
-
-def _trace_parameter(ctx: FileContext, param: cst.Param, trace: _Trace, depth: int) -> None:
-    """A model that arrives as a function parameter: follow what the file's callers pass."""
-    function = ctx.scope_of.get(param)
-    if not isinstance(function, cst.FunctionDef):
-        return
-    positional = list(function.params.params)
-    index = next((i for i, p in enumerate(positional) if p is param), None)
-    callee = function.name.value
-    if callee == "__init__":
-        owner = ctx.enclosing(function, cst.ClassDef)
-        if not isinstance(owner, cst.ClassDef):
-            return
-        callee, index = owner.name.value, None if index is None else index - 1
-    for call in ctx.nodes(cst.Call):
-        if not (isinstance(call.func, cst.Name) and call.func.value == callee):
-            continue
-        passed = ctx.argument(call, param.name.value, index)
-        inner = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
-        if inner is not None:
-            _trace_model(ctx, inner, call, trace, None, depth + 1)
-
-
-def _trace_factory(ctx: FileContext, call: cst.Call, outer, trace: _Trace, depth: int) -> None:
-    """``model = build_model(args)`` where ``build_model`` is a function of this file."""
-    bindings = ctx.lookup(call.func.value, call)  # type: ignore[attr-defined]
-    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.FunctionDef):
-        return
-    function = bindings[0].node
-    for statement in ctx.walk(function, cst.Return):
-        if ctx.scope_of.get(statement) is function and statement.value is not None:
-            _trace_value(ctx, statement.value, "", statement, trace, outer, depth + 1)
-
-
-def _chain_placements(ctx: FileContext, value: cst.BaseExpression) -> set[str | None]:
-    """Devices of the moves chained on a constructor: ``Net().to(device).train()``."""
-    kinds: set[str | None] = set()
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in _SAME_MODULE_METHODS
-    ):
-        kinds |= _move_kinds(ctx, value)
-        value = value.func.value
-    return kinds
-
-
-def _strip_same_module_methods(value: cst.BaseExpression) -> cst.BaseExpression:
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in _SAME_MODULE_METHODS
-    ):
-        value = value.func.value
-    return value
-
-
-def _first_argument(ctx: FileContext, call: cst.Call, keyword: str) -> cst.BaseExpression | None:
-    argument = ctx.argument(call, keyword, 0)
-    return argument if isinstance(argument, cst.BaseExpression) else None
-
-
-def _framework_hand_over(ctx: FileContext, call: cst.Call) -> str | None:
-    """"accelerate" for ``accelerator.prepare(...)``, "fabric" for ``fabric.setup(...)``."""
-    func = call.func
-    if not isinstance(func, cst.Attribute) or not ctx.loops.is_framework(func.value):
-        return None
-    method = func.attr.value
-    if method in ("prepare", "prepare_model"):
-        return "accelerate" if ctx.bound_call(func.value, FABRIC) is None else None
-    if method in ("setup", "setup_module"):
-        return "fabric"
-    return None
-
-
-def _hand_overs(ctx: FileContext, spelling: str) -> set[str]:
-    """Frameworks ``spelling`` is passed to without being rebound (``deepspeed.initialize(model=model)``)."""
-    found: set[str] = set()
-    calls = ctx.method_calls("prepare", "prepare_model", "setup", "setup_module")
-    calls += ctx.calls("deepspeed.initialize", *_JIT, TORCH_COMPILE)
-    for call in calls:
-        if not any(dotted_name(arg.value) == spelling for arg in call.args):
-            continue
-        qualname = ctx.qualname(call.func) or ""
-        if qualname == "deepspeed.initialize":
-            found.add("deepspeed")
-        elif qualname in _JIT:
-            found.add("jit")
-        elif qualname == TORCH_COMPILE:
-            found.add("compile")
-        else:
-            framework = _framework_hand_over(ctx, call)
-            if framework is not None:
-                found.add(framework)
-    return found
-
-
-def _framework_device(ctx: FileContext, framework: str) -> str | None:
-    """"cpu" when every Accelerator / Fabric of the file is told to use the CPU, "accelerator"
-    when none is, None when that cannot be read."""
-    if framework == "accelerate":
-        calls = ctx.calls(ACCELERATOR)
-        keyword = "cpu"
-    else:
-        calls = ctx.calls(FABRIC)
-        keyword = "accelerator"
-    if not calls:
-        return None
-    kinds = set()
-    for call in calls:
-        argument = ctx.argument(call, keyword)
-        if argument is MISSING:
-            kinds.add("accelerator")
-            continue
-        value = ctx.values.value_of(argument) if argument is not None else None
-        if framework == "accelerate":
-            kinds.add("cpu" if value is True else "accelerator" if value is False else None)
-        else:
-            kinds.add(None if value is None else "cpu" if value == "cpu" else "accelerator")
-    return kinds.pop() if len(kinds) == 1 else None
-
-
-def _local_module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
-    """Classes of this file that are ``nn.Module`` subclasses, directly or through each other."""
-    classes = {c.name.value: c for c in ctx.nodes(cst.ClassDef)}
-    modules: dict[str, cst.ClassDef] = {}
-    changed = True
-    while changed:
-        changed = False
-        for name, cls in classes.items():
-            if name in modules:
-                continue
-            for base in cls.bases:
-                qualname = ctx.qualname(base.value) or ""
-                if (
-                    qualname.startswith("torch.nn.")
-                    or qualname == "lightning.pytorch.LightningModule"
-                    or (qualname.startswith("transformers.") and "PreTrainedModel" in qualname)
-                    or dotted_name(base.value) in modules
-                ):
-                    modules[name] = cls
-                    changed = True
-                    break
-    return modules
-
-
-def model_build_kind(ctx: FileContext, call: cst.Call) -> str | None:
-    """What kind of model constructor ``call`` is, or None when it is not one."""
-    func = call.func
-    if isinstance(func, cst.Name):
-        bindings = ctx.lookup(func.value, call)
-        if func.value in _local_module_classes(ctx) and all(isinstance(b.node, cst.ClassDef) for b in bindings):
-            return "local"
-        if _imported_class(ctx, func, bindings):
-            return "imported"
-    qualname = ctx.qualname(func)
-    if not qualname:
-        return None
-    parts = qualname.split(".")
-    if qualname in ("timm.create_model", "timm.models.create_model"):
-        return "timm"
-    if parts[0] == "torchvision" and len(parts) >= 3 and parts[1] == "models":
-        return "torchvision" if parts[-1][:1].islower() and parts[-1] not in ("list_models", "get_weight") else None
-    if parts[0] in ("transformers", "diffusers") and len(parts) >= 2:
-        cls = parts[-2] if parts[-1] in _HF_LOADERS else parts[-1]
-        if cls[:1].isupper() and _HF_MODEL_CLASS.search(cls) and not _HF_NOT_A_MODEL.search(cls):
-            return "transformers"
-        return None
-    if len(parts) == 3 and parts[:2] == ["torch", "nn"] and parts[2][:1].isupper() and not _NOT_A_MODEL.match(parts[2]):
-        return "torch.nn"
-    if parts[0] not in KNOWN_LIBRARIES and _CLASS_NAME.match(parts[-1]) and not _HF_NOT_A_MODEL.search(parts[-1]):
-        return "imported"
-    return None
-
-
-def _imported_class(ctx: FileContext, func: cst.Name, bindings) -> bool:
-    """``ResNet18()`` of a class the script imports from its own project (``from models import
-    ResNet18``, ``from .net import Net``, ``from models import *``): its parameters going to an
-    optimizer and the object to a device make it an ``nn.Module`` whose code lives elsewhere."""
-    if not _CLASS_NAME.match(func.value) or _HF_NOT_A_MODEL.search(func.value):
-        return False
-    if not bindings:
-        return any(isinstance(node.names, cst.ImportStar) for node in ctx.nodes(cst.ImportFrom))
-    if not all(isinstance(b.node, cst.ImportFrom) for b in bindings):
-        return False
-    return all(b.node.relative for b in bindings)  # type: ignore[attr-defined]
-
-
-# -- what the file already decided about compilation ---------------------------------------------
-def compiles_something(ctx: FileContext) -> bool:
-    """``torch.compile`` / ``torch._dynamo`` anywhere (a call, a decorator, a reference), or a
-    module's in-place ``.compile()``: the script made its compilation choice."""
-    for node in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name):
-        qualname = ctx.qualname(node)
-        if qualname and (qualname == TORCH_COMPILE or qualname.startswith(("torch._dynamo", "torch._inductor"))):
-            return True
-    for call in ctx.method_calls("compile"):
-        if ctx.qualname(call.func.value) is None:  # type: ignore[attr-defined]
-            return True  # ``model.compile()``, not ``re.compile(...)``
-    return False
-
-
-def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
-    """Whether the file runs the model through ``model(...)``: ``torch.compile`` wraps ``forward``,
-    so a model driven only through other methods (``agent.get_action_and_value(obs)``) would not
-    run compiled code at all."""
-    return any(
-        dotted_name(call.func) in model.spellings for call in ctx.nodes(cst.Call) if not isinstance(call.func, cst.Call)
-    )
-
 
 _PACK_PADDED_SEQUENCE = "torch.nn.utils.rnn.pack_padded_sequence"
 # Calls that turn tensor values into Python numbers, or pick one of them, for a loop bound.
@@ -980,7 +389,7 @@ def steps_over_data_lengths(ctx: FileContext, model: TrainedModel) -> bool:
     packs its outputs with (``scores, ..., decode_lengths, ... = decoder(...)`` then
     ``pack_padded_sequence(scores, decode_lengths)``). Dynamo specializes on those Python
     numbers and recompiles for nearly every batch."""
-    classes = _local_module_classes(ctx)
+    classes = local_module_classes(ctx)
     for build in model.builds:
         cls = classes.get(build.call.func.value) if build.kind == "local" else None  # type: ignore[attr-defined]
         if cls is not None and _forward_loops_over_data(ctx, cls):
@@ -1074,41 +483,11 @@ def _uses_library(ctx: FileContext, *modules: str) -> bool:
     return any(target.split(".")[0] in modules for target in ctx.imports.aliases.values())
 
 
-def hf_trainer_calls(ctx: FileContext) -> list[cst.Call]:
-    """``Trainer(...)`` of transformers or TRL, or of a class of this file that subclasses one."""
-    def is_trainer(qualname: str) -> bool:
-        return qualname.split(".")[0] in ("transformers", "trl") and qualname.endswith("Trainer")
-
-    local = {
-        c.name.value
-        for c in ctx.nodes(cst.ClassDef)
-        if any(is_trainer(ctx.qualname(base.value) or "") for base in c.bases)
-    }
-    found = []
-    for call in ctx.nodes(cst.Call):
-        qualname = ctx.qualname(call.func) or ""
-        if is_trainer(qualname) or (isinstance(call.func, cst.Name) and call.func.value in local):
-            found.append(call)
-    return found
-
-
-def _trainer_trains(ctx: FileContext) -> bool:
-    """A transformers / TRL ``Trainer`` of the file whose ``train()`` is called."""
-    trainers = hf_trainer_calls(ctx)
-    for call in ctx.method_calls("train"):
-        receiver = call.func.value  # type: ignore[attr-defined]
-        if receiver in trainers or ctx.bound_call(receiver) in trainers:
-            return True
-        if "trainer" in (dotted_name(receiver) or "").split(".")[-1].lower() and trainers:
-            return True
-    return False
-
-
 def _quantized_loading(ctx: FileContext) -> bool:
-    if ctx.calls("transformers.BitsAndBytesConfig", *_PEFT_WRAPPERS[1:3]):
+    if ctx.calls("transformers.BitsAndBytesConfig", *PEFT_WRAPPERS[1:3]):
         return True
     return any(
-        arg.keyword is not None and arg.keyword.value in _QUANTIZED_LOAD
+        arg.keyword is not None and arg.keyword.value in QUANTIZED_LOAD
         for call in ctx.method_calls("from_pretrained")
         for arg in call.args
     )
@@ -1116,15 +495,15 @@ def _quantized_loading(ctx: FileContext) -> bool:
 
 # -- where ``model = torch.compile(model)`` can go ----------------------------------------------------
 _BLOCKS = (cst.IndentedBlock, cst.Module)
-_HAND_OVER_CALLS = _DATA_PARALLEL + _DISTRIBUTED_DATA_PARALLEL + _JIT + (TORCH_COMPILE, "deepspeed.initialize")
+_HAND_OVER_CALLS = DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL + JIT + (TORCH_COMPILE, "deepspeed.initialize")
 
 
 def _is_hand_over(ctx: FileContext, value: cst.BaseExpression) -> bool:
     """``DDP(model)``, ``accelerator.prepare(model)``, ``torch.compile(model)``...: compile goes before."""
-    value = _strip_same_module_methods(value)
+    value = strip_same_module_methods(value)
     if not isinstance(value, cst.Call):
         return False
-    return (ctx.qualname(value.func) or "") in _HAND_OVER_CALLS or _framework_hand_over(ctx, value) is not None
+    return (ctx.qualname(value.func) or "") in _HAND_OVER_CALLS or framework_hand_over(ctx, value) is not None
 
 
 def _mentions(ctx: FileContext, name: str, scope: cst.CSTNode) -> list[cst.CSTNode]:
@@ -1774,7 +1153,7 @@ class NoTorchCompile(Rule):
         yield from self._training_arguments(ctx)
         if _double_backward(ctx):
             return
-        for model in cuda_trained_models(ctx):
+        for model in trained_models(ctx):
             if not model.on_cuda or model.quantized or model.handed_to & _COMPILE_DECIDED_ELSEWHERE:
                 continue
             if not called_directly(ctx, model) or steps_over_data_lengths(ctx, model):
@@ -1806,12 +1185,12 @@ class NoTorchCompile(Rule):
         return self.fix(description, Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports=imports)
 
     def _training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
-        if not _trainer_trains(ctx) or _quantized_loading(ctx):
+        if not ctx.facts.frameworks.hf_trainer_trains or _quantized_loading(ctx):
             return
         if any(key.rsplit(".", 1)[-1].startswith("torch_compile") for key in ctx.attribute_assignments):
             return
         for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if any(AdamNotFused._maybe_true(ctx, call, flag) for flag in ("use_cpu", "no_cuda")):
+            if not ctx.facts.devices.framework_setting(call).gpu:
                 continue
             settings = ("torch_compile", "torch_compile_backend", "torch_compile_mode", "deepspeed")
             if any(ctx.argument(call, keyword) is not MISSING for keyword in settings):
@@ -1825,38 +1204,6 @@ class NoTorchCompile(Rule):
             yield self.report(call, message, fix)
 
 
-# -- ADV605: conv nets and the cuDNN autotuner --------------------------------------------------------
-_CONV_LAYERS = frozenset(
-    f"torch.nn.{layer}"
-    for layer in (
-        "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d",
-        "LazyConv2d", "LazyConv3d", "LazyConvTranspose2d", "LazyConvTranspose3d",
-    )
-)
-# Layers of models whose inputs usually vary in length from batch to batch (tokens, audio frames):
-# the autotuner would benchmark again for every new shape.
-_SEQUENCE_LAYERS = frozenset(
-    f"torch.nn.{layer}"
-    for layer in ("Embedding", "EmbeddingBag", "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell")
-)
-_CNN_NAME = re.compile(
-    r"resnet|resnext|efficientnet|convnext|regnet|mobilenet|densenet|vgg|alexnet|inception|googlenet|"
-    r"xception|shufflenet|squeezenet|mnasnet|dla|dpn|ghostnet|mixnet|hrnet|darknet|nfnet|rexnet|senet|"
-    r"res2net|resnest|repvgg|cspnet|unet|r3d|r2plus1d|mc3_|s3d|cnn|convnet",
-    re.IGNORECASE,
-)
-_NOT_CNN_NAME = re.compile(
-    r"vit|deit|swin|beit|mixer|former|coat|levit|xcit|cait|eva|mvit|detr|rcnn|retina|ssd|fcos|yolo|"
-    r"text|sentence|seq|word|char|token|audio|speech|wav|lstm|gru|rnn",
-    re.IGNORECASE,
-)
-# Detection models (multi-scale training, images resized per batch) by the name of their class
-# (timm's and torchvision's ``darknet53`` / ``cspdarknet53`` are classifiers: not asked).
-_DETECTION_NAME = re.compile(r"darknet|yolo|rcnn|retina|ssd|fcos|detr|detector", re.IGNORECASE)
-# Segmentation models: trained on the dataset's image sizes unless the file resizes or crops to one.
-_SEGMENTATION_NAME = re.compile(r"unet|segnet|deeplab|pspnet|linknet|seg(?!uen)|fcn", re.IGNORECASE)
-# Transforms that give every image one size: a crop of a fixed size, a resize to a (height, width).
-_FIXED_SIZE_TRANSFORMS = frozenset({"Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomSizedCrop"})
 # ``# cudnn.benchmark = True  # faster, but more memory`` left commented out: a choice made.
 _CUDNN_SETTING_COMMENT = re.compile(r"cudnn\.(benchmark|deterministic)\b|\bbenchmark\s*=\s*(True|False)\b")
 CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
@@ -1866,93 +1213,6 @@ _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile
 
 def _compile_commented_out(ctx: FileContext) -> bool:
     return bool(ctx.comments_matching(_COMPILE_COMMENT))
-
-
-def _cnn_name(text: str) -> bool:
-    return bool(_CNN_NAME.search(text)) and not _NOT_CNN_NAME.search(text)
-
-
-def fixed_input_size(ctx: FileContext) -> bool:
-    """Whether the file resizes or crops its images to one size: ``Resize((256, 256))``,
-    ``RandomCrop(224)``, albumentations' ``A.Resize(256, 256)`` (torchvision's ``Resize(256)``
-    only fixes the shorter side)."""
-    for call in ctx.nodes(cst.Call):
-        name = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
-        if name not in _FIXED_SIZE_TRANSFORMS:
-            continue
-        sizes = [ctx.values.value_of(arg.value) for arg in call.args[:2] if arg.keyword is None]
-        if name == "Resize":
-            fixed = len(sizes) == 2 or (len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) and len(sizes[0]) == 2)
-        else:
-            fixed = bool(sizes)
-        flat = [v for size in sizes for v in (size if isinstance(size, (tuple, list)) else (size,))]
-        if fixed and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
-            return True
-    return False
-
-
-def _variable_size_model(ctx: FileContext, class_name: str) -> bool:
-    """A detection model, or a segmentation model fed the dataset's own image sizes."""
-    if _DETECTION_NAME.search(class_name):
-        return True
-    return bool(_SEGMENTATION_NAME.search(class_name)) and not fixed_input_size(ctx)
-
-
-def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
-    """Whether the model ``build`` makes is a convolutional net with fixed-size inputs: 2-D/3-D
-    convolutions (its own layers, a torchvision / timm CNN, a class named like one), and no
-    embedding or recurrent layers (sequence models, whose input lengths vary)."""
-    call = build.call
-    if build.kind == "torchvision":
-        qualname = ctx.qualname(call.func) or ""
-        if ".detection." in qualname or ".segmentation." in qualname or ".optical_flow." in qualname:
-            return False  # variable image sizes
-        return _cnn_name(qualname.rsplit(".", 1)[-1])
-    if build.kind == "timm":
-        name = ctx.argument(call, "model_name", 0)
-        value = ctx.values.value_of(name) if isinstance(name, cst.BaseExpression) else None
-        return isinstance(value, str) and _cnn_name(value)
-    if build.kind == "imported":
-        name = dotted_name(call.func) or ""
-        return _cnn_name(name) and not _variable_size_model(ctx, name.rsplit(".", 1)[-1])
-    if build.kind in ("local", "torch.nn"):
-        found: set[str] = set()
-        root: cst.CSTNode = call
-        if build.kind == "local":
-            if _variable_size_model(ctx, call.func.value):  # type: ignore[attr-defined]
-                return False
-            root = _local_module_classes(ctx)[call.func.value]  # type: ignore[attr-defined]
-        _layers_under(ctx, root, found, set())
-        return "conv" in found and "sequence" not in found
-    return False
-
-
-def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: set[cst.CSTNode]) -> None:
-    """Collect "conv" / "sequence" for the layers ``root`` builds, through the classes and helper
-    functions of this file it calls (``conv_bn(...)``, ``BasicBlock(...)``) and its local base classes."""
-    if root in seen:
-        return
-    seen.add(root)
-    if isinstance(root, cst.ClassDef):
-        for base in root.bases:
-            local = dotted_name(base.value)
-            classes = _local_module_classes(ctx)
-            if local in classes:
-                _layers_under(ctx, classes[local], found, seen)
-    for call in ctx.walk(root, cst.Call):
-        qualname = ctx.qualname(call.func) or ""
-        if qualname in _CONV_LAYERS:
-            found.add("conv")
-        elif qualname in _SEQUENCE_LAYERS:
-            found.add("sequence")
-        elif qualname.startswith("torchvision.models.") or qualname in ("timm.create_model", "timm.models.create_model"):
-            kind = "torchvision" if qualname.startswith("torchvision.") else "timm"
-            if conv_net(ctx, ModelBuild(call, kind, "", call)):
-                found.add("conv")
-        elif isinstance(call.func, cst.Name):
-            bindings = ctx.lookup(call.func.value, call)
-            if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
-                _layers_under(ctx, bindings[0].node, found, seen)
 
 
 def cudnn_choice_made(ctx: FileContext) -> bool:
@@ -2364,7 +1624,7 @@ class CudnnBenchmark(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.uses_cuda or cudnn_choice_made(ctx):
+        if not ctx.facts.devices.gpu.yes or cudnn_choice_made(ctx):
             return
         for trainer in ctx.calls(LIGHTNING_TRAINER):
             model = self._lightning_conv_net(ctx, trainer)
@@ -2377,7 +1637,7 @@ class CudnnBenchmark(Rule):
                 fix = self.fix("Pass `benchmark=True`", Edit(trainer, set_keyword(trainer, "benchmark", "True")))
                 yield self.report(trainer, message, fix)
                 return
-        for model in cuda_trained_models(ctx):
+        for model in trained_models(ctx):
             build = next((b for b in model.builds if conv_net(ctx, b)), None)
             if build is None or not model.on_cuda:
                 continue
@@ -2398,21 +1658,8 @@ class CudnnBenchmark(Rule):
     @staticmethod
     def _lightning_conv_net(ctx: FileContext, trainer: cst.Call) -> str | None:
         """The conv net a GPU Lightning ``Trainer`` fits, by its spelling."""
-        accelerator = ctx.argument(trainer, "accelerator")
-        if accelerator is None:
+        if not ctx.facts.devices.framework_setting(trainer).gpu:
             return None
-        # Lightning 1.x: ``Trainer(gpus=1)`` (also ``-1``, ``[0, 1]``, ``"0,1"``) trains on GPUs.
-        gpus = ctx.argument(trainer, "gpus")
-        gpus_value = ctx.values.value_of(gpus) if isinstance(gpus, cst.BaseExpression) else None
-        asks_gpus = (type(gpus_value) is int and gpus_value != 0) or (
-            isinstance(gpus_value, (str, list, tuple)) and gpus_value not in ("", "0", [], ())
-        )
-        if type(gpus_value) is int and gpus_value == 0:
-            return None
-        if accelerator is not MISSING and not asks_gpus:
-            value = ctx.values.value_of(accelerator)
-            if not isinstance(value, str) or value.split(":")[0] not in ("auto", "gpu", "cuda"):
-                return None
         if any(ctx.argument(trainer, keyword) is None for keyword in ("benchmark", "deterministic")):
             return None  # could be passed through unreadable **kwargs
         for fit in ctx.method_calls("fit"):
@@ -2426,9 +1673,7 @@ class CudnnBenchmark(Rule):
                 spelling = dotted_name(model)
                 if spelling is None:
                     continue
-                trace = _Trace()
-                _trace_model(ctx, spelling, fit, trace, None, 0)
-                builds = trace.builds
+                builds = trace_builds(ctx, spelling, fit)
             for build in builds:
                 if conv_net(ctx, build):
                     return dotted_name(build.call.func) or ctx.code(model)
@@ -2458,9 +1703,7 @@ def _read_after(ctx: FileContext, spelling: str, scope: cst.CSTNode, after: int)
 
 def _is_built_model(ctx: FileContext, spelling: str, at: cst.CSTNode) -> bool:
     """Whether ``spelling`` is a model built in this file (an ``nn.Module``, not a function)."""
-    trace = _Trace()
-    _trace_model(ctx, spelling, at, trace, None, 0)
-    return bool(trace.builds)
+    return bool(trace_builds(ctx, spelling, at))
 
 
 def _without_first_argument(call: cst.Call) -> list[cst.Arg]:
@@ -2473,7 +1716,7 @@ def _without_first_argument(call: cst.Call) -> list[cst.Arg]:
 
 
 def _file_trains(ctx: FileContext) -> bool:
-    return bool(ctx.loops.training_loops) or bool(hf_trainer_calls(ctx))
+    return bool(ctx.loops.training_loops) or bool(ctx.facts.frameworks.hf_trainer_calls)
 
 
 class CompileWithoutEffect(Rule):
@@ -2647,7 +1890,7 @@ class CompileWithoutEffect(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(TORCH_COMPILE):
             parent = ctx.parent.get(call)
-            argument = _first_argument(ctx, call, "model")
+            argument = first_argument(ctx, call, "model")
             spelling = dotted_name(argument) if argument is not None else None
             shown = f"torch.compile({spelling})" if spelling else "torch.compile(...)"
             if isinstance(parent, cst.Expr):
@@ -2715,7 +1958,7 @@ class CompileWithoutEffect(Rule):
         not given the compiled model afterwards."""
         scope = ctx.scope_of.get(call)
         before, after = None, False
-        for trainer in hf_trainer_calls(ctx):
+        for trainer in ctx.facts.frameworks.hf_trainer_calls:
             if ctx.scope_of.get(trainer) is not scope:
                 continue
             model = ctx.argument(trainer, "model", 0)

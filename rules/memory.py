@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
-from advisor.rules.batch_size import (
-    AccumulationSplit,
-    loader_calls,
-    single_loader_batch,
-)
-from advisor.rules.precision import autocasts, resolve_dtype
 
 from advisor.apis import TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
+from advisor.facts import Tri
+from advisor.facts.precision import autocasts, resolve_dtype
 from advisor.edits import remove_keyword, set_keyword, string_like
 from advisor.model_sizes import ModelSize, model_size
 from advisor.names import dotted_name
@@ -638,7 +634,7 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression) -> list[cst.
 
 
 def _loop_fine_tunes(ctx: FileContext, read: dict) -> Iterator[FullFineTune]:
-    if not ctx.uses_cuda or not ctx.loops.training_loops:
+    if not ctx.facts.devices.gpu.yes or not ctx.loops.training_loops:
         return  # no GPU shown: the state lives in host memory
     mixed = any(site.fp16 or site.bf16 for site in autocasts(ctx))
     for constructor in _optimizer_constructors(ctx):
@@ -1405,11 +1401,11 @@ class NeedlessMemorySaving(Rule):
         else:
             loaders: list[cst.Call] = []
             for loop in ctx.loops.training_loops:
-                calls = loader_calls(ctx, loop.iterable) if loop.iterable is not None else None
+                calls = ctx.facts.loaders.behind(loop.iterable) if loop.iterable is not None else None
                 if calls is None:
                     return None
                 loaders.extend(c for c in calls if c not in loaders)
-            batch = single_loader_batch(ctx, loaders)
+            batch = ctx.facts.loaders.single_batch(loaders)
             value = None if batch is None else batch.value
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -1435,7 +1431,7 @@ class NeedlessMemorySaving(Rule):
             value = ctx.values.value_of(expr)  # type: ignore[arg-type]
             site: cst.CSTNode = ctx.keyword_arg(setup.training_args, "gradient_accumulation_steps") or setup.training_args
         else:
-            divisors = [AccumulationSplit._accumulation_divisor(ctx, loop) for loop in ctx.loops.training_loops]
+            divisors = [ctx.loops.accumulation_divisor(loop) for loop in ctx.loops.training_loops]
             if len(divisors) != 1 or divisors[0] is None:
                 return None
             value, site = ctx.values.value_of(divisors[0]), divisors[0]
@@ -1758,52 +1754,6 @@ EMPTY_CACHE = (
     "torch.xpu.empty_cache",
     "torch.mps.empty_cache",
 )
-# Tests that only ask whether a GPU is there: under them the call still runs every step.
-_DEVICE_WORDS = re.compile(r"^(use_)?(cuda|gpu)$|^(is|on)_(cuda|gpu)$|^has_(cuda|gpu)$", re.IGNORECASE)
-
-
-def _is_device_check(ctx: FileContext, test: cst.BaseExpression) -> bool:
-    if isinstance(test, cst.BooleanOperation):
-        return _is_device_check(ctx, test.left) and _is_device_check(ctx, test.right)
-    if isinstance(test, cst.Call):
-        return ctx.qualname(test.func) in ("torch.cuda.is_available", "torch.accelerator.is_available")
-    if isinstance(test, (cst.Name, cst.Attribute)):
-        name = dotted_name(test) or ""
-        return bool(_DEVICE_WORDS.match(name.split(".")[-1]))
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        sides = [test.left, test.comparisons[0].comparator]
-        strings = [ctx.values.value_of(s) for s in sides if isinstance(s, (cst.SimpleString, cst.ConcatenatedString))]
-        return bool(strings) and all(isinstance(s, str) and s.split(":")[0] in ("cuda", "cpu", "gpu") for s in strings)
-    return False
-
-
-def _unconditional_path(ctx: FileContext, node: cst.CSTNode, region: cst.CSTNode) -> bool:
-    """No condition between ``node`` and ``region`` (or the function holding ``node``) but
-    device checks: no other ``if``, no ``except`` or ``else`` branch, no conditional expression."""
-    previous: cst.CSTNode = node
-    for ancestor in ctx.ancestors(node):
-        if ancestor is region or isinstance(ancestor, cst.FunctionDef):
-            return True
-        if isinstance(ancestor, (cst.Lambda, cst.ClassDef, cst.ExceptHandler, cst.ExceptStarHandler, cst.Else)):
-            return False
-        if isinstance(ancestor, (cst.IfExp, cst.BooleanOperation, cst.CompFor)):
-            return False
-        if isinstance(ancestor, cst.If) and (previous is not ancestor.body or not _is_device_check(ctx, ancestor.test)):
-            return False
-        previous = ancestor
-    return False
-
-
-def every_step_unguarded(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether ``node`` runs on every training step with no condition but a device check: in a
-    training loop's body, in a helper it calls, or in a framework's per-step hook. Inner loops
-    count as running (a loop over micro-batches runs every step)."""
-    region = ctx.loops.step_region(node)
-    if region is None:
-        return False
-    return all(_unconditional_path(ctx, site, region.node) for site in (*region.calls, node))
-
-
 def _removal(ctx: FileContext, statement: cst.CSTNode) -> Edit | None:
     """Remove a statement and keep the code valid: a device check left empty goes too, an
     emptied block gets ``pass``."""
@@ -1815,7 +1765,7 @@ def _removal(ctx: FileContext, statement: cst.CSTNode) -> Edit | None:
         if (
             isinstance(owner, cst.If)
             and owner.orelse is None
-            and _is_device_check(ctx, owner.test)
+            and ctx.facts.devices.gpu_test(owner.test, switches=True) is not Tri.UNKNOWN
             and isinstance(ctx.parent.get(owner), (cst.IndentedBlock, cst.Module))
         ):
             return _removal(ctx, owner)
@@ -2061,7 +2011,7 @@ class EmptyCacheInLoop(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         calls = ctx.calls(*EMPTY_CACHE)
         if calls:
-            for call in (c for c in calls if every_step_unguarded(ctx, c)):
+            for call in (c for c in calls if ctx.facts.steps.step_of(c) is not None):
                 spelling = dotted_name(call.func) or "empty_cache"
                 message = (
                     f"`{spelling}()` runs on every training step: the next step must `cudaMalloc` the freed blocks "

@@ -18,7 +18,7 @@ from advisor.context import MISSING, FileContext
 from advisor.loops import Event, MicroStepLoop, TrainingLoop, fixed_at_one, is_scaler
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Fix, Invalid, Rule, Valid
-from advisor.rules.precision import SCALER_ENABLED_POSITION, SCALERS
+from advisor.facts.precision import SCALER_ENABLED_POSITION, SCALERS
 from advisor.values import string_value
 
 GUIDE = "Gradient Accumulation"
@@ -40,32 +40,6 @@ _CRITERION = re.compile(
 )
 # Names that count steps: the modulo of an accumulation condition is taken of one of them.
 _COUNTER = re.compile(r"step|iter|idx|index|batch|^(i|j|it|n|t)$", re.I)
-
-
-# -- what the loop does ------------------------------------------------------------------
-def uses_lightning(ctx: FileContext) -> bool:
-    """Lightning and Fabric own the loop, accumulation and zeroing (or the file is theirs)."""
-    return any(
-        target.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")
-        for target in ctx.imports.aliases.values()
-    )
-
-
-def fabric_loop(ctx: FileContext, loop: TrainingLoop) -> bool:
-    """A loop whose backward is ``fabric.backward(loss)``: Fabric scales the loss for mixed
-    precision only. It never zeroes gradients and, unlike ``accelerator.backward``, does not
-    divide by accumulation steps, so the loop is judged like one calling ``loss.backward()``."""
-    return any(
-        isinstance(e.call.func, cst.Attribute) and ctx.loops.is_fabric(e.call.func.value)
-        for e in loop.events
-        if e.kind == "backward"
-    )
-
-
-def lightning_owns(ctx: FileContext, loop: TrainingLoop) -> bool:
-    """Whether Lightning may zero and accumulate for ``loop`` (the file uses Lightning and the
-    loop is not a Fabric loop)."""
-    return uses_lightning(ctx) and not fabric_loop(ctx, loop)
 
 
 def applies_to(ctx: FileContext, zero: Event, optimizer: str, loop_optimizers: Sequence[str]) -> bool:
@@ -1097,7 +1071,7 @@ class ZeroGradOrder(Rule):
         if "zero_grad" in ctx.source or _grad_writes(ctx):
             return
         for loop in loops:
-            if _in_subclass(ctx, loop.node) or lightning_owns(ctx, loop):
+            if _in_subclass(ctx, loop.node) or ctx.facts.frameworks.lightning_owns(loop):
                 continue
             for optimizer in loop.optimizers:
                 steps = steps_of(loop, optimizer)
@@ -1496,7 +1470,7 @@ class ZeroGradBreaksAccumulation(Rule):
             return
         reported: set[cst.Call] = set()
         for loop in loops:
-            if lightning_owns(ctx, loop):
+            if ctx.facts.frameworks.lightning_owns(loop):
                 continue
             for optimizer in loop.optimizers:
                 accumulation = accumulation_of(ctx, loop, optimizer)
@@ -2131,7 +2105,7 @@ class AccumulationLossNotScaled(Rule):
             return
         reported: set[cst.Call] = set()
         for loop in loops:
-            if lightning_owns(ctx, loop):
+            if ctx.facts.frameworks.lightning_owns(loop):
                 continue
             backwards = [e for e in loop.events if e.kind == "backward"]
             if any(
@@ -2204,9 +2178,8 @@ def captures_cuda_graphs(ctx: FileContext) -> bool:
 def makes_gradients(ctx: FileContext) -> bool:
     """A backward the file runs itself (or Lightning's, which runs the standard one): the
     gradients are accumulated by autograd, not written by an engine of another module."""
-    return bool(ctx.method_calls("backward", "manual_backward") or ctx.calls("torch.autograd.backward")) or uses_lightning(
-        ctx
-    )
+    backward = ctx.method_calls("backward", "manual_backward") or ctx.calls("torch.autograd.backward")
+    return bool(backward) or ctx.facts.frameworks.uses_lightning
 
 
 def grad_reads(ctx: FileContext) -> list[cst.Attribute]:
@@ -2502,7 +2475,7 @@ class ZeroGradSetToNoneFalse(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         calls = ctx.method_calls("zero_grad")
-        if not calls or not ctx.uses_cuda or not makes_gradients(ctx):
+        if not calls or not ctx.facts.devices.gpu.yes or not makes_gradients(ctx):
             return
         if _grad_writes(ctx) or captures_cuda_graphs(ctx):
             return
@@ -2962,7 +2935,7 @@ class ClipBeforeUnscale(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         clips = ctx.calls(*CLIP_FUNCTIONS)
-        if not clips or uses_lightning(ctx):
+        if not clips or ctx.facts.frameworks.uses_lightning:
             return
         for clip in clips:
             finding = self._check_clip(ctx, clip)

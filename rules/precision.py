@@ -20,272 +20,59 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
-from advisor.edits import combine_edits, set_keyword, string_like
+from advisor.edits import combine_edits, lines_removed_with, remove_statements, set_keyword, string_like
 from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
-from advisor.rules.data_loading import _cuda_device, _trainer_on_cpu
-from advisor.rules.kernels import KNOWN_LIBRARIES
-from advisor.values import string_value
+from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
+from advisor.facts.models import KNOWN_LIBRARIES
+from advisor.facts.precision import (
+    AMP_SCALER,
+    AUTOCAST,
+    CUDA_AUTOCAST,
+    CUDA_AUTOCAST_PARAMETERS,
+    CUDA_SCALER,
+    FP16,
+    QUANTIZED_LOADING,
+    SCALER_ENABLED_POSITION,
+    Autocast,
+    Dtype,
+    autocasts,
+    binds,
+    calls_module,
+    cast_subject,
+    file_trains,
+    fp32_matmul_model,
+    half_weights,
+    in_inference_function,
+    known_setting,
+    parameter_owners,
+    precision_reassigned,
+    resolve_dtype,
+    same_module,
+    scaler_calls,
+    small_network_training,
+    tf32_configured,
+    trained_modules,
+    trainer_compiles,
+    trains_in_fp32,
+    under_bf16_choice,
+    under_fp16_choice,
+)
+from advisor.loops import under_no_grad
 
 GUIDE = "Mixed precision training"
 
-AUTOCAST = "torch.autocast"  # torch.amp.autocast is folded into it by the import table
-CUDA_AUTOCAST = "torch.cuda.amp.autocast"
-CUDA_SCALER = "torch.cuda.amp.GradScaler"
-AMP_SCALER = "torch.amp.GradScaler"
-SCALERS = (CUDA_SCALER, AMP_SCALER, "torch.GradScaler")
 LIGHTNING = ("lightning.pytorch.Trainer", "lightning.fabric.Fabric")
 
-FP16 = "float16"
-BF16 = "bfloat16"
-TORCH_DTYPES = {
-    "torch.float16": FP16,
-    "torch.half": FP16,
-    "torch.bfloat16": BF16,
-    "torch.float32": "float32",
-    "torch.float": "float32",
-    "torch.float64": "float64",
-    "torch.double": "float64",
-}
-# Parameter positions: torch.autocast(device_type, dtype, enabled, cache_enabled) and
-# torch.cuda.amp.autocast(enabled, dtype, cache_enabled).
-AUTOCAST_POSITION = {"device_type": 0, "dtype": 1, "enabled": 2}
-CUDA_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
-# GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled); torch.amp's
-# takes ``device`` first.
-SCALER_ENABLED_POSITION = {CUDA_SCALER: 4, AMP_SCALER: 5, "torch.GradScaler": 5}
 # Lightning's half-precision spellings, and their bf16 twin of the same Lightning generation:
 # "bf16-mixed" exists only from Lightning 2.0, the legacy "bf16" in every version.
 LIGHTNING_BF16 = {16: "bf16", "16": "bf16", "16-mixed": "bf16-mixed"}
 
-# A test that names one of these chooses between bf16 and something else: fp16 under it is
-# the user's choice or the fallback for GPUs without bf16, never an oversight.
-_BF16_CHOICE = re.compile(r"bf16|bfloat16|get_device_capability", re.IGNORECASE)
-# A test that names one of these makes a GradScaler conditional on fp16 being used.
-_FP16_CHOICE = re.compile(r"fp16|float16|half", re.IGNORECASE)
-# Keywords that load or compute model weights in a dtype (from_pretrained, BitsAndBytesConfig).
-_WEIGHT_DTYPE_KEYWORDS = ("torch_dtype", "bnb_4bit_compute_dtype")
-
-
 def _message(text: str) -> str:
     return f"{text} (guide: {GUIDE})"
-
-
-# -- what a file's autocasts do ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Dtype:
-    """A dtype as the code spells it, and where a fix would change it."""
-
-    name: str  # "float16", "bfloat16", ...
-    # The node that decides it: a ``torch.float16`` reference, or the string key of a
-    # ``{"float16": torch.float16, ...}[key]`` lookup. None when the argument is absent.
-    node: cst.CSTNode | None = None
-    # For a dict lookup: the key that selects bf16 in the same dict, if there is one.
-    bf16_key: str | None = None
-
-
-@dataclass(frozen=True)
-class Autocast:
-    call: cst.Call
-    deprecated: bool  # torch.cuda.amp.autocast
-    device: str | None  # "cuda", "cpu", ... or None when unknown
-    dtype: Dtype | None  # None when unknown
-    disabled: bool  # ``enabled=False``: no autocast region at all
-
-    @property
-    def on_cuda(self) -> bool:
-        return self.device is not None and self.device.startswith("cuda")
-
-    @property
-    def certainly_not_cuda(self) -> bool:
-        return self.disabled or (self.device is not None and not self.on_cuda)
-
-    @property
-    def fp16(self) -> bool:
-        return not self.disabled and self.on_cuda and self.dtype is not None and self.dtype.name == FP16
-
-    @property
-    def bf16(self) -> bool:
-        return not self.disabled and self.dtype is not None and self.dtype.name == BF16
-
-
-def resolve_dtype(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Dtype | None:
-    """The torch dtype ``expr`` evaluates to: ``torch.float16``, a name bound once to one,
-    or a lookup ``{"float16": torch.float16, ...}[key]`` with a known key. Else None."""
-    if depth > 8:
-        return None
-    if isinstance(expr, (cst.Name, cst.Attribute)):
-        qualname = ctx.qualname(expr)
-        if qualname in TORCH_DTYPES:
-            return Dtype(TORCH_DTYPES[qualname], expr)
-    if isinstance(expr, cst.Name):
-        if expr.value in ctx.declared_global:
-            return None
-        value = ctx.single_assignment(expr)
-        return None if value is None else resolve_dtype(ctx, value, depth + 1)
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-        key = ctx.values.resolve(expr.slice[0].slice.value)
-        entries = ctx.values.dict_entries(expr.value)
-        if key is None or not isinstance(key.value, str) or entries is None or key.value not in entries:
-            return None
-        chosen = resolve_dtype(ctx, entries[key.value], depth + 1)
-        if chosen is None:
-            return None
-        bf16_key = None
-        for other, value in entries.items():
-            resolved = resolve_dtype(ctx, value, depth + 1)
-            if resolved is not None and resolved.name == BF16:
-                bf16_key = other
-                break
-        return Dtype(chosen.name, key.node, bf16_key)
-    return None
-
-
-def autocasts(ctx: FileContext) -> list[Autocast]:
-    """Every ``torch.autocast`` / ``torch.cuda.amp.autocast`` call, read as far as it can be."""
-    found = []
-    for call in ctx.calls(AUTOCAST, CUDA_AUTOCAST):
-        deprecated = ctx.qualname(call.func) == CUDA_AUTOCAST
-        if deprecated:
-            device: str | None = "cuda"
-            enabled = ctx.argument(call, "enabled", 0)
-        else:
-            device_arg = ctx.argument(call, "device_type", AUTOCAST_POSITION["device_type"])
-            device_value = ctx.values.resolve(device_arg) if device_arg else None
-            device = device_value.value if device_value is not None and isinstance(device_value.value, str) else None
-            if device is None and device_arg:
-                device = _device_under_guard(ctx, call, device_arg)
-            enabled = ctx.argument(call, "enabled", AUTOCAST_POSITION["enabled"])
-        disabled = False
-        if enabled is not MISSING and enabled is not None:
-            enabled_value = ctx.values.resolve(enabled)
-            disabled = enabled_value is not None and enabled_value.value is False
-        dtype_arg = ctx.argument(call, "dtype", AUTOCAST_POSITION["dtype"])
-        dtype: Dtype | None
-        if dtype_arg is None:
-            dtype = None
-        elif dtype_arg is MISSING:
-            # No dtype: float16 on CUDA, bfloat16 on CPU (torch's autocast defaults).
-            if device is None:
-                dtype = None
-            else:
-                dtype = Dtype(FP16 if device.startswith("cuda") else BF16)
-        else:
-            dtype = resolve_dtype(ctx, dtype_arg)
-        found.append(Autocast(call, deprecated, device, dtype, disabled))
-    return found
-
-
-def _device_under_guard(ctx: FileContext, call: cst.Call, device: cst.BaseExpression) -> str | None:
-    """The one device ``device`` can still name where ``call`` runs: nanoGPT's
-    ``device_type = "cuda" if ... else "cpu"`` read under ``... if device_type == "cpu" else``."""
-    if not isinstance(device, cst.Name):
-        return None
-    possible = ctx.values.candidates(device)
-    if not possible or not all(isinstance(value, str) for value in possible):
-        return None
-    child: cst.CSTNode = call
-    for ancestor in ctx.ancestors(call):
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
-            compared = _compared_to(ancestor.test, device.value)
-            if compared is not None:
-                value, equal = compared
-                in_body = child is ancestor.body
-                possible = {v for v in possible if (v == value) == (equal == in_body)}
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            break
-        child = ancestor
-    return next(iter(possible)) if len(possible) == 1 else None
-
-
-def _compared_to(test: cst.BaseExpression, name: str) -> tuple[str, bool] | None:
-    """``(value, True)`` for ``name == "value"``, ``(value, False)`` for ``name != "value"``."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-        return None
-    target = test.comparisons[0]
-    if not (isinstance(test.left, cst.Name) and test.left.value == name):
-        return None
-    if not isinstance(target.comparator, cst.SimpleString) or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
-        return None
-    return string_value(target.comparator), isinstance(target.operator, cst.Equal)
-
-
-def under_bf16_choice(ctx: FileContext, node: cst.CSTNode | None) -> bool:
-    """Whether ``node`` sits in a branch of an ``if`` / conditional expression whose chain of
-    tests mentions bf16 (``torch.cuda.is_bf16_supported()``, ``args.bf16``, ...)."""
-    return _under_choice(ctx, node, _BF16_CHOICE)
-
-
-def _under_choice(ctx: FileContext, node: cst.CSTNode | None, pattern: re.Pattern) -> bool:
-    if node is None:
-        return False
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, (cst.If, cst.IfExp)):
-            if any(_mentions(ctx, test, pattern) for test in _chain_tests(ctx, ancestor)):
-                return True
-    return False
-
-
-def _chain_tests(ctx: FileContext, node: cst.If | cst.IfExp) -> list[cst.BaseExpression]:
-    # Climb to the head of an if/elif chain, then collect every test down the chain.
-    while True:
-        parent = ctx.parent.get(node)
-        if isinstance(node, cst.If) and isinstance(parent, cst.If) and parent.orelse is node:
-            node = parent
-        elif isinstance(node, cst.IfExp) and isinstance(parent, cst.IfExp) and parent.orelse is node:
-            node = parent
-        else:
-            break
-    tests = []
-    current: cst.CSTNode | None = node
-    while isinstance(current, (cst.If, cst.IfExp)):
-        tests.append(current.test)
-        current = current.orelse
-    return tests
-
-
-def _mentions(ctx: FileContext, expr: cst.BaseExpression, pattern: re.Pattern, depth: int = 0) -> bool:
-    for string in ctx.walk(expr, cst.SimpleString):
-        if pattern.search(string.value):
-            return True
-    for name in ctx.walk(expr, cst.Name):
-        if pattern.search(name.value):
-            return True
-        if depth == 0:  # ``use_bf16 = torch.cuda.is_bf16_supported()`` ... ``if use_bf16:``
-            value = ctx.single_assignment(name)
-            if value is not None and _mentions(ctx, value, pattern, depth + 1):
-                return True
-    return False
-
-
-def half_weights(ctx: FileContext) -> bool:
-    """Whether the model itself is loaded or cast to float16 (``torch_dtype=torch.float16``,
-    ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``): switching
-    only the mixed-precision setting to bf16 would leave it half done."""
-    for arg in ctx.nodes(cst.Arg):
-        keyword = arg.keyword.value if arg.keyword is not None else None
-        call = ctx.parent.get(arg)
-        loads = (
-            keyword == "dtype"
-            and isinstance(call, cst.Call)
-            and isinstance(call.func, cst.Attribute)
-            and call.func.attr.value == "from_pretrained"
-        )
-        if keyword in _WEIGHT_DTYPE_KEYWORDS or loads:
-            dtype = resolve_dtype(ctx, arg.value)
-            if dtype is not None and dtype.name == FP16:
-                return True
-    if any(not call.args for call in ctx.method_calls("half")):
-        return True
-    for call in ctx.method_calls("to"):
-        for arg in call.args:
-            dtype = resolve_dtype(ctx, arg.value)
-            if dtype is not None and dtype.name == FP16:
-                return True
-    return False
 
 
 _HALF_WEIGHTS = "; the model is also loaded or cast in float16: move it to bf16 too"
@@ -296,67 +83,6 @@ def _resolves_true(ctx: FileContext, call: cst.Call, keyword: str, position: int
     if argument is None or argument is MISSING:
         return False
     return ctx.values.value_of(argument) is True
-
-
-def _trains_within(ctx: FileContext, root: cst.CSTNode) -> bool:
-    """A backward pass, a GradScaler call or an optimizer step / zero_grad under ``root``."""
-    if ctx.within(root, ctx.method_calls("backward") + ctx.calls("torch.autograd.backward", *SCALERS)):
-        return True
-    for call in ctx.within(root, ctx.method_calls("step", "zero_grad")):
-        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
-        if receiver is not None and ctx.loops.is_optimizer(receiver):
-            return True
-    return False
-
-
-def file_trains(ctx: FileContext) -> bool:
-    """A backward pass, a GradScaler or an optimizer being stepped or zeroed somewhere: autocast
-    here serves training, not only inference. The optimizer counts on its own for training
-    engines that hand the loss to a scaler object defined elsewhere (``loss_scaler(loss,
-    optimizer)`` in timm, DeiT, MAE), which runs ``backward()`` out of sight."""
-    return _trains_within(ctx, ctx.module)
-
-
-# Functions named for evaluation or sampling: ``evaluate``, ``log_validation``, ``generate_samples``.
-_INFERENCE_FUNCTION = re.compile(r"val|test|infer|pred|sampl|generat", re.IGNORECASE)
-
-
-def in_inference_function(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether ``node`` sits in a function named for evaluation or sampling (``log_validation``,
-    ``evaluate``, ``generate_images``) that neither trains itself nor belongs to a training loop:
-    such a function serves inference even when the training loop calls it every N steps."""
-    function = ctx.enclosing(node, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef) or not _INFERENCE_FUNCTION.search(function.name.value):
-        return False
-    if _trains_within(ctx, function):
-        return False
-    return not any(ctx.is_descendant(function, loop.node) for loop in ctx.loops.training_loops)
-
-
-_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
-
-
-def under_no_grad(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether ``node`` runs with autograd off: inside ``with torch.no_grad():`` /
-    ``torch.inference_mode()``, or in a function decorated with either."""
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, cst.With):
-            for item in ancestor.items:
-                managed = item.item.func if isinstance(item.item, cst.Call) else item.item
-                if ctx.qualname(managed) in _NO_GRAD:
-                    return True
-        elif isinstance(ancestor, cst.FunctionDef):
-            for decorator in ancestor.decorators:
-                expression = decorator.decorator
-                expression = expression.func if isinstance(expression, cst.Call) else expression
-                if ctx.qualname(expression) in _NO_GRAD:
-                    return True
-    return False
-
-
-# -- removing GradScaler plumbing -----------------------------------------------------------------
-def scaler_calls(ctx: FileContext) -> list[cst.Call]:
-    return ctx.calls(*SCALERS)
 
 
 @dataclass
@@ -423,8 +149,8 @@ def scaler_usage(ctx: FileContext, scaler: cst.Call) -> ScalerUsage:
             return ScalerUsage(None, escapes=True)
     if not standard:
         return ScalerUsage(None, escapes=False)
-    edits = replaced + _removal_edits(ctx, removed)
-    import_edit = drop_import_of(ctx, scaler.func, removed_lines=_lines_of(ctx, removed))
+    edits = replaced + remove_statements(ctx, removed)
+    import_edit = drop_import_of(ctx, scaler.func, removed_lines=lines_removed_with(ctx, removed))
     if import_edit is not None:
         edits.append(import_edit)
     return ScalerUsage(combine_edits(ctx, edits), escapes=False)
@@ -505,51 +231,6 @@ def _atom(expr: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(expr, _ATOMS) or expr.lpar:
         return expr
     return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-def _lines_of(ctx: FileContext, smalls: Sequence[cst.CSTNode]) -> set[cst.CSTNode]:
-    """The statement lines that go entirely when ``smalls`` are removed."""
-    lines: dict[cst.CSTNode, int] = {}
-    for small in smalls:
-        line = ctx.parent.get(small)
-        if line is not None:
-            lines[line] = lines.get(line, 0) + 1
-    return {line for line, count in lines.items() if count == len(line.body)}  # type: ignore[attr-defined]
-
-
-def _removal_edits(ctx: FileContext, smalls: Sequence[cst.BaseSmallStatement]) -> list[Edit]:
-    """Edits removing small statements without leaving an empty block or a dangling ``;``."""
-    by_line: dict[cst.CSTNode, list[cst.BaseSmallStatement]] = {}
-    for small in smalls:
-        line = ctx.parent.get(small)
-        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            by_line.setdefault(line, []).append(small)
-    edits: list[Edit] = []
-    whole_lines: list[cst.SimpleStatementLine] = []
-    for line, removed in by_line.items():
-        kept = [s for s in line.body if s not in removed]  # type: ignore[attr-defined]
-        if kept:
-            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-            edits.append(Edit(line, line.with_changes(body=kept)))
-        elif isinstance(line, cst.SimpleStatementSuite):
-            edits.append(Edit(line, _as_pass(line)))  # ``if x: scaler.update()``
-        else:
-            whole_lines.append(line)  # type: ignore[arg-type]
-    by_block: dict[cst.CSTNode, list[cst.SimpleStatementLine]] = {}
-    for line in whole_lines:
-        by_block.setdefault(ctx.parent[line], []).append(line)
-    for block, lines in by_block.items():
-        emptied = isinstance(block, cst.IndentedBlock) and len(lines) == len(block.body)
-        for index, line in enumerate(sorted(lines, key=ctx.order.__getitem__)):
-            if emptied and index == 0:
-                edits.append(Edit(line, _as_pass(line)))
-            else:
-                edits.append(Edit(line, cst.RemoveFromParent()))
-    return edits
-
-
-def _as_pass(line: cst.SimpleStatementLine | cst.SimpleStatementSuite) -> cst.CSTNode:
-    return line.with_changes(body=[cst.Pass()], trailing_whitespace=cst.TrailingWhitespace())
 
 
 def drop_import_of(
@@ -1276,7 +957,7 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if _resolves_true(ctx, call, "use_cpu") or _resolves_true(ctx, call, "no_cuda"):
                 continue
-            if _precision_reassigned(ctx, call) or self._other_call_sets(ctx, TRAINING_ARGUMENTS, "bf16", (True,)):
+            if precision_reassigned(ctx, call) or self._other_call_sets(ctx, TRAINING_ARGUMENTS, "bf16", (True,)):
                 continue
             backend = ctx.argument(call, "half_precision_backend")
             if backend is None or (backend is not MISSING and ctx.values.value_of(backend) not in ("auto", "cuda_amp")):
@@ -1400,16 +1081,6 @@ def _evaluation_only_trainer(ctx: FileContext, call: cst.Call) -> bool:
         if isinstance(c.func, cst.Attribute) and dotted_name(c.func.value) == name
     ]
     return bool(uses) and all(c.func.attr.value in _LIGHTNING_EVALUATION for c in uses)  # type: ignore[union-attr]
-
-
-def _precision_reassigned(ctx: FileContext, call: cst.Call) -> bool:
-    """``args = TrainingArguments(fp16=True)`` followed by ``args.fp16 = ...`` / ``args.bf16 = ...``:
-    the value at the call is not the one training runs with."""
-    assign = ctx.parent.get(call)
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or assign.value is not call:
-        return False
-    name = dotted_name(assign.targets[0].target)
-    return name is not None and any(ctx.attribute_assignments.get(f"{name}.{field}") for field in ("fp16", "bf16"))
 
 
 def _is_literal(node, name: str) -> bool:
@@ -1844,7 +1515,7 @@ class GradScalerWithBf16(Rule):
                 value = ctx.values.resolve(enabled)
                 if value is None or value.value is not True:
                     continue
-            if _under_choice(ctx, scaler, _FP16_CHOICE):
+            if under_fp16_choice(ctx, scaler):
                 continue  # ``if args.fp16: scaler = GradScaler()``: kept for an fp16 path
             usage = scaler_usage(ctx, scaler)
             if usage.escapes:
@@ -1854,512 +1525,6 @@ class GradScalerWithBf16(Rule):
             if fix is None:
                 message += " and every use of it"
             yield self.report(scaler, _message(message), fix)
-
-
-# == Where a file trains on CUDA, and in what precision (ADV202, ADV203; kernels may import it) ==
-LOOP = "loop"  # a hand-written training loop
-HF_TRAINER = "trainer"  # transformers TrainingArguments / TRL config + trainer.train()
-ACCELERATE = "accelerate"  # an Accelerator driving a training loop
-LIGHTNING_FIT = "lightning"  # a Lightning Trainer on the GPU that fits
-FABRIC_LOOP = "fabric"  # a Lightning Fabric on the GPU driving a training loop
-DEEPSPEED = "deepspeed"  # deepspeed.initialize driving a training loop
-
-_TRAINER_CLASSES = ("transformers.Trainer", "transformers.Seq2SeqTrainer")
-_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.DistributedDataParallel")
-# Lightning's full-precision spellings (its default is "32-true").
-_LIGHTNING_FP32 = (32, "32", "32-true")
-
-
-@dataclass(frozen=True, eq=False)
-class CudaTraining:
-    """One place where a file trains a model on a CUDA GPU.
-
-    ``kind`` says who runs the training step (the constants above); ``anchor`` is where a
-    finding about this training belongs (the loop, or the framework's constructor call);
-    ``config`` is the framework call that holds its settings (``TrainingArguments(...)``,
-    ``Accelerator(...)``, Lightning ``Trainer(...)`` / ``Fabric(...)``,
-    ``deepspeed.initialize(...)``), None for a hand-written loop; ``loops`` the training
-    loops it drives, where the file has them."""
-
-    kind: str
-    anchor: cst.CSTNode
-    config: cst.Call | None = None
-    loops: tuple[TrainingLoop, ...] = ()
-
-
-def cuda_training(ctx: FileContext) -> list[CudaTraining]:
-    """Where the file trains a model on a CUDA GPU, in source order of discovery.
-
-    - a training loop (``ctx.loops.training_loops``: backward and optimizer step) in a file
-      that places work on a CUDA device (:func:`places_on_cuda`), unless Accelerate, Fabric
-      or DeepSpeed drives the loop (then it is theirs);
-    - ``TrainingArguments`` (or a TRL config) not told to use the CPU, in a file that runs
-      ``trainer.train()``;
-    - an ``Accelerator`` (not ``cpu=True``) with a training loop or ``accelerator.backward``;
-    - a Lightning ``Trainer`` whose ``accelerator`` / ``gpus`` name the GPU and that ``fit``s;
-      a ``Fabric`` whose ``accelerator`` names the GPU, with a training loop;
-    - ``deepspeed.initialize`` with a training loop.
-
-    CPU-only files, inference-only files and Lightning left on ``accelerator="auto"`` give
-    nothing. Whether the precision is known is a separate question: see
-    :func:`trains_in_fp32`."""
-    return ctx.memo(cuda_training, lambda: _find_cuda_training(ctx))
-
-
-def _find_cuda_training(ctx: FileContext) -> list[CudaTraining]:
-    loops = tuple(ctx.loops.training_loops)
-    trains = bool(loops) or ctx.loops.framework_backward
-    sites: list[CudaTraining] = []
-    if hf_trainer_trains(ctx):
-        for call in ctx.calls(*TRAINING_ARGUMENTS):
-            if not _trainer_on_cpu(ctx, call):
-                sites.append(CudaTraining(HF_TRAINER, call, call))
-    if trains:
-        for call in ctx.calls(ACCELERATOR):
-            if not _maybe_true(ctx, call, "cpu"):
-                sites.append(CudaTraining(ACCELERATE, call, call, loops))
-        for call in ctx.calls(FABRIC):
-            if _names_gpu(ctx, call):
-                sites.append(CudaTraining(FABRIC_LOOP, call, call, loops))
-        for call in ctx.calls("deepspeed.initialize"):
-            sites.append(CudaTraining(DEEPSPEED, call, call, loops))
-    for call in ctx.calls(LIGHTNING_TRAINER):
-        if _names_gpu(ctx, call) and _runs_method(ctx, call, "fit"):
-            sites.append(CudaTraining(LIGHTNING_FIT, call, call))
-    if loops and not ctx.calls(ACCELERATOR, FABRIC, "deepspeed.initialize") and places_on_cuda(ctx):
-        sites.extend(CudaTraining(LOOP, loop.node, None, (loop,)) for loop in loops if not _framework_backward(ctx, loop))
-    return sites
-
-
-def _framework_backward(ctx: FileContext, loop: TrainingLoop) -> bool:
-    """A loop whose backward belongs to an engine built elsewhere: ``accelerator.backward(loss)``,
-    ``fabric.backward``, a DeepSpeed ``model_engine.backward(loss)``, Lightning's
-    ``self.manual_backward(loss)``. That engine owns the device and the precision."""
-    for event in loop.of_kind("backward"):
-        func = event.call.func
-        if not isinstance(func, cst.Attribute):
-            continue
-        if func.attr.value == "manual_backward" or ctx.loops.is_framework(func.value):
-            return True
-        if "engine" in (dotted_name(func.value) or "").split(".")[-1].lower():
-            return True
-    return False
-
-
-def places_on_cuda(ctx: FileContext) -> bool:
-    """Whether the file moves work onto a CUDA device: ``.cuda()``, ``.to(device)`` with a CUDA
-    device (``"cuda"``, ``torch.device("cuda" if ... else "cpu")``, a ``device`` variable),
-    or DataParallel / DDP. Only in a file that mentions CUDA at all (``ctx.uses_cuda``): a
-    ``device`` variable in a file that never does is the CPU."""
-    devices = [ctx.argument(call, "device", 0) for call in ctx.method_calls("to")]
-    devices = [d for d in devices if d is not None and d is not MISSING]
-    if any(_explicit_cuda_device(ctx, device) for device in devices):
-        return True
-    if not ctx.uses_cuda:
-        return False
-    if ctx.method_calls("cuda") or ctx.calls(*_DATA_PARALLEL):
-        return True
-    return any(_cuda_device(ctx, device) for device in devices)
-
-
-_GPU_NAME = re.compile(r"gpu|cuda", re.I)
-
-
-def _explicit_cuda_device(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """A device that is a GPU whatever else the file says: ``"cuda:0"``, an index (``.to(0)``),
-    or a name that says so (``self.gpu_id``)."""
-    value = ctx.values.resolve(expr)
-    if value is not None:
-        if isinstance(value.value, str):
-            return value.value.split(":")[0] == "cuda"
-        return type(value.value) is int
-    spelling = dotted_name(expr)
-    return spelling is not None and bool(_GPU_NAME.search(spelling.split(".")[-1]))
-
-
-def _maybe_true(ctx: FileContext, call: cst.Call, keyword: str) -> bool:
-    """``keyword=<true or unknown>`` written out (``cpu=True``, ``cpu=args.cpu``)."""
-    argument = ctx.argument(call, keyword)
-    if argument is MISSING:
-        return False
-    return argument is None or ctx.values.value_of(argument) is not False
-
-
-def _names_gpu(ctx: FileContext, call: cst.Call) -> bool:
-    """A Lightning ``Trainer`` / ``Fabric`` told to use the GPU: ``accelerator="gpu"``/``"cuda"``
-    or (Lightning 1.x) ``gpus=N`` with N > 0."""
-    accelerator = ctx.argument(call, "accelerator")
-    if accelerator is not None and accelerator is not MISSING:
-        value = ctx.values.value_of(accelerator)
-        if isinstance(value, str) and value.lower() in ("gpu", "cuda"):
-            return True
-    gpus = ctx.argument(call, "gpus")
-    if gpus is not None and gpus is not MISSING:
-        value = ctx.values.value_of(gpus)
-        if isinstance(value, bool):
-            return False
-        if isinstance(value, int):
-            return value != 0
-        if isinstance(value, (list, tuple)):
-            return bool(value)
-        if isinstance(value, str):
-            return value.strip() not in ("", "0")
-    return False
-
-
-def _runs_method(ctx: FileContext, call: cst.Call, method: str) -> bool:
-    """``trainer = Trainer(...); trainer.<method>(...)``, or ``Trainer(...).<method>(...)``."""
-    parent = ctx.parent.get(call)
-    if isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == method:
-        return True
-    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is call):
-        return False
-    name = dotted_name(parent.targets[0].target)
-    return name is not None and any(
-        isinstance(c.func, cst.Attribute) and dotted_name(c.func.value) == name for c in ctx.method_calls(method)
-    )
-
-
-def trainer_classes(ctx: FileContext) -> list[cst.Call]:
-    """Calls building an HF trainer: ``transformers.Trainer`` / ``Seq2SeqTrainer``, TRL's
-    ``*Trainer`` classes, and classes of this file that subclass one of them."""
-    local = set()
-    for definition in ctx.nodes(cst.ClassDef):
-        if any(_is_trainer_class(ctx, base.value) for base in definition.bases):
-            local.add(definition.name.value)
-    found = []
-    for call in ctx.nodes(cst.Call):
-        if _is_trainer_class(ctx, call.func) or (isinstance(call.func, cst.Name) and call.func.value in local):
-            found.append(call)
-    return found
-
-
-def _is_trainer_class(ctx: FileContext, func: cst.BaseExpression) -> bool:
-    qualname = ctx.qualname(func) or ""
-    return qualname in _TRAINER_CLASSES or (qualname.startswith("trl.") and qualname.endswith("Trainer"))
-
-
-def hf_trainer_trains(ctx: FileContext) -> bool:
-    """Whether the file runs ``trainer.train()`` on an HF / TRL trainer (a receiver named for a
-    trainer, or bound to a trainer class): ``TrainingArguments`` alone may serve evaluation."""
-    for call in ctx.method_calls("train"):
-        receiver = call.func.value  # type: ignore[attr-defined]
-        name = dotted_name(receiver) or ""
-        if "trainer" in name.split(".")[-1].lower():
-            return True
-        bound = ctx.bound_call(receiver)
-        if bound is not None and _is_trainer_class(ctx, bound.func):
-            return True
-    return False
-
-
-# Identifiers and strings that show the file deals with reduced precision somewhere: an
-# ``--amp`` / ``--fp16`` flag, a loss scaler from a helper module, a dtype chosen at run time.
-_REDUCED_PRECISION_TOKEN = re.compile(
-    r"(^|_)(amp|fp16|bf16|fp8|float16|bfloat16|autocast|mixed_precision|half_precision|loss_scale)(_|$)", re.I
-)
-_REDUCED_PRECISION_PART = re.compile(r"(grad|loss|native|amp)_?scaler|autocast|mixedprecision", re.I)
-_REDUCED_PRECISION_STRING = re.compile(
-    r"^-*(fp16|bf16|fp8|amp|float16|bfloat16|16-mixed|bf16-mixed|16-true|bf16-true|mixed[-_]precision)$", re.I
-)
-_REDUCED_PRECISION_MODULES = ("apex.", "deepspeed.", "transformer_engine.", "bitsandbytes.")
-_QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit", "quantization_config")
-_FRAMEWORK_CONFIGS = (*TRAINING_ARGUMENTS, ACCELERATOR, LIGHTNING_TRAINER, FABRIC)
-
-
-def reduced_precision_in_file(ctx: FileContext) -> bool:
-    """Whether anything in the file may run the model below fp32, outside the framework
-    settings :func:`trains_in_fp32` reads: an autocast or GradScaler of any spelling,
-    ``.half()`` / ``.bfloat16()``, a ``torch.float16`` / ``torch.bfloat16`` reference,
-    weights loaded with a dtype other than fp32 or quantized, apex / DeepSpeed /
-    Transformer Engine / FSDP ``MixedPrecision``, or a name or string such as ``args.amp``,
-    ``use_fp16``, ``"--bf16"``, ``loss_scaler``: precision handled, or chosen at run time."""
-    return ctx.memo(reduced_precision_in_file, lambda: _find_reduced_precision(ctx))
-
-
-def _find_reduced_precision(ctx: FileContext) -> bool:
-    for qualname in ctx.called_qualnames:
-        if qualname.startswith(_REDUCED_PRECISION_MODULES) or _REDUCED_PRECISION_PART.search(qualname):
-            return True
-    if ctx.method_calls("autocast") or ctx.method_calls("bfloat16"):
-        return True
-    if any(not call.args for call in ctx.method_calls("half")):
-        return True
-    for node in ctx.nodes(cst.Attribute):
-        if TORCH_DTYPES.get(ctx.qualname(node) or "") in (FP16, BF16):
-            return True
-    for name in ctx.nodes(cst.Name):
-        if TORCH_DTYPES.get(ctx.qualname(name) or "") in (FP16, BF16):
-            return True
-        if not (_REDUCED_PRECISION_TOKEN.search(name.value) or _REDUCED_PRECISION_PART.search(name.value)):
-            continue
-        holder = ctx.parent.get(name)
-        if isinstance(holder, cst.Arg) and holder.keyword is name:
-            call = ctx.parent.get(holder)
-            if isinstance(call, cst.Call) and ctx.qualname(call.func) in _FRAMEWORK_CONFIGS:
-                continue  # ``fp16=`` of a framework call: read by trains_in_fp32
-            if _switched_off(ctx, holder.value):
-                continue  # ``dict(bf16=False)``: says fp32, not the opposite
-        return True
-    for string in ctx.nodes(cst.SimpleString):
-        value = string_value(string)
-        if isinstance(value, str) and _REDUCED_PRECISION_STRING.match(value.strip()):
-            holder = ctx.parent.get(string)
-            if isinstance(holder, cst.DictElement) and holder.key is string and _switched_off(ctx, holder.value):
-                continue
-            return True
-    for arg in ctx.nodes(cst.Arg):
-        keyword = arg.keyword.value if arg.keyword is not None else None
-        if keyword in _QUANTIZED_LOADING:
-            return True
-        if keyword in ("torch_dtype", "dtype"):
-            call = ctx.parent.get(arg)
-            method = call.func.attr.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
-            if method in ("from_pretrained", "from_config", "to") and not _is_full_precision(ctx, arg.value):
-                return True
-    return False
-
-
-def _switched_off(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    value = ctx.values.resolve(expr)
-    return value is not None and value.origin != "argparse default" and (value.value is False or value.value == "no")
-
-
-def _is_full_precision(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """``torch.float32`` / ``"float32"`` / any other non-half torch dtype (``torch.long``), or
-    another tensor's ``.dtype`` (``mask.to(dtype=scores.dtype)`` follows, it does not choose).
-    A conditional is full precision when every branch is (``torch.float32 if binary else
-    torch.long``, Pytorch-UNet's mask dtype); a name bound once is judged by its value."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
-        return True
-    if depth > 8:
-        return False
-    if isinstance(expr, cst.IfExp):
-        return _is_full_precision(ctx, expr.body, depth + 1) and _is_full_precision(ctx, expr.orelse, depth + 1)
-    dtype = resolve_dtype(ctx, expr)
-    if dtype is not None:
-        return dtype.name not in (FP16, BF16)
-    if isinstance(expr, cst.Name) and expr.value not in ctx.declared_global:
-        value = ctx.single_assignment(expr)
-        if isinstance(value, (cst.IfExp, cst.Name, cst.Attribute)):
-            return _is_full_precision(ctx, value, depth + 1)
-    value = ctx.values.value_of(expr)
-    if isinstance(value, str):
-        return value in ("float32", "float", "fp32", "float64")
-    qualname = ctx.qualname(expr) or ""
-    return qualname.startswith("torch.") and qualname not in TORCH_DTYPES
-
-
-def trains_in_fp32(ctx: FileContext, site: CudaTraining) -> bool:
-    """Whether ``site`` certainly trains in full fp32: nothing in the file touches reduced
-    precision (:func:`reduced_precision_in_file`) and the framework's own setting is known
-    to be fp32 (``TrainingArguments`` without ``bf16`` / ``fp16``, ``Accelerator(mixed_precision=
-    "no")``, Lightning without ``precision`` or with ``"32-true"``). Unknown is not fp32: a
-    setting behind unresolved ``**kwargs`` or a command-line flag, an ``Accelerator()`` left to
-    ``accelerate launch``, a DeepSpeed config, recent TRL configs (which default to bf16)."""
-    if reduced_precision_in_file(ctx) or _double_precision(ctx):
-        return False
-    if site.kind == LOOP:
-        return True
-    if site.config is None:
-        return False
-    if site.kind == HF_TRAINER:
-        return _trainer_in_fp32(ctx, site.config)
-    if site.kind == ACCELERATE:
-        if ctx.argument(site.config, "fp16") is not MISSING:
-            return False  # the pre-0.5 ``Accelerator(fp16=...)`` spelling
-        value = _known_setting(ctx, site.config, "mixed_precision")
-        return value is not None and value.value == "no"
-    if site.kind in (LIGHTNING_FIT, FABRIC_LOOP):
-        if ctx.argument(site.config, "plugins") is not MISSING:
-            return False
-        precision = ctx.argument(site.config, "precision")
-        if precision is MISSING:
-            return True
-        value = _known_setting(ctx, site.config, "precision")
-        return value is not None and not isinstance(value.value, bool) and value.value in _LIGHTNING_FP32
-    return False
-
-
-def _double_precision(ctx: FileContext) -> bool:
-    """A model trained in float64 (scientific code): ``torch.set_default_dtype(...)`` /
-    ``set_default_tensor_type(...)`` chosen in the file, or ``.double()`` /
-    ``.to(torch.float64)`` on a module that a training loop trains. ``correct.double()`` on a
-    metric is not."""
-    if ctx.calls("torch.set_default_dtype", "torch.set_default_tensor_type"):
-        return True
-    trained = {module for loop in ctx.loops.training_loops for module in trained_modules(ctx, loop)}
-    for call in ctx.method_calls("double", "to"):
-        method = call.func.attr.value  # type: ignore[attr-defined]
-        double = (method == "double" and not call.args) or any(
-            (arg.keyword is None or arg.keyword.value == "dtype")
-            and (resolve_dtype(ctx, arg.value) or Dtype("")).name == "float64"
-            for arg in call.args
-        )
-        subject = _cast_subject(ctx, call) if double else None
-        if subject is not None and any(_same_module(subject, module) for module in trained):
-            return True
-    return False
-
-
-def _known_setting(ctx: FileContext, call: cst.Call, keyword: str):
-    """The value written in the file for ``keyword`` (not a command-line default), or None."""
-    argument = ctx.argument(call, keyword)
-    if argument is None or argument is MISSING:
-        return None
-    value = ctx.values.resolve(argument)
-    if value is None or value.origin == "argparse default":
-        return None
-    return value
-
-
-def _trainer_in_fp32(ctx: FileContext, call: cst.Call) -> bool:
-    trl = (ctx.qualname(call.func) or "").startswith("trl.")
-    for keyword in ("bf16", "fp16"):
-        argument = ctx.argument(call, keyword)
-        if argument is None:
-            return False
-        if argument is MISSING:
-            if trl and keyword == "bf16":
-                return False  # recent TRL configs turn bf16 on when neither is set
-            continue
-        value = _known_setting(ctx, call, keyword)
-        if value is None or value.value is not False:
-            return False
-    deepspeed = ctx.argument(call, "deepspeed")
-    if deepspeed is None:
-        return False
-    if deepspeed is not MISSING:
-        value = ctx.values.resolve(deepspeed)
-        if value is None or value.value is not None:
-            return False  # the DeepSpeed config decides the precision
-    if _precision_reassigned(ctx, call):
-        return False
-    return not any(
-        ctx.keyword_arg(replace, field) for replace in ctx.calls("dataclasses.replace") for field in ("bf16", "fp16")
-    )
-
-
-# -- whether the training is worth the advice (ADV202, ADV203) --------------------------------------
-# Reinforcement learning against environments and meta-learning inner loops: small networks whose
-# step time is the environment or the adaptation loop, where reduced precision is not the practice.
-_SMALL_NETWORK_LIBRARIES = (
-    "gym", "gymnasium", "envpool", "pettingzoo", "dm_control", "stable_baselines3", "learn2learn", "higher",
-)
-_LAYER_SIZE_ARGUMENTS = {
-    "torch.nn.Linear": ("in_features", "out_features"),
-    "torch.nn.Conv1d": ("in_channels", "out_channels"),
-    "torch.nn.Conv2d": ("in_channels", "out_channels"),
-    "torch.nn.Conv3d": ("in_channels", "out_channels"),
-    "torch.nn.ConvTranspose2d": ("in_channels", "out_channels"),
-    "torch.nn.LSTM": ("input_size", "hidden_size"),
-    "torch.nn.GRU": ("input_size", "hidden_size"),
-}
-_TOY_WIDTH = 64
-_MODEL_LIBRARIES = ("transformers.", "torchvision.models.", "timm.", "diffusers.", "sentence_transformers.")
-
-
-def small_network_training(ctx: FileContext) -> bool:
-    """Whether the file trains networks too small for GPU precision advice to matter: an RL
-    or meta-learning script (gym, gymnasium, learn2learn, ...), or a toy whose every layer
-    is at most 64 wide (``nn.Linear(20, 1)`` in a tutorial) with no library model besides."""
-    if any(target.split(".")[0] in _SMALL_NETWORK_LIBRARIES for target in ctx.imports.aliases.values()):
-        return True
-    if any(q.startswith(_MODEL_LIBRARIES) for q in ctx.called_qualnames):
-        return False
-    layers = ctx.calls(*_LAYER_SIZE_ARGUMENTS)
-    if not layers:
-        return False
-    for layer in layers:
-        for position, keyword in enumerate(_LAYER_SIZE_ARGUMENTS[ctx.qualname(layer.func) or ""]):
-            argument = ctx.argument(layer, keyword, position)
-            size = ctx.values.value_of(argument) if argument else None
-            if not isinstance(size, int) or size > _TOY_WIDTH:
-                return False
-    return True
-
-
-# -- what the model computes in fp32 (ADV202) --------------------------------------------------------
-_LINEAR = ("torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.functional.linear")
-_MATMUL = (
-    "torch.nn.MultiheadAttention",
-    "torch.nn.Transformer",
-    "torch.nn.TransformerEncoder",
-    "torch.nn.TransformerDecoder",
-    "torch.nn.TransformerEncoderLayer",
-    "torch.nn.TransformerDecoderLayer",
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch.matmul",
-    "torch.bmm",
-    "torch.mm",
-    "torch.einsum",
-    "torch.baddbmm",
-    "torch.addmm",
-    "torch.addbmm",
-)
-_MATMUL_METHODS = ("matmul", "bmm", "mm")
-_CONV = re.compile(r"^torch\.nn\.(functional\.)?(Lazy)?[Cc]onv(Transpose)?[123]d$|^torchvision\.models\.")
-# torchvision / timm model names of vision transformers (vit_b_16, swin_t, deit_small_patch16_224).
-_ATTENTION_ARCHITECTURE = re.compile(r"^(vit|deit|beit|eva|swin|maxvit|cait|xcit|levit|mvit)", re.I)
-# transformers.GPT2LMHeadModel, AutoModelForCausalLM.from_pretrained, BertForMaskedLM.from_config...
-_TRANSFORMERS_MODEL = re.compile(r"^transformers\.\w*(Model|For[A-Z]\w*|LMHead\w*)(\.from_pretrained|\.from_config)?$")
-_MATMUL_LIBRARIES = ("sentence_transformers.", "peft.")
-
-
-def fp32_matmul_model(ctx: FileContext) -> bool:
-    """Whether the model the file builds is matmul-heavy: attention, ``@`` / ``torch.matmul``,
-    a transformers (or sentence-transformers) model, a ViT-like torchvision / timm model, or
-    ``nn.Linear`` layers in a file without convolutions. A conv net with a linear classifier
-    head is not: cuDNN convolutions already use TF32 by default."""
-    linear = conv = False
-    for qualname in ctx.called_qualnames:
-        if qualname in _MATMUL or _TRANSFORMERS_MODEL.match(qualname) or qualname.startswith(_MATMUL_LIBRARIES):
-            return True
-        if qualname.startswith("torchvision.models.") and _ATTENTION_ARCHITECTURE.search(qualname.rsplit(".", 1)[-1]):
-            return True
-        if qualname == "timm.create_model":
-            for call in ctx.calls(qualname):
-                name = ctx.values.value_of(call.args[0].value) if call.args else None
-                if isinstance(name, str) and _ATTENTION_ARCHITECTURE.search(name):
-                    return True
-        linear = linear or qualname in _LINEAR
-        conv = conv or bool(_CONV.match(qualname))
-    if any(isinstance(op.operator, cst.MatrixMultiply) for op in ctx.nodes(cst.BinaryOperation)):
-        return True
-    if ctx.method_calls(*_MATMUL_METHODS):
-        return True
-    return linear and not conv
-
-
-_TF32_NAME = re.compile(r"tf32|float32_matmul_precision|fp32_precision", re.I)
-
-
-def tf32_configured(ctx: FileContext) -> bool:
-    """Whether the file says anything about TF32: ``allow_tf32``, ``set_float32_matmul_precision``,
-    ``fp32_precision``, a Trainer ``tf32=``, a ``--tf32`` flag. Enabled, disabled on purpose or
-    set from a value we cannot read, it is the author's choice."""
-    if any(_TF32_NAME.search(name.value) for name in ctx.nodes(cst.Name)):
-        return True
-    for string in ctx.nodes(cst.SimpleString):
-        value = string_value(string)
-        if isinstance(value, str) and "tf32" in value.lower():
-            return True
-    return False
-
-
-def _trainer_compiles(ctx: FileContext, call: cst.Call) -> bool:
-    """``torch_compile`` on (or unknown): transformers then turns TF32 on itself."""
-    for keyword in ("torch_compile", "torch_compile_backend", "torch_compile_mode"):
-        argument = ctx.argument(call, keyword)
-        if argument is None:
-            return True
-        if argument is MISSING:
-            continue
-        value = ctx.values.resolve(argument)
-        if value is None or value.value not in (False, None):
-            return True
-    return False
 
 
 # -- building code in the file's own style --------------------------------------------------------
@@ -2834,12 +1999,12 @@ class Tf32Disabled(Rule):
         if small_network_training(ctx):
             return
         reported_torch = False
-        for site in cuda_training(ctx):
+        for site in ctx.facts.frameworks.gpu_sites:
             if site.kind == ACCELERATE or not trains_in_fp32(ctx, site):
                 continue  # Accelerate: the launcher's dynamo config may turn TF32 on
             if site.kind == HF_TRAINER:
                 assert site.config is not None
-                if _trainer_compiles(ctx, site.config):
+                if trainer_compiles(ctx, site.config):
                     continue
                 message = (
                     f"fp32 training on {ctx.target.name} without TF32: pass `tf32=True` to let "
@@ -2873,74 +2038,6 @@ class Tf32Disabled(Rule):
         )
 
 
-# -- the model a training loop runs (ADV203's fix, ADV206) ----------------------------------------
-# Calls that make the optimizer's tensors copies of the model's (fp32 master weights).
-_PARAMETER_COPIES = ("clone", "float", "double", "type", "deepcopy")
-
-
-def parameter_owners(ctx: FileContext, optimizer: cst.Call) -> tuple[set[str], bool]:
-    """The modules whose ``.parameters()`` / ``.named_parameters()`` an optimizer constructor
-    receives (``model``, ``self.net``), seen through one name (``params = [...]``); and
-    whether those tensors are copies (``p.clone().float()``: master weights kept apart)."""
-    params = ctx.argument(optimizer, "params", 0)
-    if params is None or params is MISSING:
-        return set(), False
-    roots: list[cst.CSTNode] = [params]
-    for name in ctx.walk(params, cst.Name):
-        holder = ctx.parent.get(name)
-        if isinstance(holder, cst.Attribute):
-            continue  # ``model`` of ``model.parameters()``: the module itself
-        value = ctx.single_assignment(name)
-        if value is not None:
-            roots.append(value)
-    owners: set[str] = set()
-    copies = False
-    for root in roots:
-        for call in ctx.walk(root, cst.Call):
-            func = call.func
-            method = func.attr.value if isinstance(func, cst.Attribute) else dotted_name(func)
-            if method in ("parameters", "named_parameters") and isinstance(func, cst.Attribute):
-                owner = dotted_name(func.value)
-                if owner:
-                    owners.add(owner)
-            elif method and method.split(".")[-1] in _PARAMETER_COPIES:
-                copies = True
-    return owners, copies
-
-
-def trained_modules(ctx: FileContext, loop: TrainingLoop) -> set[str]:
-    """Spellings of the modules a training loop may run: the owners of the parameters its
-    optimizers step, and anything the file treats as a module (``.train()``, ``.eval()``,
-    ``.parameters()``, ``.named_parameters()``; a trainer's ``.train()`` aside)."""
-    modules: set[str] = set()
-    for optimizer in loop.optimizers:
-        for constructor in ctx.loops.optimizer_constructors(optimizer):
-            modules |= parameter_owners(ctx, constructor)[0]
-    for call in ctx.method_calls("train", "eval", "parameters", "named_parameters"):
-        receiver = _chain_base(call.func.value)  # type: ignore[attr-defined]
-        if receiver and "trainer" not in receiver.lower():
-            modules.add(receiver)
-    return modules
-
-
-def _calls_module(ctx: FileContext, statement: cst.CSTNode, modules: set[str]) -> bool:
-    for call in ctx.walk(statement, cst.Call):
-        spelling = dotted_name(call.func)
-        if spelling in modules or (spelling and spelling.endswith(".forward") and spelling[: -len(".forward")] in modules):
-            return True
-    return False
-
-
-def _binds(ctx: FileContext, statement: cst.CSTNode, spelling: str) -> bool:
-    """Whether ``statement`` assigns ``spelling`` (``loss``, ``self.loss``), alone or unpacked."""
-    for node in [*ctx.walk(statement, cst.Assign), *ctx.walk(statement, cst.AugAssign), *ctx.walk(statement, cst.AnnAssign)]:
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        for target in targets:
-            if any(dotted_name(n) == spelling for n in [*ctx.walk(target, cst.Name), *ctx.walk(target, cst.Attribute)]):
-                return True
-    return False
-
-
 _ASSIGNMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
 
 
@@ -2968,7 +2065,7 @@ def autocast_region(ctx: FileContext, loop: TrainingLoop) -> list[cst.SimpleStat
         return None
     body = list(block.body)
     index = body.index(statement)
-    end = next((i for i in range(index - 1, -1, -1) if _binds(ctx, body[i], loss)), None)
+    end = next((i for i in range(index - 1, -1, -1) if binds(ctx, body[i], loss)), None)
     if end is None or not _plain_assignments(body[end]):
         return None
     modules = trained_modules(ctx, loop)
@@ -2976,7 +2073,7 @@ def autocast_region(ctx: FileContext, loop: TrainingLoop) -> list[cst.SimpleStat
     for i in range(end, -1, -1):
         if not _plain_assignments(body[i]):
             break
-        if _calls_module(ctx, body[i], modules):
+        if calls_module(ctx, body[i], modules):
             start = i
     if start is None:
         return None
@@ -3035,8 +2132,8 @@ _AUTOCAST_SAFE_LIBRARIES = KNOWN_LIBRARIES | {"segmentation_models_pytorch"}
 _FOREIGN_CODE = ("torch.hub.", "torch.jit.load")
 # Library wrappers that run the module they are given.
 _MODULE_WRAPPERS = (
-    *_DATA_PARALLEL,
-    "torch.nn.parallel.distributed.DistributedDataParallel",
+    *DATA_PARALLEL,
+    *DISTRIBUTED_DATA_PARALLEL,
     "torch.compile",
     "peft.get_peft_model",
     "peft.prepare_model_for_kbit_training",
@@ -3419,11 +2516,19 @@ class NoMixedPrecision(Rule):
         ),
         Valid(
             """
-            import lightning as L
-            trainer = L.Trainer(max_epochs=10)
+            import pytorch_lightning as pl
+            trainer = pl.Trainer(max_epochs=10)
             trainer.fit(model, loader)
             """,
-            note="accelerator left to auto: the GPU is not certain",
+            note="Lightning 1 trained on the CPU unless told otherwise; `pytorch_lightning` may be either",
+        ),
+        Valid(
+            """
+            import lightning as L
+            trainer = L.Trainer(accelerator="cpu", max_epochs=10)
+            trainer.fit(model, loader)
+            """,
+            note="told to use the CPU",
         ),
         Valid(
             """
@@ -3514,6 +2619,14 @@ class NoMixedPrecision(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import lightning as L
+            trainer = L.Trainer(max_epochs=10)
+            trainer.fit(model, loader)
+            """,
+            note="Lightning 2 picks the GPU whenever there is one, like `\"cuda\" if torch.cuda.is_available() else \"cpu\"`",
+        ),
         Invalid(
             """
             import torch
@@ -3823,7 +2936,7 @@ class NoMixedPrecision(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        sites = cuda_training(ctx)
+        sites = ctx.facts.frameworks.gpu_sites
         if not sites or small_network_training(ctx):
             return
         for site in sites:
@@ -3842,7 +2955,7 @@ class NoMixedPrecision(Rule):
             if finding is not None:
                 yield self._unless_refused(ctx, site, finding)
 
-    def _unless_refused(self, ctx: FileContext, site: CudaTraining, finding: Finding) -> Finding:
+    def _unless_refused(self, ctx: FileContext, site: TrainingSite, finding: Finding) -> Finding:
         """The framework fixes turn autocast on for the whole training step: advice only when the
         file uses a loss autocast refuses, or trains a model whose code it does not show."""
         if autocast_refused_loss(ctx):
@@ -3889,7 +3002,7 @@ class NoMixedPrecision(Rule):
     def _accelerator(self, ctx: FileContext, call: cst.Call) -> Finding:
         choice = "bf16" if ctx.target.bf16 else "fp16"
         message = f'`Accelerator(mixed_precision="no")` trains in full fp32: use `"{choice}"`'
-        value = _known_setting(ctx, call, "mixed_precision")
+        value = known_setting(ctx, call, "mixed_precision")
         fix = None
         if value is not None and isinstance(value.node, cst.SimpleString):
             fix = self.fix(f'Use `mixed_precision="{choice}"`', Edit(value.node, string_like(value.node, choice)))
@@ -3902,7 +3015,7 @@ class NoMixedPrecision(Rule):
         if precision is MISSING:
             fix = self.fix(f'Pass `precision="{choice}"`', Edit(call, set_keyword(call, "precision", f'"{choice}"')))
         else:
-            value = _known_setting(ctx, call, "precision")
+            value = known_setting(ctx, call, "precision")
             fix = None
             if value is not None and value.node is precision and isinstance(value.node, (cst.SimpleString, cst.Integer)):
                 replacement = string_like(value.node, choice)
@@ -3915,13 +3028,13 @@ _HAND_OVER_METHODS = ("prepare", "prepare_model", "setup", "setup_module")
 _NOT_A_MODEL_NAME = re.compile(r"optim|loader|sched|data|opt$", re.I)
 
 
-def _framework_models_known(ctx: FileContext, site: CudaTraining) -> bool:
+def _framework_models_known(ctx: FileContext, site: TrainingSite) -> bool:
     """Whether the models a framework trains come from this file or an autocast-safe library:
     the HF trainer's ``model`` (or ``model_init``), what ``accelerator.prepare`` /
     ``fabric.setup`` receive, the module a Lightning ``trainer.fit`` gets."""
     handed: list[cst.BaseExpression | None] = []
     if site.kind == HF_TRAINER:
-        for call in trainer_classes(ctx):
+        for call in ctx.facts.frameworks.hf_trainer_calls:
             model = ctx.argument(call, "model", 0)
             handed.append(ctx.argument(call, "model_init") if model is MISSING else model)
     elif site.kind == LIGHTNING_FIT:
@@ -4003,29 +3116,6 @@ def half_casts(ctx: FileContext) -> list[tuple[cst.Call, cst.CSTNode]]:
             if arg is not None and _is_fp16(ctx, arg.value):
                 found.append((call, arg))
     return sorted(found, key=lambda pair: ctx.order[pair[0]])
-
-
-def _cast_subject(ctx: FileContext, call: cst.Call) -> str | None:
-    """The module a cast applies to: the name it is assigned to (``model = Net().cuda().half()``,
-    ``model = DDP(model.half())``), or the receiver of a cast written as a statement
-    (``model.half()``, ``self.model.to(device).half()``)."""
-    statement = next((a for a in ctx.ancestors(call) if isinstance(a, cst.BaseSmallStatement)), None)
-    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-        return dotted_name(statement.targets[0].target)
-    if isinstance(statement, cst.Expr) and isinstance(call.func, cst.Attribute):
-        return _chain_base(call.func.value)
-    return None
-
-
-def _chain_base(receiver: cst.BaseExpression) -> str | None:
-    """``model`` of ``model.cuda().train()``: the object at the start of a method chain."""
-    while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-        receiver = receiver.func.value
-    return dotted_name(receiver)
-
-
-def _same_module(a: str, b: str) -> bool:
-    return a == b or a.split(".")[-1] == b.split(".")[-1]
 
 
 def _keeps_master_weights(ctx: FileContext) -> bool:
@@ -4332,7 +3422,7 @@ class PureFp16Weights(Rule):
         casts = half_casts(ctx)
         if not casts or _keeps_master_weights(ctx):
             return
-        if any(arg.keyword is not None and arg.keyword.value in _QUANTIZED_LOADING for arg in ctx.nodes(cst.Arg)):
+        if any(arg.keyword is not None and arg.keyword.value in QUANTIZED_LOADING for arg in ctx.nodes(cst.Arg)):
             return  # a quantized base: only adapters train
         adapters = [c for q in ctx.called_qualnames if _ADAPTER_WRAPPERS.match(q) for c in ctx.calls(q)]
         adapters += ctx.method_calls("add_adapter", "load_adapter")
@@ -4346,7 +3436,7 @@ class PureFp16Weights(Rule):
                 continue
             if adapters and not any(ctx.order[a] < ctx.order[call] for a in adapters):
                 continue  # adapters added after the cast: fp32 adapters over a frozen fp16 base
-            subject = _cast_subject(ctx, call)
+            subject = cast_subject(ctx, call)
             if subject is None or self._cast_back(ctx, call, subject):
                 continue
             trainer = self._trained_by(ctx, call, subject)
@@ -4362,15 +3452,15 @@ class PureFp16Weights(Rule):
             for optimizer in loop.optimizers:
                 for constructor in ctx.loops.optimizer_constructors(optimizer):
                     owners, copies = parameter_owners(ctx, constructor)
-                    if not copies and any(_same_module(owner, subject) for owner in owners):
+                    if not copies and any(same_module(owner, subject) for owner in owners):
                         return "loop"
-        if hf_trainer_trains(ctx):
-            for call in trainer_classes(ctx):
+        if ctx.facts.frameworks.hf_trainer_trains:
+            for call in ctx.facts.frameworks.hf_trainer_calls:
                 model = ctx.argument(call, "model", 0)
                 if model is None or model is MISSING or self._after(ctx, cast, call):
                     continue
                 spelling = dotted_name(model)
-                if spelling is not None and _same_module(spelling, subject):
+                if spelling is not None and same_module(spelling, subject):
                     return "trainer"
         return None
 
@@ -4386,8 +3476,8 @@ class PureFp16Weights(Rule):
                 and (resolve_dtype(ctx, arg.value) or Dtype("")).name == "float32"
                 for arg in call.args
             )
-            spelling = _cast_subject(ctx, call)
-            if upcast and spelling is not None and _same_module(spelling, subject):
+            spelling = cast_subject(ctx, call)
+            if upcast and spelling is not None and same_module(spelling, subject):
                 return True
         return False
 

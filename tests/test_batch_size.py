@@ -6,7 +6,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from advisor.rules.batch_size import modulo_divisor, rebalanced
+from advisor.loops import modulo_divisor
+from advisor.rules.batch_size import rebalanced
 from helpers import fix, lint
 
 CODE = "ADV401"

@@ -398,6 +398,28 @@ def test_nccl_process_group_shows_the_gpu(backend, reported):
 
         def train(model, loader, optimizer):
             dist.init_process_group({backend})
+            dev = launcher.current_device()
+            for batch in loader:
+                batch = {{k: v.to(dev) for k, v in batch.items()}}
+                loss = model(**batch)["loss"]
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                totals[0] += loss.item()
+        """
+    assert len(findings(source, "ADV701")) == int(reported)
+
+
+@pytest.mark.parametrize("backend", ['"nccl"', '"gloo"'])
+def test_a_local_rank_index_is_a_cuda_device_whatever_the_backend(backend):
+    # ``.to(int(os.environ["LOCAL_RANK"]))`` moves to ``cuda:<rank>``; the backend does not change that.
+    source = f"""
+        import os
+        import torch
+        import torch.distributed as dist
+
+        def train(model, loader, optimizer):
+            dist.init_process_group({backend})
             local_rank = int(os.environ["LOCAL_RANK"])
             for batch in loader:
                 batch = {{k: v.to(local_rank) for k, v in batch.items()}}
@@ -407,7 +429,7 @@ def test_nccl_process_group_shows_the_gpu(backend, reported):
                 optimizer.zero_grad()
                 totals[0] += loss.item()
         """
-    assert len(findings(source, "ADV701")) == int(reported)
+    assert len(findings(source, "ADV701")) == 1
 
 
 # -- ADV706 -----------------------------------------------------------------------------------
@@ -572,7 +594,11 @@ def test_host_alloc_to_the_local_rank_of_an_nccl_script():
             train(model, loader, optimizer)
         """
     assert "totals = torch.zeros(2, device=local_rank)" in fixed(source, "ADV704")
-    assert findings(source.replace('"nccl"', '"gloo"'), "ADV704") == []
+    # A device read at run time is a GPU only when NCCL vouches for it; ``int(os.environ["LOCAL_RANK"])``
+    # is a CUDA index whatever the backend.
+    unknown_rank = source.replace('int(os.environ["LOCAL_RANK"])', "launcher.current_device()").replace("local_rank", "dev")
+    assert findings(unknown_rank, "ADV704") != []
+    assert findings(unknown_rank.replace('"nccl"', '"gloo"'), "ADV704") == []
 
 
 # -- ADV705 -----------------------------------------------------------------------------------

@@ -7,17 +7,8 @@ import textwrap
 import pytest
 
 from advisor.context import FileContext
-from advisor.rules.precision import (
-    ACCELERATE,
-    DEEPSPEED,
-    FABRIC_LOOP,
-    HF_TRAINER,
-    LIGHTNING_FIT,
-    LOOP,
-    cuda_training,
-    places_on_cuda,
-    trains_in_fp32,
-)
+from advisor.facts.frameworks import ACCELERATE, DEEPSPEED, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP
+from advisor.facts.precision import trains_in_fp32
 from advisor.targets import ASSUMED
 from helpers import fix, lint
 
@@ -26,6 +17,15 @@ GLOBAL = ["ADV202", "ADV203", "ADV206"]
 
 def context(source: str) -> FileContext:
     return FileContext.from_source("snippet.py", textwrap.dedent(source), ASSUMED)
+
+
+def cuda_training(ctx: FileContext):
+    """The training sites the facts layer says run on a CUDA GPU."""
+    return ctx.facts.frameworks.gpu_sites
+
+
+def places_on_cuda(ctx: FileContext) -> bool:
+    return ctx.facts.devices.places_on_gpu
 
 
 def codes_of(source: str, codes=GLOBAL, gpu: str | None = None) -> list[str]:
@@ -93,6 +93,13 @@ for x, y in loader:
         ),
         (
             """
+            import lightning as L
+            L.Trainer().fit(model, loader)
+            """,
+            LIGHTNING_FIT,
+        ),
+        (
+            """
             from lightning.fabric import Fabric
             fabric = Fabric(accelerator="cuda")
             for batch in loader:
@@ -146,8 +153,8 @@ def test_cuda_training_kinds(source, kind):
         L.Trainer(accelerator="cpu").fit(model, loader)
         """,
         """
-        import lightning as L
-        L.Trainer().fit(model, loader)
+        import pytorch_lightning as pl
+        pl.Trainer().fit(model, loader)
         """,
         """
         from accelerate import Accelerator
@@ -157,7 +164,7 @@ def test_cuda_training_kinds(source, kind):
             optimizer.step()
         """,
     ],
-    ids=["no-device", "inference", "trainer-cpu", "lightning-cpu", "lightning-auto", "accelerate-cpu"],
+    ids=["no-device", "inference", "trainer-cpu", "lightning-cpu", "lightning-1-default", "accelerate-cpu"],
 )
 def test_no_cuda_training(source):
     assert cuda_training(context(source)) == []

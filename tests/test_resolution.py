@@ -378,7 +378,7 @@ def test_globals_after_the_configurator_are_plain_constants():
 
 
 def test_torch_dtype_lookup_follows_the_key():
-    from advisor.rules.precision import resolve_dtype
+    from advisor.facts.precision import resolve_dtype
 
     fixed = NANOGPT.replace("dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16'", "dtype = 'float16'")
     ctx = ctx_for(fixed + "    use(ptdtype)\n")
@@ -427,11 +427,11 @@ def test_describe_names_where_a_value_is_set():
 # -- CUDA evidence and **kwargs reaching rules ------------------------------------------------------
 @pytest.mark.parametrize("line", ["model.to(0)", "model.cuda(0)", "device = torch.device(0)"])
 def test_integer_devices_are_cuda(line):
-    assert ctx_for(f"import torch\n{line}\n").uses_cuda
+    assert ctx_for(f"import torch\n{line}\n").facts.devices.gpu.yes
 
 
 def test_integer_device_lookalikes_are_not_cuda():
-    assert not ctx_for("import torch\nmodel.to(device)\nx = x.to(torch.float16)\n").uses_cuda
+    assert not ctx_for("import torch\nmodel.to(device)\nx = x.to(torch.float16)\n").facts.devices.gpu.yes
 
 
 def test_pin_memory_false_in_a_kwargs_dict_reaches_adv101():
@@ -654,12 +654,10 @@ def test_fabric_loop_like_accelerate():
     (loop,) = ctx.loops.training_loops
     assert [e.kind for e in loop.events] == ["backward", "step", "zero_grad"]
     backward = loop.events[0].call
-    assert ctx.loops.is_framework(backward.func.value) and ctx.uses_cuda
+    assert ctx.loops.is_framework(backward.func.value) and ctx.facts.devices.gpu.yes
 
 
 def test_loader_reaches_the_loop_through_a_parameter():
-    from advisor.rules.batch_size import training_loader_of_loops
-
     ctx = ctx_for(
         """
         import torch
@@ -676,7 +674,7 @@ def test_loader_reaches_the_loop_through_a_parameter():
             train(model, device, train_loader, optimizer)
         """
     )
-    (loader,) = training_loader_of_loops(ctx)
+    (loader,) = ctx.facts.loaders.of_training_loops
     assert ctx.code(loader) == "DataLoader(ds, batch_size=64)"
 
 
@@ -783,8 +781,6 @@ def test_fire_parameters_are_command_line_defaults():
 
 
 def test_loader_reaches_a_method_through_its_parameter():
-    from advisor.rules.batch_size import training_loader_of_loops
-
     ctx = ctx_for(
         """
         import torch
@@ -802,7 +798,7 @@ def test_loader_reaches_a_method_through_its_parameter():
                     self.train_epoch(train_loader)
         """
     )
-    (loader,) = training_loader_of_loops(ctx)
+    (loader,) = ctx.facts.loaders.of_training_loops
     assert ctx.code(loader) == "DataLoader(ds, batch_size=48, shuffle=True)"
 
 

@@ -1,0 +1,279 @@
+"""Who owns the training step: a hand-written loop, the HF ``Trainer`` (and TRL's trainers),
+Accelerate, Lightning, Fabric or DeepSpeed; whether it really runs, and where.
+
+A *training site* (:class:`TrainingSite`) is one place a file trains a model: a training loop
+(``ctx.loops``), a ``TrainingArguments`` whose trainer runs ``train()``, an ``Accelerator`` /
+``Fabric`` / ``deepspeed.initialize`` driving a loop, or a Lightning ``Trainer`` that ``fit``s.
+Each site carries where it runs (:class:`advisor.facts.devices.Where`) as the device facts
+tell it, so that every rule gets the same answer to "is this trained on a GPU?".
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.facts.devices import Where
+from advisor.loops import TrainingLoop
+from advisor.names import dotted_name
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+# Who runs the training step at a site.
+LOOP = "loop"  # a hand-written training loop
+HF_TRAINER = "trainer"  # transformers TrainingArguments / TRL config + trainer.train()
+ACCELERATE = "accelerate"  # an Accelerator driving a training loop
+LIGHTNING_FIT = "lightning"  # a Lightning Trainer that fits
+FABRIC_LOOP = "fabric"  # a Lightning Fabric driving a training loop
+DEEPSPEED = "deepspeed"  # deepspeed.initialize driving a training loop
+DELEGATED = "delegated"  # a call to a function of another project module that runs a training loop
+
+_HF_TRAINER_QUALNAME = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
+LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
+
+
+def is_hf_trainer_class(qualname: str | None) -> bool:
+    """``transformers.Trainer`` / ``Seq2SeqTrainer`` and TRL's ``*Trainer`` classes."""
+    return bool(qualname) and bool(_HF_TRAINER_QUALNAME.match(qualname or "")) and not (qualname or "").endswith(
+        "Callback"
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSite:
+    """One place where a file trains a model.
+
+    ``kind`` says who runs the training step (the constants above); ``anchor`` is where a
+    finding about this training belongs (the loop, or the framework's constructor call);
+    ``config`` is the framework call that holds its settings (``TrainingArguments(...)``,
+    ``Accelerator(...)``, Lightning ``Trainer(...)`` / ``Fabric(...)``,
+    ``deepspeed.initialize(...)``), None for a hand-written loop; ``loops`` the training
+    loops it drives, where the file has them; ``where`` where it runs."""
+
+    kind: str
+    anchor: cst.CSTNode
+    config: cst.Call | None = None
+    loops: tuple[TrainingLoop, ...] = ()
+    where: Where = Where.UNKNOWN
+    # For a delegated site: the project module whose function runs the loop.
+    elsewhere: "FileContext | None" = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.where.gpu
+
+
+class FrameworkFacts:
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    # -- HF Trainer and TRL -----------------------------------------------------------------
+    @cached_property
+    def local_hf_trainer_classes(self) -> set[str]:
+        """Classes of this file that subclass an HF / TRL trainer (``class MyTrainer(Trainer)``)."""
+        return {
+            cls.name.value
+            for cls in self.ctx.nodes(cst.ClassDef)
+            if any(is_hf_trainer_class(q) for q in self.ctx.base_qualnames(cls))
+        }
+
+    def is_hf_trainer_call(self, call: cst.Call) -> bool:
+        func = call.func
+        if is_hf_trainer_class(self.ctx.qualname(func)):
+            return True
+        return isinstance(func, cst.Name) and func.value in self.local_hf_trainer_classes
+
+    @cached_property
+    def hf_trainer_calls(self) -> list[cst.Call]:
+        """``Trainer(...)`` of transformers or TRL, or of a class of this file that subclasses one."""
+        return [call for call in self.ctx.nodes(cst.Call) if self.is_hf_trainer_call(call)]
+
+    def runs(self, call: cst.Call, method: str) -> bool:
+        """``x = Framework(...); x.<method>(...)``, or ``Framework(...).<method>(...)``."""
+        ctx = self.ctx
+        parent = ctx.parent.get(call)
+        if isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == method:
+            return True
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is call):
+            return False
+        name = dotted_name(parent.targets[0].target)
+        return name is not None and any(
+            isinstance(c.func, cst.Attribute) and dotted_name(c.func.value) == name for c in ctx.method_calls(method)
+        )
+
+    @cached_property
+    def hf_trainer_trains(self) -> bool:
+        """Whether the file runs ``train()`` on an HF / TRL trainer: one of its trainer calls, or a
+        receiver named for a trainer (built elsewhere). ``TrainingArguments`` alone may serve evaluation."""
+        if any(self.runs(call, "train") for call in self.hf_trainer_calls):
+            return True
+        for call in self.ctx.method_calls("train"):
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if "trainer" in (dotted_name(receiver) or "").split(".")[-1].lower():
+                bound = self.ctx.bound_call(receiver)
+                if bound is None or self.is_hf_trainer_call(bound):
+                    return True
+        return False
+
+    @cached_property
+    def parsed_training_arguments(self) -> list[cst.Name]:
+        """Names bound by ``HfArgumentParser(...).parse_args_into_dataclasses()`` to the file's own
+        ``TrainingArguments`` subclass (Alpaca, FastChat): the fields it declares have defaults
+        the file shows; the ones it inherits stay unknown."""
+        found = []
+        for name, cls in self.ctx.values.parsed_dataclasses():
+            if cls is not None and any(q in TRAINING_ARGUMENTS for q in self.ctx.base_qualnames(cls)):
+                found.append(name)
+        return found
+
+    @cached_property
+    def trains(self) -> bool:
+        """Anything in the file trains: a backward pass, a GradScaler, an optimizer stepped or
+        zeroed, an HF / TRL trainer or a Lightning ``Trainer``."""
+        from advisor.facts.precision import file_trains
+
+        return file_trains(self.ctx) or bool(self.hf_trainer_calls) or bool(self.lightning_trainers)
+
+    # -- Lightning ------------------------------------------------------------------------------
+    @cached_property
+    def lightning_trainers(self) -> list[cst.Call]:
+        return self.ctx.calls(LIGHTNING_TRAINER)
+
+    def lightning_fits(self, call: cst.Call) -> bool:
+        return self.runs(call, "fit")
+
+    @cached_property
+    def uses_lightning(self) -> bool:
+        """Lightning and Fabric own the loop, accumulation and zeroing (or the file is theirs)."""
+        return any(
+            target.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")
+            for target in self.ctx.imports.aliases.values()
+        )
+
+    def fabric_loop(self, loop: TrainingLoop) -> bool:
+        """A loop whose backward is ``fabric.backward(loss)``: Fabric scales the loss for mixed
+        precision only. It never zeroes gradients and, unlike ``accelerator.backward``, does not
+        divide by accumulation steps, so the loop is judged like one calling ``loss.backward()``."""
+        return any(
+            isinstance(e.call.func, cst.Attribute) and self.ctx.loops.is_fabric(e.call.func.value)
+            for e in loop.events
+            if e.kind == "backward"
+        )
+
+    def lightning_owns(self, loop: TrainingLoop) -> bool:
+        """Whether Lightning may zero and accumulate for ``loop`` (the file uses Lightning and the
+        loop is not a Fabric loop)."""
+        return self.uses_lightning and not self.fabric_loop(loop)
+
+    @cached_property
+    def lightning_modules(self) -> list[cst.ClassDef]:
+        """The file's ``LightningModule`` / ``LightningDataModule`` classes (also through its own bases)."""
+        return [
+            cls
+            for cls in self.ctx.nodes(cst.ClassDef)
+            if any(q in LIGHTNING_MODULES for q in self.ctx.base_qualnames(cls))
+        ]
+
+    # -- training sites -------------------------------------------------------------------------
+    @cached_property
+    def sites(self) -> list[TrainingSite]:
+        """Where the file trains a model, in order of discovery:
+
+        - ``TrainingArguments`` (or a TRL config) in a file that runs ``trainer.train()``;
+        - an ``Accelerator``, a ``Fabric`` or ``deepspeed.initialize`` with a training loop or a
+          framework ``backward``;
+        - a Lightning ``Trainer`` that ``fit``s;
+        - a training loop that no framework drives.
+
+        Inference-only files give nothing."""
+        ctx = self.ctx
+        devices = ctx.facts.devices
+        loops = tuple(ctx.loops.training_loops)
+        trains = bool(loops) or ctx.loops.framework_backward
+        found: list[TrainingSite] = []
+        if self.hf_trainer_trains:
+            for call in ctx.calls(*TRAINING_ARGUMENTS):
+                found.append(TrainingSite(HF_TRAINER, call, call, (), devices.framework_setting(call)))
+        if trains:
+            for call in ctx.calls(ACCELERATOR):
+                found.append(TrainingSite(ACCELERATE, call, call, loops, devices.framework_setting(call)))
+            for call in ctx.calls(FABRIC):
+                found.append(TrainingSite(FABRIC_LOOP, call, call, loops, devices.framework_setting(call)))
+            for call in ctx.calls("deepspeed.initialize"):
+                found.append(TrainingSite(DEEPSPEED, call, call, loops, Where.CUDA))
+        for call in self.lightning_trainers:
+            if self.lightning_fits(call):
+                found.append(TrainingSite(LIGHTNING_FIT, call, call, (), devices.framework_setting(call)))
+        where = Where.CUDA if devices.places_on_gpu else Where.UNKNOWN
+        if loops and not ctx.calls(ACCELERATOR, FABRIC, "deepspeed.initialize"):
+            for loop in loops:
+                if not self.framework_backward(loop):
+                    found.append(TrainingSite(LOOP, loop.node, None, (loop,), where))
+        for call, other, _ in self.delegated_training:
+            found.append(TrainingSite(DELEGATED, call, None, (), where, other))
+        return found
+
+    # -- training in another module of the project ----------------------------------------------
+    @cached_property
+    def delegated_training(self) -> list[tuple[cst.Call, "FileContext", cst.FunctionDef]]:
+        """Calls of this file to a function of another project module that runs a training loop
+        (``engine.train_step(model, loader, loss_fn, optimizer, device)``): the call, the other
+        module's context and the function."""
+        project = self.ctx.project
+        if project is None:
+            return []
+        found = []
+        for call in self.ctx.nodes(cst.Call):
+            if not isinstance(call.func, (cst.Name, cst.Attribute)):
+                continue
+            resolved = project.binding(call.func)
+            if resolved is None:
+                continue
+            other, binding = resolved
+            if isinstance(binding.node, cst.FunctionDef) and other.facts.frameworks.function_trains(binding.node):
+                found.append((call, other, binding.node))
+        return found
+
+    def function_trains(self, function: cst.FunctionDef) -> bool:
+        """Whether a training loop of this file runs inside ``function``."""
+        return any(self.ctx.is_descendant(loop.node, function) for loop in self.ctx.loops.training_loops)
+
+    def stepped_parameters(self, function: cst.FunctionDef) -> dict[str, int | None]:
+        """The parameters of ``function`` (name -> position, as callers pass them) that a training
+        loop inside it steps as an optimizer."""
+        params = list(function.params.params)
+        method = isinstance(self.ctx.parent.get(self.ctx.parent.get(function)), cst.ClassDef)
+        positions = {p.name.value: i - (1 if method else 0) for i, p in enumerate(params)}
+        positions.update({p.name.value: None for p in function.params.kwonly_params})
+        found: dict[str, int | None] = {}
+        for loop in self.ctx.loops.training_loops:
+            if self.ctx.is_descendant(loop.node, function):
+                for optimizer in loop.optimizers:
+                    if optimizer in positions:
+                        position = positions[optimizer]
+                        found[optimizer] = position if position is None or position >= 0 else None
+        return found
+
+    def framework_backward(self, loop: TrainingLoop) -> bool:
+        """A loop whose backward belongs to an engine built elsewhere: ``accelerator.backward(loss)``,
+        ``fabric.backward``, a DeepSpeed ``model_engine.backward(loss)``, Lightning's
+        ``self.manual_backward(loss)``. That engine owns the device and the precision."""
+        for event in loop.of_kind("backward"):
+            func = event.call.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            if func.attr.value == "manual_backward" or self.ctx.loops.is_framework(func.value):
+                return True
+            if "engine" in (dotted_name(func.value) or "").split(".")[-1].lower():
+                return True
+        return False
+
+    @cached_property
+    def gpu_sites(self) -> list[TrainingSite]:
+        """The training sites that run on a CUDA GPU."""
+        return [site for site in self.sites if site.on_gpu]

@@ -1,0 +1,686 @@
+"""DataLoaders: which ``DataLoader(...)`` an iterable is, its role (training or evaluation), its
+dataset (in memory, iterable, on the GPU), its settings, and who consumes it.
+
+"Which loader does this loop draw from?" has one answer (:meth:`LoaderFacts.behind`) for every
+rule: through ``enumerate`` / ``tqdm`` wrappers, names, ``self.x`` attributes, unpacking from
+``accelerator.prepare`` / ``fabric.setup_dataloaders``, and parameters (what every caller of
+the file passes; a function called from nowhere the file shows matches by the parameter's name).
+A loader is a *training* loader (:meth:`LoaderFacts.is_training`) when a training loop draws
+from it, when Lightning trains on it (``train_dataloader()``, ``fit(train_dataloaders=...)``),
+or when it is named or shuffled like one outside evaluation code.
+"""
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER
+from advisor.context import MISSING
+from advisor.loops import under_no_grad
+from advisor.names import dotted_name
+from advisor.values import Value
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+_TRAINING_NAME = re.compile(r"train", re.I)
+_EVALUATION_NAME = re.compile(r"val|eval|test|dev(?!ice)|infer|pred|score|calib", re.I)
+_PROGRESS_WRAPPERS = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm", "rich.progress.track")
+_ITERATION_WRAPPERS = {"enumerate", "tqdm", "iter", "track", "progress_bar", "skip_first_batches"}
+# Datasets that must not get workers blindly: iterable ones yield every sample once per
+# worker unless they shard themselves; in-memory tensors are indexed faster in-process.
+_ITERABLE_PREFIXES = ("webdataset.", "torchdata.", "torch.utils.data.datapipes.", "streaming.")
+_ITERABLE_DATASETS = (
+    "trl.ConstantLengthDataset",
+    "trl.trainer.ConstantLengthDataset",
+    "trl.trainer.utils.ConstantLengthDataset",
+)
+IN_MEMORY_DATASETS = ("torch.utils.data.TensorDataset",)
+# The methods through which a Dataset class hands out (or prepares) its items.
+_ITEM_METHODS = ("__init__", "__getitem__", "__getitems__", "__iter__", "__next__")
+# How deep calls to the file's own functions are followed.
+_CALL_DEPTH = 3
+# Lightning hooks whose loaders only ``trainer.test(...)`` / ``trainer.predict(...)`` draw from.
+_LIGHTNING_ON_DEMAND_LOADERS = {"test_dataloader": "test", "predict_dataloader": "predict"}
+_LIGHTNING_MODULES = ("LightningModule", "LightningDataModule")
+_PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders")
+def builtin_call(ctx: "FileContext", expr: cst.BaseExpression, *names: str) -> bool:
+    """``range(...)`` / ``list(...)`` calling the builtin (the file binds no such name)."""
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value in names
+        and not ctx.lookup(expr.func.value, expr.func)
+    )
+
+
+def local_class(ctx: "FileContext", expr: cst.BaseExpression) -> cst.ClassDef | None:
+    if isinstance(expr, cst.Name):
+        bindings = ctx.lookup(expr.value, expr)
+        if len(bindings) == 1 and isinstance(bindings[0].node, cst.ClassDef):
+            return bindings[0].node
+    return None
+
+
+def class_methods(ctx: "FileContext", cls: cst.ClassDef, names: tuple[str, ...], depth: int = 0) -> list[cst.FunctionDef]:
+    """``cls``'s methods of these names, its own or those of base classes the file defines."""
+    if depth > 3 or not isinstance(cls.body, cst.IndentedBlock):
+        return []
+    found = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value in names]
+    for base in cls.bases:
+        inner = local_class(ctx, base.value)
+        if inner is not None:
+            found.extend(class_methods(ctx, inner, names, depth + 1))
+    return found
+
+
+class LoaderFacts:
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    # -- which loader -----------------------------------------------------------------------
+    def unwrap(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
+        """The loader behind ``enumerate(...)`` / ``tqdm(...)``, and whether an index comes first."""
+        ctx = self.ctx
+        indexed = False
+        while isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None and not expr.args[0].star:
+            callee = dotted_name(expr.func)
+            if callee == "enumerate":
+                indexed = True
+            elif callee != "tqdm" and ctx.qualname(expr.func) not in _PROGRESS_WRAPPERS:
+                break
+            expr = expr.args[0].value
+        return expr, indexed
+
+    def behind(
+        self, expr: cst.BaseExpression, depth: int = 0, visiting: frozenset[int] = frozenset()
+    ) -> list[cst.Call] | None:
+        """The ``DataLoader(...)`` calls an iterated expression can be, or None if any path is unknown.
+
+        Sees through ``enumerate``/``tqdm``, names, ``accelerator.prepare`` /
+        ``fabric.setup_dataloaders`` (called on the loader, or unpacked), ``self.x``
+        attributes, and parameters (``def train(model, train_loader)``) through the file's
+        calls of the function; a function the file never calls matches by the parameter's
+        name with the loaders the file assigns to that name. A binding met again while
+        resolving itself (``loader = prepare(loader)``) adds nothing."""
+        ctx = self.ctx
+        if depth > 8:
+            return None
+        if isinstance(expr, cst.Call):
+            if ctx.qualname(expr.func) == DATALOADER:
+                return [expr]
+            func_name = (dotted_name(expr.func) or "").split(".")[-1]
+            if func_name in _ITERATION_WRAPPERS and expr.args and not expr.args[0].star:
+                return self.behind(expr.args[0].value, depth + 1, visiting)
+            if ctx.qualname(expr.func) in _PROGRESS_WRAPPERS and expr.args and not expr.args[0].star:
+                return self.behind(expr.args[0].value, depth + 1, visiting)
+            if func_name in _PREPARE_METHODS and len(expr.args) == 1 and not expr.args[0].star:
+                return self.behind(expr.args[0].value, depth + 1, visiting)
+            return None
+        if isinstance(expr, cst.Name):
+            bindings = ctx.lookup(expr.value, expr)
+            if not bindings:
+                return None
+            if all(isinstance(b.node, cst.Param) for b in bindings):
+                found = self._passed_as(bindings[0].node, depth, visiting)  # type: ignore[arg-type]
+                return found if found is not None else self._assigned_by_name(expr.value)
+            found: list[cst.Call] = []
+            for binding in bindings:
+                if id(binding.node) in visiting:
+                    continue
+                inner_visiting = visiting | {id(binding.node)}
+                if binding.value is not None:
+                    inner = self.behind(binding.value, depth + 1, inner_visiting)
+                elif isinstance(binding.node, cst.Assign):
+                    inner = self._unpacked_from_prepare(binding.node, expr.value, depth, inner_visiting)
+                elif isinstance(binding.node, cst.Param):
+                    inner = self._passed_as(binding.node, depth, inner_visiting)
+                else:
+                    inner = None
+                if inner is None:
+                    return None
+                found.extend(c for c in inner if c not in found)
+            return found
+        if isinstance(expr, cst.Attribute):
+            name = dotted_name(expr)
+            assignments = ctx.attribute_assignments.get(name or "", [])
+            if not assignments:
+                return None
+            found = []
+            for assignment in assignments:
+                if id(assignment) in visiting:
+                    continue
+                if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1:
+                    return None
+                target = assignment.targets[0].target
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    inner = self._unpacked_from_prepare(assignment, name or "", depth, visiting | {id(assignment)})
+                else:
+                    inner = self.behind(assignment.value, depth + 1, visiting | {id(assignment)})
+                if inner is None:
+                    return None
+                found.extend(c for c in inner if c not in found)
+            return found
+        return None
+
+    def _unpacked_from_prepare(
+        self, assign: cst.Assign, name: str, depth: int, visiting: frozenset[int]
+    ) -> list[cst.Call] | None:
+        """``model, opt, train_loader = accelerator.prepare(model, opt, train_loader)``: the matching argument."""
+        call = assign.value
+        if len(assign.targets) != 1 or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            return None
+        if call.func.attr.value not in _PREPARE_METHODS:
+            return None
+        target = assign.targets[0].target
+        if not isinstance(target, (cst.Tuple, cst.List)):
+            return None
+        names = [dotted_name(e.value) if not isinstance(e, cst.StarredElement) else None for e in target.elements]
+        if name not in names or None in names or len(names) != len(call.args):
+            return None
+        if any(arg.star or arg.keyword for arg in call.args):
+            return None
+        return self.behind(call.args[names.index(name)].value, depth + 1, visiting)
+
+    def _passed_as(self, param: cst.Param, depth: int, visiting: frozenset[int]) -> list[cst.Call] | None:
+        """The loaders every call of the file passes for ``param``; None when the function is
+        called from nowhere the file shows, or any call passes something unknown."""
+        ctx = self.ctx
+        function = ctx.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        positional = list(function.params.params)
+        if not any(p is param for p in positional):
+            return None
+        callers = ctx.loops.callers(function)
+        if not callers:
+            return None
+        position = next(i for i, p in enumerate(positional) if p is param)
+        if isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):  # def -> body -> class
+            position -= 1  # ``self.train(loader)``: ``self`` is not passed
+        found: list[cst.Call] = []
+        for call in callers:
+            passed = ctx.argument(call, param.name.value, position if position >= 0 else None)
+            if passed is None or passed is MISSING:
+                return None
+            inner = self.behind(passed, depth + 1, visiting)
+            if inner is None:
+                return None
+            found.extend(c for c in inner if c not in found)
+        return found
+
+    def _assigned_by_name(self, name: str) -> list[cst.Call] | None:
+        """The DataLoaders the file assigns to ``name`` anywhere, when every binding of that name
+        that is not a parameter is one (a loader handed to a function called from elsewhere)."""
+        ctx = self.ctx
+        calls: list[cst.Call] = []
+        for (_, bound), found in ctx.bindings.items():
+            if bound != name:
+                continue
+            for binding in found:
+                if isinstance(binding.node, cst.Param):
+                    continue
+                value = binding.value
+                if not (isinstance(value, cst.Call) and ctx.qualname(value.func) == DATALOADER):
+                    return None
+                calls.append(value)
+        return calls or None
+
+    def name(self, call: cst.Call) -> str | None:
+        """What the file calls a DataLoader: the name it is assigned to (``train_loader``,
+        ``self.train_loader``), or the function that returns it (``train_dataloader``)."""
+        ctx = self.ctx
+        parent = ctx.parent.get(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return dotted_name(parent.targets[0].target)
+        if isinstance(parent, cst.AnnAssign):
+            return dotted_name(parent.target)
+        values = ctx.parent.get(parent) if isinstance(parent, cst.Element) else None
+        if isinstance(values, cst.Tuple):  # ``train_loader, val_loader = DataLoader(...), DataLoader(...)``
+            assign = ctx.parent.get(values)
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                target = assign.targets[0].target
+                if isinstance(target, cst.Tuple) and len(target.elements) == len(values.elements):
+                    index = list(values.elements).index(parent)
+                    return dotted_name(target.elements[index].value)
+        if isinstance(parent, cst.Return):
+            function = ctx.enclosing(call, cst.FunctionDef)
+            return function.name.value if isinstance(function, cst.FunctionDef) else None
+        return None
+
+    def handed_to_framework(self, spelling: str | None) -> bool:
+        """Whether ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)`` takes the loader
+        spelled ``spelling``: the framework then places batches on the device itself."""
+        if spelling is None:
+            return False
+        for call in self.ctx.method_calls(*_PREPARE_METHODS):
+            if any(dotted_name(arg.value) == spelling for arg in call.args):
+                return True
+        return False
+
+    # -- roles ----------------------------------------------------------------------------------
+    @cached_property
+    def training_iterations(self) -> dict[cst.Call, list[cst.For]]:
+        """DataLoaders that training loops draw batches from, with the loops that do."""
+        ctx = self.ctx
+        found: dict[cst.Call, list[cst.For]] = {}
+        for loop in ctx.loops.training_loops:
+            for node in [loop.node, *ctx.ancestors(loop.node)]:
+                if not isinstance(node, cst.For):
+                    continue
+                for call in self.behind(node.iter) or ():
+                    found.setdefault(call, []).append(node)
+        return found
+
+    @cached_property
+    def lightning_training(self) -> list[cst.Call] | None:
+        """The DataLoaders a Lightning ``Trainer`` trains on: returned by ``train_dataloader()``
+        hooks or passed to ``fit(train_dataloaders=...)``. None when one of them is unknown."""
+        ctx = self.ctx
+        candidates: list[cst.Call] = []
+        for function in ctx.nodes(cst.FunctionDef):
+            if function.name.value == "train_dataloader":
+                for ret in ctx.walk(function, cst.Return):
+                    calls = self.behind(ret.value) if ret.value is not None else None
+                    if calls is None:
+                        return None
+                    candidates.extend(c for c in calls if c not in candidates)
+        for fit in ctx.method_calls("fit"):
+            expr = ctx.argument(fit, "train_dataloaders", 1)
+            if expr is None:
+                return None
+            if expr is MISSING:
+                continue
+            calls = self.behind(expr)
+            if calls is None:
+                return None
+            candidates.extend(c for c in calls if c not in candidates)
+        return candidates
+
+    @cached_property
+    def of_training_loops(self) -> list[cst.Call] | None:
+        """The DataLoaders the file's training loops iterate, if that is knowable."""
+        found: list[cst.Call] = []
+        for loop in self.ctx.loops.training_loops:
+            iterable = loop.iterable
+            if iterable is None:
+                return None
+            calls = self.behind(iterable)
+            if calls is None:
+                return None
+            found.extend(c for c in calls if c not in found)
+        return found or None
+
+    def is_training(self, call: cst.Call) -> bool:
+        """A loader that feeds training: drawn by a training loop, trained on by Lightning, or
+        named / shuffled like a training loader outside evaluation code."""
+        if call in self.training_iterations or call in (self.lightning_training or ()):
+            return True
+        return self._looks_like_training(call)
+
+    def _looks_like_training(self, call: cst.Call) -> bool:
+        ctx = self.ctx
+        # A loader built inside ``evaluate()`` / under ``@torch.inference_mode()`` draws evaluation
+        # batches, whatever it is called and even when shuffled (to sample random batches).
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if isinstance(function, cst.FunctionDef):
+            scope = function.name.value
+            if _EVALUATION_NAME.search(scope) and not _TRAINING_NAME.search(scope):
+                return False
+        if under_no_grad(ctx, call):
+            return False
+        name = (self.name(call) or "").split(".")[-1]
+        if _EVALUATION_NAME.search(name):
+            return False
+        if _TRAINING_NAME.search(name):
+            return True
+        shuffle = ctx.argument(call, "shuffle", DATALOADER_POSITION["shuffle"])
+        return shuffle is not None and shuffle is not MISSING and ctx.values.value_of(shuffle) is True
+
+    def unused_lightning_loader(self, call: cst.Call) -> bool:
+        """A loader built in a LightningModule's (or DataModule's) ``test_dataloader()`` /
+        ``predict_dataloader()`` in a file that builds its ``Trainer`` and never calls
+        ``trainer.test`` / ``trainer.predict``: no batch of it ever reaches the GPU. Without a
+        Trainer in the file, or with ``LightningCLI`` (its ``test`` subcommand), it may be used."""
+        ctx = self.ctx
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or function.name.value not in _LIGHTNING_ON_DEMAND_LOADERS:
+            return False
+        cls = ctx.enclosing(function, cst.ClassDef)
+        if not isinstance(cls, cst.ClassDef) or ctx.enclosing(function, cst.FunctionDef) is not None:
+            return False
+        if not any(
+            q.split(".")[0] == "lightning" and q.rsplit(".", 1)[-1] in _LIGHTNING_MODULES for q in ctx.base_qualnames(cls)
+        ):
+            return False
+        if not ctx.calls(LIGHTNING_TRAINER) or any("LightningCLI" in q for q in ctx.called_qualnames):
+            return False
+        return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[function.name.value])
+
+    # -- settings ---------------------------------------------------------------------------------
+    def pin_unset(self, call: cst.Call) -> bool:
+        """``pin_memory`` certainly not passed: the loader does not pin, and nobody chose that."""
+        return self.ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"]) is MISSING
+
+    def pinnable(self, call: cst.Call) -> bool:
+        """A loader whose batches pinning would speed up: host data, not indices, and not a
+        Lightning loader that never runs."""
+        return not (self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call))
+
+    def pinned(self, call: cst.Call) -> bool:
+        """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
+        from advisor.facts import Tri
+
+        ctx = self.ctx
+        pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
+        if pin is None or pin is MISSING:
+            return False
+        value = ctx.values.resolve(pin)
+        if value is not None:
+            return value.value is True
+        return ctx.facts.devices.gpu_test(pin, switches=True) is Tri.YES
+
+    def batch(self, loader: cst.Call) -> Value | None:
+        """The loader's ``batch_size``, DataLoader's default 1 when absent, None when unknown or not batching."""
+        ctx = self.ctx
+        if ctx.argument(loader, "batch_sampler", DATALOADER_POSITION["batch_sampler"]) is not MISSING:
+            return None  # batches come from the sampler
+        collate = ctx.argument(loader, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if collate is None or isinstance(collate, cst.Lambda):
+            return None  # ``collate_fn=lambda x: x[0]``: the dataset yields whole batches
+        expr = ctx.argument(loader, "batch_size", DATALOADER_POSITION["batch_size"])
+        if expr is None:
+            return None
+        if expr is MISSING:
+            if collate is not MISSING:
+                return None
+            return Value(1, loader, "default")
+        return ctx.values.resolve(expr)
+
+    def single_batch(self, loaders: list[cst.Call] | None) -> Value | None:
+        if not loaders or len(loaders) != 1:
+            return None
+        return self.batch(loaders[0])
+
+    # -- datasets --------------------------------------------------------------------------------
+    def dataset(self, call: cst.Call) -> cst.Call | None:
+        """The call that builds the loader's dataset, where the file shows it."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return None
+        return self.ctx.bound_call(dataset)
+
+    def _dataset_expression(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The expression the loader's dataset is, seen through a name bound once."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return None
+        if isinstance(dataset, cst.Name):
+            return self.ctx.single_assignment(dataset)
+        return dataset
+
+    def index_dataset(self, call: cst.Call) -> bool:
+        """A loader over ``range(n)`` (or ``list(range(n))``): its batches are integer indices,
+        not the training data, so neither pinning nor workers change what reaches the GPU."""
+        ctx = self.ctx
+        dataset = self._dataset_expression(call)
+        if dataset is None:
+            return False
+        if builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
+            dataset = dataset.args[0].value  # type: ignore[attr-defined]
+        return builtin_call(ctx, dataset, "range")
+
+    def _python_sequence_dataset(self, call: cst.Call) -> bool:
+        """A dataset written as a Python list / tuple (literal or comprehension) or a range:
+        its items are already in memory, and indexing them in-process is cheaper than workers."""
+        dataset = self._dataset_expression(call)
+        return isinstance(dataset, (cst.List, cst.Tuple, cst.ListComp)) or self.index_dataset(call)
+
+    @cached_property
+    def file_streams_data(self) -> bool:
+        """Whether the file uses iterable / streaming datasets anywhere (``IterableDataset``,
+        ``load_dataset(..., streaming=True)``, ``to_iterable_dataset()``, TRL's packed
+        ``ConstantLengthDataset``, WebDataset, torchdata). ``streaming=args.streaming`` counts:
+        the command line may turn it on, whatever the flag's default."""
+        ctx = self.ctx
+        if any(n.value == "IterableDataset" for n in ctx.nodes(cst.Name)):
+            return True
+        if any(a.attr.value in ("IterableDataset", "to_iterable_dataset") for a in ctx.nodes(cst.Attribute)):
+            return True
+        for arg in ctx.nodes(cst.Arg):
+            if arg.keyword is not None and arg.keyword.value == "streaming":
+                value = ctx.values.resolve(arg.value)
+                if value is None or value.value is not False or value.origin == "argparse default":
+                    return True
+        if ctx.calls(*_ITERABLE_DATASETS):
+            return True
+        return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
+
+    def in_memory_tensors(self, call: cst.Call) -> bool:
+        """A ``TensorDataset`` (also one a function of the file builds and returns, or one handed
+        in as a parameter)."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return False
+        return any(
+            isinstance(source, cst.Call) and self.ctx.qualname(source.func) in IN_MEMORY_DATASETS
+            for source in self.dataset_sources(dataset) or ()
+        )
+
+    def unsuited_to_workers(self, call: cst.Call) -> bool:
+        """Iterable datasets (each worker would replay the stream) and in-memory datasets
+        (tensor datasets, Python sequences)."""
+        if self.file_streams_data or self._python_sequence_dataset(call):
+            return True
+        return self.in_memory_tensors(call)
+
+    def dataset_sources(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
+        """The expressions a dataset argument can be, seen through names bound once, the
+        parameters of the file's functions (what each call of the file passes) and the
+        ``return`` statements of the file's own functions (``load_and_cache_examples(...)``);
+        None when some path cannot be followed."""
+        ctx = self.ctx
+        if depth > 6:
+            return None
+        if isinstance(expr, cst.Name):
+            bindings = ctx.lookup(expr.value, expr)
+            if len(bindings) != 1:
+                return None
+            binding = bindings[0]
+            if binding.value is not None:
+                return self.dataset_sources(binding.value, depth + 1)
+            if isinstance(binding.node, cst.Param):
+                return self._sources_passed_for(binding.node, depth)
+            return None
+        if isinstance(expr, cst.Call):
+            function = ctx.loops.callee(expr)
+            if function is None:
+                return [expr]
+            returns = [r for r in ctx.walk(function, cst.Return) if ctx.scope_of.get(r) is function]
+            if not returns:
+                return None
+            found: list[cst.BaseExpression] = []
+            for statement in returns:
+                if statement.value is None:
+                    return None
+                inner = self.dataset_sources(statement.value, depth + 1)
+                if inner is None:
+                    return None
+                found.extend(inner)
+            return found
+        return [expr]
+
+    def _sources_passed_for(self, param: cst.Param, depth: int) -> list[cst.BaseExpression] | None:
+        """What every call of the file passes for ``param`` of one of its functions."""
+        ctx = self.ctx
+        function = ctx.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        positional = list(function.params.params)
+        index = next((i for i, p in enumerate(positional) if p is param), None)
+        callers = ctx.loops.callers(function)
+        if not callers:
+            return None
+        if index is not None and isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):
+            index -= 1  # ``self.train(dataset)``: ``self`` is not passed
+        found: list[cst.BaseExpression] = []
+        for caller in callers:
+            passed = ctx.argument(caller, param.name.value, index if index is not None and index >= 0 else None)
+            if passed is None or passed is MISSING:
+                return None
+            inner = self.dataset_sources(passed, depth + 1)
+            if inner is None:
+                return None
+            found.extend(inner)
+        return found
+
+    def _gpu_tensor_dataset(self, definition: cst.BaseExpression) -> bool:
+        """A dataset expression built from tensors moved with ``.cuda()`` / ``.to(...)`` or made
+        with ``device=`` a GPU."""
+        ctx = self.ctx
+        devices = ctx.facts.devices
+        for inner in ctx.walk(definition, cst.Call):
+            func = inner.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to"):
+                return True
+            device = ctx.keyword_arg(inner, "device")
+            if device is not None and devices.where(device.value).gpu:
+                return True
+        for name in ctx.walk(definition, cst.Name):
+            bound = ctx.bound_call(name)
+            if bound is None:
+                continue
+            if isinstance(bound.func, cst.Attribute) and bound.func.attr.value in ("cuda", "to"):
+                return True
+            device = ctx.keyword_arg(bound, "device")
+            if device is not None and devices.where(device.value).gpu:
+                return True
+        return False
+
+    def dataset_on_gpu(self, call: cst.Call) -> bool:
+        """Whether the loader's batches are on the GPU before it yields them: the dataset holds
+        GPU tensors, or its items or its ``collate_fn`` are moved there. Pinning such a batch
+        raises ("only dense CPU tensors can be pinned"), and a forked worker cannot use CUDA."""
+        ctx = self.ctx
+        dataset = ctx.argument(call, "dataset", 0)
+        if dataset is not None and dataset is not MISSING:
+            definition = ctx.bound_call(dataset) if isinstance(dataset, cst.Name) else dataset
+            if definition is not None and self._gpu_tensor_dataset(definition):
+                return True
+            for source in self.dataset_sources(dataset) or ():
+                if self._gpu_tensor_dataset(source) or self._items_on_device(source):
+                    return True
+        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        return collate is not None and collate is not MISSING and self.callable_moves_to_device(collate)
+
+    def _items_on_device(self, source: cst.BaseExpression) -> bool:
+        """A dataset of a class of the file that moves its data or items to a device."""
+        if not isinstance(source, cst.Call):
+            return False
+        cls = local_class(self.ctx, source.func)
+        return cls is not None and any(
+            self.runs_device_move(m) for m in class_methods(self.ctx, cls, _ITEM_METHODS)
+        )
+
+    def callable_moves_to_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether a collate function the file defines moves the batch to a device: a lambda or
+        a function of the file (and the functions of the file they call), ``partial(f, ...)``, an
+        instance of a class of the file with such a ``__call__``, or a method (``dataset.collate_fn``).
+        Library collators (``DataCollatorWithPadding``, ``default_data_collator``) and functions
+        imported from other modules are taken as CPU ones."""
+        ctx = self.ctx
+        if depth > 4:
+            return False
+        if isinstance(expr, cst.Lambda):
+            return self.runs_device_move(expr.body)
+        if isinstance(expr, cst.Call):
+            if ctx.qualname(expr.func) == "functools.partial" and expr.args:
+                return self.callable_moves_to_device(expr.args[0].value, depth + 1)
+            cls = local_class(ctx, expr.func)
+            return cls is not None and any(
+                self.runs_device_move(m) for m in class_methods(ctx, cls, ("__call__",))
+            )
+        if isinstance(expr, cst.Name):
+            bindings = ctx.lookup(expr.value, expr)
+            if len(bindings) != 1:
+                return False
+            binding = bindings[0]
+            if isinstance(binding.node, cst.FunctionDef):
+                return self.runs_device_move(binding.node)
+            return binding.value is not None and self.callable_moves_to_device(binding.value, depth + 1)
+        if isinstance(expr, cst.Attribute):
+            owner = expr.value
+            if isinstance(owner, cst.Name) and owner.value == "self":
+                cls = ctx.enclosing(expr, cst.ClassDef)
+            else:
+                built = ctx.bound_call(owner)
+                cls = local_class(ctx, built.func) if built is not None else None
+            if isinstance(cls, cst.ClassDef):
+                return any(self.runs_device_move(m) for m in class_methods(ctx, cls, (expr.attr.value,)))
+            assignments = ctx.attribute_assignments.get(dotted_name(expr) or "", [])
+            values = [a.value for a in assignments if isinstance(a, cst.Assign)]
+            return any(self.callable_moves_to_device(v, depth + 1) for v in values)
+        return False
+
+    def runs_device_move(self, root: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether ``root`` moves tensors to a device, itself or through the file's own functions it calls."""
+        ctx = self.ctx
+        devices = ctx.facts.devices
+        for call in ctx.walk(root, cst.Call):
+            if devices.moves_off_cpu(call):
+                return True
+            if depth < _CALL_DEPTH:
+                function = ctx.loops.callee(call)
+                if function is not None and function is not root and self.runs_device_move(function, depth + 1):
+                    return True
+        return False
+
+    # -- the process model --------------------------------------------------------------------------
+    def spawn_safe(self, *nodes: cst.CSTNode) -> bool:
+        """Whether worker processes may be started: the script guards its entry point and
+        none of ``nodes`` runs at import time (a spawned worker re-imports the main module)."""
+        return self.ctx.has_main_guard and not any(self.ctx.runs_on_import(node) for node in nodes)
+
+    def local_callable(self, call: cst.Call) -> str | None:
+        """The keyword (``collate_fn``, ``worker_init_fn``) of a DataLoader given a lambda or a
+        function defined inside another function: neither can be pickled for a spawned worker."""
+        ctx = self.ctx
+        for keyword in ("collate_fn", "worker_init_fn"):
+            argument = ctx.argument(call, keyword, 6 if keyword == "collate_fn" else None)
+            if argument is None or argument is MISSING:
+                continue
+            if isinstance(argument, cst.Lambda):
+                return keyword
+            if isinstance(argument, cst.Name):
+                for binding in ctx.lookup(argument.value, argument):
+                    nested = isinstance(binding.node, cst.FunctionDef) and binding.scope is not ctx.module
+                    if nested or isinstance(binding.value, cst.Lambda):
+                        return keyword
+        return None
+
+
+# -- the batch a loop draws ------------------------------------------------------------------------
+def target_names(target: cst.BaseExpression) -> set[str]:
+    """The plain names a loop or assignment target binds."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: set[str] = set()
+        for element in target.elements:
+            names |= target_names(element.value)
+        return names
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()
+
+
+def batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpression | None:
+    """The part of a loop target that holds the batch (``(x, y)`` in ``for i, (x, y) in enumerate(...)``)."""
+    if not indexed:
+        return target
+    if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        return target.elements[1].value
+    return None

@@ -1,0 +1,775 @@
+"""Models: where a model is built (a class of the file or of its project, torchvision, timm,
+transformers), whether an optimizer stepped in a training loop trains it, where it is placed
+(through the device facts), what it is handed to (Accelerate, Fabric, DeepSpeed, DDP,
+``torch.compile``, TorchScript), and what it is made of (a conv net, a sequence model).
+
+``trained_models`` is the one answer to "which models does this file train, and on a GPU?":
+a model is *trained* when an optimizer of a training loop steps its parameters
+(``optimizer = AdamW(model.parameters())``; nanoGPT's ``model.configure_optimizers()``), and
+is followed back through names, ``.to(device)`` chains, factory functions of the file,
+wrappers (DDP, PEFT, compile) and framework hand-overs to the call that builds it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, FABRIC
+from advisor.context import MISSING, FileContext
+from advisor.facts.devices import Where, join
+from advisor.names import dotted_name
+
+PARAMS_POSITION = 0
+
+
+def _placements(ctx: FileContext, owner: str, scope_node: cst.CSTNode) -> set[Where]:
+    """Where ``owner`` (``model``) is moved: ``.cpu()``, ``.cuda()``, ``.to(x)`` on it or on its constructor."""
+    kinds: set[Where] = set()
+    roots: list[cst.CSTNode] = []
+    if "." not in owner:
+        for binding in ctx.lookup(owner, scope_node):
+            if binding.value is not None:
+                roots.append(binding.value)
+    for call in ctx.method_calls("to", "cuda", "cpu"):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        on_owner = dotted_name(receiver) == owner or any(call is root or ctx.is_descendant(call, root) for root in roots)
+        if on_owner:
+            kinds |= _move_kinds(ctx, call)
+    return kinds
+
+
+def _move_kinds(ctx: FileContext, call: cst.Call) -> set[Where]:
+    """Where a ``.cpu()`` / ``.cuda()`` / ``.to(x)`` call moves its receiver; the empty set for
+    anything else (``.to(torch.bfloat16)`` changes the dtype)."""
+    kind = ctx.facts.devices.move(call)
+    return set() if kind is None else {kind}
+
+
+def _framework_device(ctx: FileContext, framework: str) -> Where | None:
+    """Where every Accelerator / Fabric of the file is told to run, when the file says."""
+    calls = ctx.calls(ACCELERATOR) if framework == "accelerate" else ctx.calls(FABRIC)
+    if not calls:
+        return None
+    kind = join(ctx.facts.devices.framework_setting(call) for call in calls)
+    return kind if kind.decided else None
+
+
+def params_clearly_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
+    """The optimizer's ``model.parameters()`` belong to a model only ever moved to the CPU."""
+    params = ctx.argument(call, "params", PARAMS_POSITION)
+    if params is None or params is MISSING:
+        return False
+    owners = []
+    for inner in ctx.walk(params, cst.Call):
+        func = inner.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+            owner = dotted_name(func.value)
+            if owner:
+                owners.append(owner)
+    return any(_placements(ctx, owner, call) == {Where.CPU} for owner in owners)
+
+
+def handed_to_deepspeed(ctx: FileContext, call: cst.Call) -> bool:
+    """``deepspeed.initialize(optimizer=opt)`` wraps the optimizer and owns where its state lives."""
+    parent = ctx.parent.get(call)
+    name = None
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        name = dotted_name(parent.targets[0].target)
+    for ds_call in ctx.calls("deepspeed.initialize"):
+        for arg in ds_call.args:
+            if arg.value is call or (name is not None and dotted_name(arg.value) == name):
+                return True
+    return False
+
+
+# Methods that hand back their receiver: ``Net().to(device)``, ``model.cuda()``, ``model.train()``.
+_SAME_MODULE_METHODS = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "requires_grad_", "to_empty", "type"}
+)
+
+
+PEFT_WRAPPERS = (
+    "peft.get_peft_model",
+    "peft.prepare_model_for_kbit_training",
+    "peft.prepare_model_for_int8_training",
+    "peft.PeftModel.from_pretrained",
+)
+
+
+JIT = ("torch.jit.script", "torch.jit.trace", "torch.jit.trace_module")
+
+
+TORCH_COMPILE = "torch.compile"
+
+
+# torch.nn classes that are not a model on their own.
+_NOT_A_MODEL = re.compile(r"^(Parameter\w*|Buffer|Module|ModuleList|ModuleDict|\w*Loss|DataParallel)$")
+
+
+_HF_MODEL_CLASS = re.compile(r"Model|For[A-Z]|^Autoencoder")
+
+
+_HF_NOT_A_MODEL = re.compile(r"^DataCollator|Config$|Tokenizer(Fast)?$|Processor$|Extractor$|Pipeline$|Scheduler$|Trainer$")
+
+
+_HF_LOADERS = ("from_pretrained", "from_config", "from_single_file")
+
+
+QUANTIZED_LOAD = ("load_in_8bit", "load_in_4bit", "quantization_config")
+
+
+_MAX_TRACE_DEPTH = 6
+
+
+# CapWords, with at least one lower-case letter: ``Net``, ``ResNet18``, not ``CONFIG``.
+_CLASS_NAME = re.compile(r"^_?[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*$")
+
+
+# Published libraries (not the script's own project): their classes are not models, or are
+# recognised above by their own names.
+KNOWN_LIBRARIES = frozenset(
+    {
+        "torch", "torchvision", "transformers", "diffusers", "timm", "accelerate", "lightning",
+        "lightning_fabric", "peft", "trl", "deepspeed", "apex", "bitsandbytes", "datasets", "numpy",
+        "pandas", "sklearn", "scipy", "PIL", "tqdm", "wandb", "tensorboard", "tensorboardX", "mlflow",
+        "argparse", "collections", "dataclasses", "pathlib", "typing", "functools", "itertools", "logging",
+        "json", "os", "sys", "re", "math", "random", "time", "copy", "enum", "contextlib", "abc", "gym",
+        "gymnasium", "stable_baselines3", "omegaconf", "hydra", "einops", "evaluate", "huggingface_hub",
+        "safetensors", "tokenizers", "sentencepiece", "onnx", "onnxruntime", "tensorflow", "keras", "jax",
+        "flax", "optax", "unsloth", "torchmetrics", "ema_pytorch", "torch_ema",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    """Where a model is built: ``model = Net().to(device)`` has call ``Net()``, name ``model``."""
+
+    call: cst.Call
+    # "local" (an nn.Module class of this file), "imported" (a class of the script's project),
+    # "torch.nn", "torchvision", "timm", "transformers" (also diffusers)
+    kind: str
+    name: str  # the spelling bound to the model where it is built (the caller's, for a factory function)
+    binding: cst.CSTNode  # the assignment that binds ``name``
+
+
+@dataclass
+class TrainedModel:
+    """An ``nn.Module`` built in this file whose parameters an optimizer steps in a training loop."""
+
+    name: str  # as the optimizer's parameters spell it (``model``, ``self.net``)
+    optimizer: cst.Call
+    builds: list[ModelBuild] = field(default_factory=list)
+    # What it is handed to: "accelerate", "fabric", "deepspeed", "jit", "compile", "data_parallel", "ddp".
+    handed_to: set[str] = field(default_factory=set)
+    placements: set[Where] = field(default_factory=set)  # where it is moved, as the device facts tell it
+    quantized: bool = False  # loaded in 8/4 bit (bitsandbytes)
+    # Every spelling the trace followed (``model`` in ``main``, the ``model`` parameter of ``train``...).
+    spellings: set[str] = field(default_factory=set)
+
+    @property
+    def on_cuda(self) -> bool:
+        """Moved to a CUDA GPU (an unresolved ``.to(device)`` in a GPU file counts; the CPU, MPS
+        or XLA do not)."""
+        return any(kind not in (Where.CPU, Where.OTHER) for kind in self.placements)
+
+
+@dataclass
+class Trace:
+    builds: list[ModelBuild] = field(default_factory=list)
+    handed_to: set[str] = field(default_factory=set)
+    placements: set[Where] = field(default_factory=set)
+    quantized: bool = False
+    seen: set[tuple[str, int]] = field(default_factory=set)
+
+
+def trained_models(ctx: FileContext) -> list[TrainedModel]:
+    """The models this file builds and trains in a file that trains on a GPU: an optimizer
+    stepped in a training loop updates their parameters. One entry per model; whether it is
+    really on the GPU (``on_cuda``) and what it is handed to are left to the rules."""
+    return ctx.memo(trained_models, lambda: _find_trained_models(ctx) if ctx.facts.devices.gpu.yes else [])
+
+
+def trace_builds(ctx: FileContext, spelling: str, at: cst.CSTNode) -> list["ModelBuild"]:
+    """The model constructors ``spelling`` (seen at ``at``) goes back to."""
+    trace = Trace()
+    trace_model(ctx, spelling, at, trace, None, 0)
+    return trace.builds
+
+
+def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
+    models: list[TrainedModel] = []
+    for optimizer, owners in _stepped_optimizers(ctx):
+        for owner, at in owners:
+            trace = Trace()
+            trace_model(ctx, owner, at, trace, None, 0)
+            if not trace.builds:
+                continue
+            for framework in trace.handed_to & {"accelerate", "fabric"}:
+                device = _framework_device(ctx, framework)
+                if device is not None:
+                    trace.placements.add(device)  # the framework moves the model itself
+            if any({b.call for b in m.builds} & {b.call for b in trace.builds} for m in models):
+                continue  # one entry per model, however many optimizers update it
+            spellings = {spelling for spelling, _ in trace.seen} | {b.name for b in trace.builds if b.name}
+            models.append(
+                TrainedModel(
+                    owner, optimizer, trace.builds, trace.handed_to, trace.placements, trace.quantized, spellings
+                )
+            )
+    return models
+
+
+def _stepped_optimizers(ctx: FileContext) -> list[tuple[cst.Call, list[tuple[str, cst.CSTNode]]]]:
+    """Optimizers stepped in a training loop, each with the models whose parameters it updates."""
+    found: list[tuple[cst.Call, list[tuple[str, cst.CSTNode]]]] = []
+    seen: set[cst.Call] = set()
+    for target in _stepped_optimizer_names(ctx):
+        constructors = ctx.loops.optimizer_constructors(target)
+        for call in constructors:
+            if call not in seen:
+                seen.add(call)
+                params = ctx.argument(call, "params", PARAMS_POSITION)
+                if params is not None and params is not MISSING:
+                    found.append((call, _parameter_owners(ctx, params)))
+        if constructors:
+            continue
+        # nanoGPT / minGPT: ``optimizer = model.configure_optimizers(...)``
+        for call in _configure_optimizers_calls(ctx, target):
+            if call not in seen:
+                seen.add(call)
+                receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
+                if receiver:
+                    found.append((call, [(receiver, call)]))
+    return found
+
+
+def _stepped_optimizer_names(ctx: FileContext) -> list[str]:
+    """Optimizers a training loop steps: those of the innermost loops (``ctx.loops``), and those an
+    enclosing loop steps too (a GAN's generator step after the critic's inner loop)."""
+    names: list[str] = []
+    loops = ctx.loops.training_loops
+    for loop in loops:
+        names.extend(t for t in loop.optimizers if t not in names)
+    for call in ctx.method_calls("step"):
+        receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
+        if receiver is None or receiver in names or not ctx.loops.is_optimizer(receiver):
+            continue
+        outer = [a for a in ctx.ancestors(call) if isinstance(a, (cst.For, cst.While))]
+        if any(ctx.is_descendant(loop.node, o) for loop in loops for o in outer):
+            names.append(receiver)
+    # ``engine.train(model, loader, optimizer)``: a function of another project module steps it.
+    for call, other, function in ctx.facts.frameworks.delegated_training:
+        for name, position in other.facts.frameworks.stepped_parameters(function).items():
+            passed = ctx.argument(call, name, position)
+            spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+            if spelling is not None and spelling not in names:
+                names.append(spelling)
+    return names
+
+
+def _configure_optimizers_calls(ctx: FileContext, target: str) -> list[cst.Call]:
+    calls = []
+    for call in ctx.method_calls("configure_optimizers"):
+        parent = ctx.parent.get(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            bound = dotted_name(parent.targets[0].target)
+            if bound and bound.split(".")[-1] == target.split(".")[-1]:
+                calls.append(call)
+    return calls
+
+
+def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int = 0) -> list[tuple[str, cst.CSTNode]]:
+    """``model`` for ``model.parameters()`` / ``model.named_parameters()`` anywhere in ``params``,
+    also through names bound once (``params = [p for p in model.parameters() if p.requires_grad]``)."""
+    owners: list[tuple[str, cst.CSTNode]] = []
+    for call in ctx.walk(params, cst.Call):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+            owner = dotted_name(func.value)
+            if owner is not None:
+                owner = _model_of(owner)
+                if all(owner != known for known, _ in owners):
+                    owners.append((owner, call))
+    if depth < 3:
+        for name in ctx.walk(params, cst.Name):
+            parent = ctx.parent.get(name)
+            if isinstance(parent, cst.Attribute) and (parent.attr is name or parent.value is name):
+                continue
+            value = ctx.single_assignment(name)
+            if value is not None:
+                for owner, at in _parameter_owners(ctx, value, depth + 1):
+                    if all(owner != known for known, _ in owners):
+                        owners.append((owner, at))
+    return owners
+
+
+def _model_of(owner: str) -> str:
+    """The model a parameter owner belongs to: ``model`` for ``model.fc`` (a fine-tuned head) and
+    ``model.module`` (DDP's inner module), ``self.net`` for ``self.net.head``."""
+    parts = owner.split(".")
+    keep = 2 if parts[0] == "self" else 1
+    return ".".join(parts[:keep])
+
+
+def trace_model(
+    ctx: FileContext,
+    spelling: str,
+    at: cst.CSTNode,
+    trace: Trace,
+    outer: tuple[str, cst.CSTNode] | None,
+    depth: int,
+) -> None:
+    """Follow what ``spelling`` (seen at ``at``) is bound to, back to the model's constructor.
+
+    ``outer`` is the caller's (name, assignment) when the trace went into a factory function:
+    the model is then built, for the rules' purposes, where the caller binds its result."""
+    key = (spelling, id(ctx.scope_of.get(at)))
+    if depth > _MAX_TRACE_DEPTH or key in trace.seen:
+        return
+    trace.seen.add(key)
+    trace.placements |= _placements(ctx, spelling, at)
+    trace.handed_to |= _hand_overs(ctx, spelling)
+    if "." in spelling:
+        for node in ctx.attribute_assignments.get(spelling, ()):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                _trace_value(ctx, node.value, spelling, node, trace, outer, depth)
+        return
+    for binding in ctx.lookup(spelling, at):
+        node = binding.node
+        if binding.value is not None:
+            _trace_value(ctx, binding.value, spelling, node, trace, outer, depth)
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+            # ``model, optimizer = accelerator.prepare(model, optimizer)``: follow the same position
+            _trace_unpacked(ctx, node, spelling, trace, outer, depth)
+        elif isinstance(node, cst.Param):
+            _trace_parameter(ctx, node, trace, depth)
+
+
+def _trace_value(
+    ctx: FileContext,
+    value: cst.BaseExpression,
+    spelling: str,
+    binding: cst.CSTNode,
+    trace: Trace,
+    outer: tuple[str, cst.CSTNode] | None,
+    depth: int,
+) -> None:
+    trace.placements |= _chain_placements(ctx, value)
+    value = strip_same_module_methods(value)
+    inner = dotted_name(value)
+    if inner is not None:
+        if inner != spelling:  # ``model = net.to(device)``: ``model`` is what gets trained
+            trace_model(ctx, inner, value, trace, outer or (spelling, binding), depth + 1)
+        return
+    if not isinstance(value, cst.Call):
+        return
+    kind = model_build_kind(ctx, value)
+    if kind is not None:
+        name, node = outer or (spelling, binding)
+        trace.builds.append(ModelBuild(value, kind, name, node))
+        if kind == "transformers":
+            if any(ctx.argument(value, keyword) is not MISSING for keyword in QUANTIZED_LOAD):
+                trace.quantized = True
+            device_map = ctx.argument(value, "device_map")
+            if device_map is not MISSING:
+                resolved = ctx.values.resolve(device_map) if device_map is not None else None
+                trace.placements.add(Where.CPU if resolved is not None and resolved.value == "cpu" else Where.CUDA_IF_AVAILABLE)
+        return
+    qualname = ctx.qualname(value.func) or ""
+    wrapped: cst.BaseExpression | None = None
+    if qualname in DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL:
+        trace.handed_to.add("data_parallel" if qualname in DATA_PARALLEL else "ddp")
+        wrapped = first_argument(ctx, value, "module")
+    elif qualname in PEFT_WRAPPERS:
+        # The PEFT model is the one trained: it is "built" where the wrapper's result is bound.
+        wrapped = first_argument(ctx, value, "model")
+        outer = outer or (spelling, binding)
+    elif qualname == TORCH_COMPILE:
+        trace.handed_to.add("compile")
+        wrapped = first_argument(ctx, value, "model")
+    elif qualname in JIT:
+        trace.handed_to.add("jit")
+    elif qualname == "deepspeed.initialize":
+        trace.handed_to.add("deepspeed")
+    elif framework_hand_over(ctx, value) is not None:
+        trace.handed_to.add(framework_hand_over(ctx, value))  # type: ignore[arg-type]
+        wrapped = value.args[0].value if len(value.args) == 1 and not value.args[0].star else None
+    elif isinstance(value.func, cst.Name):
+        _trace_factory(ctx, value, outer or (spelling, binding), trace, depth)
+    inner = dotted_name(wrapped) if wrapped is not None else None
+    if inner is not None:
+        trace_model(ctx, inner, value, trace, outer, depth + 1)
+
+
+def _trace_unpacked(
+    ctx: FileContext, node: cst.Assign, spelling: str, trace: Trace, outer, depth: int
+) -> None:
+    target, value = node.targets[0].target, node.value
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Call):
+        return
+    qualname = ctx.qualname(value.func) or ""
+    if qualname == "deepspeed.initialize":
+        trace.handed_to.add("deepspeed")
+        return
+    framework = framework_hand_over(ctx, value)
+    if framework is None:
+        return
+    trace.handed_to.add(framework)
+    names = [dotted_name(e.value) for e in target.elements]
+    if spelling in names and names.index(spelling) < len(value.args):
+        arg = value.args[names.index(spelling)]
+        inner = dotted_name(arg.value) if not arg.star else None
+        if inner is not None:
+            trace_model(ctx, inner, value, trace, outer, depth + 1)
+
+
+def _trace_parameter(ctx: FileContext, param: cst.Param, trace: Trace, depth: int) -> None:
+    """A model that arrives as a function parameter: follow what the file's callers pass."""
+    function = ctx.scope_of.get(param)
+    if not isinstance(function, cst.FunctionDef):
+        return
+    positional = list(function.params.params)
+    index = next((i for i, p in enumerate(positional) if p is param), None)
+    callee = function.name.value
+    if callee == "__init__":
+        owner = ctx.enclosing(function, cst.ClassDef)
+        if not isinstance(owner, cst.ClassDef):
+            return
+        callee, index = owner.name.value, None if index is None else index - 1
+    for call in ctx.nodes(cst.Call):
+        if not (isinstance(call.func, cst.Name) and call.func.value == callee):
+            continue
+        passed = ctx.argument(call, param.name.value, index)
+        inner = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+        if inner is not None:
+            trace_model(ctx, inner, call, trace, None, depth + 1)
+
+
+def _trace_factory(ctx: FileContext, call: cst.Call, outer, trace: Trace, depth: int) -> None:
+    """``model = build_model(args)`` where ``build_model`` is a function of this file."""
+    bindings = ctx.lookup(call.func.value, call)  # type: ignore[attr-defined]
+    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.FunctionDef):
+        return
+    function = bindings[0].node
+    for statement in ctx.walk(function, cst.Return):
+        if ctx.scope_of.get(statement) is function and statement.value is not None:
+            _trace_value(ctx, statement.value, "", statement, trace, outer, depth + 1)
+
+
+def _chain_placements(ctx: FileContext, value: cst.BaseExpression) -> set[str | None]:
+    """Devices of the moves chained on a constructor: ``Net().to(device).train()``."""
+    kinds: set[str | None] = set()
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _SAME_MODULE_METHODS
+    ):
+        kinds |= _move_kinds(ctx, value)
+        value = value.func.value
+    return kinds
+
+
+def strip_same_module_methods(value: cst.BaseExpression) -> cst.BaseExpression:
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _SAME_MODULE_METHODS
+    ):
+        value = value.func.value
+    return value
+
+
+def first_argument(ctx: FileContext, call: cst.Call, keyword: str) -> cst.BaseExpression | None:
+    argument = ctx.argument(call, keyword, 0)
+    return argument if isinstance(argument, cst.BaseExpression) else None
+
+
+def framework_hand_over(ctx: FileContext, call: cst.Call) -> str | None:
+    """"accelerate" for ``accelerator.prepare(...)``, "fabric" for ``fabric.setup(...)``."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or not ctx.loops.is_framework(func.value):
+        return None
+    method = func.attr.value
+    if method in ("prepare", "prepare_model"):
+        return "accelerate" if ctx.bound_call(func.value, FABRIC) is None else None
+    if method in ("setup", "setup_module"):
+        return "fabric"
+    return None
+
+
+def _hand_overs(ctx: FileContext, spelling: str) -> set[str]:
+    """Frameworks ``spelling`` is passed to without being rebound (``deepspeed.initialize(model=model)``)."""
+    found: set[str] = set()
+    calls = ctx.method_calls("prepare", "prepare_model", "setup", "setup_module")
+    calls += ctx.calls("deepspeed.initialize", *JIT, TORCH_COMPILE)
+    for call in calls:
+        if not any(dotted_name(arg.value) == spelling for arg in call.args):
+            continue
+        qualname = ctx.qualname(call.func) or ""
+        if qualname == "deepspeed.initialize":
+            found.add("deepspeed")
+        elif qualname in JIT:
+            found.add("jit")
+        elif qualname == TORCH_COMPILE:
+            found.add("compile")
+        else:
+            framework = framework_hand_over(ctx, call)
+            if framework is not None:
+                found.add(framework)
+    return found
+
+
+def local_module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
+    """Classes of this file that are ``nn.Module`` subclasses, directly or through each other."""
+    classes = {c.name.value: c for c in ctx.nodes(cst.ClassDef)}
+    modules: dict[str, cst.ClassDef] = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, cls in classes.items():
+            if name in modules:
+                continue
+            for base in cls.bases:
+                qualname = ctx.qualname(base.value) or ""
+                if (
+                    qualname.startswith("torch.nn.")
+                    or qualname == "lightning.pytorch.LightningModule"
+                    or (qualname.startswith("transformers.") and "PreTrainedModel" in qualname)
+                    or dotted_name(base.value) in modules
+                ):
+                    modules[name] = cls
+                    changed = True
+                    break
+    return modules
+
+
+def model_build_kind(ctx: FileContext, call: cst.Call) -> str | None:
+    """What kind of model constructor ``call`` is, or None when it is not one."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        bindings = ctx.lookup(func.value, call)
+        if func.value in local_module_classes(ctx) and all(isinstance(b.node, cst.ClassDef) for b in bindings):
+            return "local"
+        if _imported_class(ctx, func, bindings):
+            return "imported"
+    qualname = ctx.qualname(func)
+    if not qualname:
+        return None
+    parts = qualname.split(".")
+    if qualname in ("timm.create_model", "timm.models.create_model"):
+        return "timm"
+    if parts[0] == "torchvision" and len(parts) >= 3 and parts[1] == "models":
+        return "torchvision" if parts[-1][:1].islower() and parts[-1] not in ("list_models", "get_weight") else None
+    if parts[0] in ("transformers", "diffusers") and len(parts) >= 2:
+        cls = parts[-2] if parts[-1] in _HF_LOADERS else parts[-1]
+        if cls[:1].isupper() and _HF_MODEL_CLASS.search(cls) and not _HF_NOT_A_MODEL.search(cls):
+            return "transformers"
+        return None
+    if len(parts) == 3 and parts[:2] == ["torch", "nn"] and parts[2][:1].isupper() and not _NOT_A_MODEL.match(parts[2]):
+        return "torch.nn"
+    if parts[0] not in KNOWN_LIBRARIES and _CLASS_NAME.match(parts[-1]) and not _HF_NOT_A_MODEL.search(parts[-1]):
+        return "imported"
+    return None
+
+
+def _imported_class(ctx: FileContext, func: cst.Name, bindings) -> bool:
+    """``ResNet18()`` of a class the script imports from its own project (``from models import
+    ResNet18``, ``from .net import Net``, ``from models import *``): its parameters going to an
+    optimizer and the object to a device make it an ``nn.Module`` whose code lives elsewhere."""
+    if not _CLASS_NAME.match(func.value) or _HF_NOT_A_MODEL.search(func.value):
+        return False
+    if not bindings:
+        return any(isinstance(node.names, cst.ImportStar) for node in ctx.nodes(cst.ImportFrom))
+    if not all(isinstance(b.node, cst.ImportFrom) for b in bindings):
+        return False
+    return all(b.node.relative for b in bindings)  # type: ignore[attr-defined]
+
+
+# -- what the file already decided about compilation ---------------------------------------------
+def compiles_something(ctx: FileContext) -> bool:
+    """``torch.compile`` / ``torch._dynamo`` anywhere (a call, a decorator, a reference), or a
+    module's in-place ``.compile()``: the script made its compilation choice."""
+    for node in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name):
+        qualname = ctx.qualname(node)
+        if qualname and (qualname == TORCH_COMPILE or qualname.startswith(("torch._dynamo", "torch._inductor"))):
+            return True
+    for call in ctx.method_calls("compile"):
+        if ctx.qualname(call.func.value) is None:  # type: ignore[attr-defined]
+            return True  # ``model.compile()``, not ``re.compile(...)``
+    return False
+
+
+def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
+    """Whether the file runs the model through ``model(...)``: ``torch.compile`` wraps ``forward``,
+    so a model driven only through other methods (``agent.get_action_and_value(obs)``) would not
+    run compiled code at all."""
+    if any(
+        dotted_name(call.func) in model.spellings for call in ctx.nodes(cst.Call) if not isinstance(call.func, cst.Call)
+    ):
+        return True
+    # Handed to a training function of another project module, which runs it.
+    return any(
+        dotted_name(arg.value) in model.spellings
+        for call, _, _ in ctx.facts.frameworks.delegated_training
+        for arg in call.args
+    )
+
+
+# -- ADV605: conv nets and the cuDNN autotuner --------------------------------------------------------
+_CONV_LAYERS = frozenset(
+    f"torch.nn.{layer}"
+    for layer in (
+        "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d",
+        "LazyConv2d", "LazyConv3d", "LazyConvTranspose2d", "LazyConvTranspose3d",
+    )
+)
+
+
+# Layers of models whose inputs usually vary in length from batch to batch (tokens, audio frames):
+# the autotuner would benchmark again for every new shape.
+_SEQUENCE_LAYERS = frozenset(
+    f"torch.nn.{layer}"
+    for layer in ("Embedding", "EmbeddingBag", "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell")
+)
+
+
+_CNN_NAME = re.compile(
+    r"resnet|resnext|efficientnet|convnext|regnet|mobilenet|densenet|vgg|alexnet|inception|googlenet|"
+    r"xception|shufflenet|squeezenet|mnasnet|dla|dpn|ghostnet|mixnet|hrnet|darknet|nfnet|rexnet|senet|"
+    r"res2net|resnest|repvgg|cspnet|unet|r3d|r2plus1d|mc3_|s3d|cnn|convnet",
+    re.IGNORECASE,
+)
+
+
+_NOT_CNN_NAME = re.compile(
+    r"vit|deit|swin|beit|mixer|former|coat|levit|xcit|cait|eva|mvit|detr|rcnn|retina|ssd|fcos|yolo|"
+    r"text|sentence|seq|word|char|token|audio|speech|wav|lstm|gru|rnn",
+    re.IGNORECASE,
+)
+
+
+# Detection models (multi-scale training, images resized per batch) by the name of their class
+# (timm's and torchvision's ``darknet53`` / ``cspdarknet53`` are classifiers: not asked).
+_DETECTION_NAME = re.compile(r"darknet|yolo|rcnn|retina|ssd|fcos|detr|detector", re.IGNORECASE)
+
+
+# Segmentation models: trained on the dataset's image sizes unless the file resizes or crops to one.
+_SEGMENTATION_NAME = re.compile(r"unet|segnet|deeplab|pspnet|linknet|seg(?!uen)|fcn", re.IGNORECASE)
+
+
+# Transforms that give every image one size: a crop of a fixed size, a resize to a (height, width).
+_FIXED_SIZE_TRANSFORMS = frozenset({"Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomSizedCrop"})
+
+
+def _cnn_name(text: str) -> bool:
+    return bool(_CNN_NAME.search(text)) and not _NOT_CNN_NAME.search(text)
+
+
+def fixed_input_size(ctx: FileContext) -> bool:
+    """Whether the file resizes or crops its images to one size: ``Resize((256, 256))``,
+    ``RandomCrop(224)``, albumentations' ``A.Resize(256, 256)`` (torchvision's ``Resize(256)``
+    only fixes the shorter side)."""
+    for call in ctx.nodes(cst.Call):
+        name = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+        if name not in _FIXED_SIZE_TRANSFORMS:
+            continue
+        sizes = [ctx.values.value_of(arg.value) for arg in call.args[:2] if arg.keyword is None]
+        if name == "Resize":
+            fixed = len(sizes) == 2 or (len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) and len(sizes[0]) == 2)
+        else:
+            fixed = bool(sizes)
+        flat = [v for size in sizes for v in (size if isinstance(size, (tuple, list)) else (size,))]
+        if fixed and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+            return True
+    return False
+
+
+def _variable_size_model(ctx: FileContext, class_name: str) -> bool:
+    """A detection model, or a segmentation model fed the dataset's own image sizes."""
+    if _DETECTION_NAME.search(class_name):
+        return True
+    return bool(_SEGMENTATION_NAME.search(class_name)) and not fixed_input_size(ctx)
+
+
+def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
+    """Whether the model ``build`` makes is a convolutional net with fixed-size inputs: 2-D/3-D
+    convolutions (its own layers, a torchvision / timm CNN, a class named like one), and no
+    embedding or recurrent layers (sequence models, whose input lengths vary)."""
+    call = build.call
+    if build.kind == "torchvision":
+        qualname = ctx.qualname(call.func) or ""
+        if ".detection." in qualname or ".segmentation." in qualname or ".optical_flow." in qualname:
+            return False  # variable image sizes
+        return _cnn_name(qualname.rsplit(".", 1)[-1])
+    if build.kind == "timm":
+        name = ctx.argument(call, "model_name", 0)
+        value = ctx.values.value_of(name) if isinstance(name, cst.BaseExpression) else None
+        return isinstance(value, str) and _cnn_name(value)
+    if build.kind == "imported":
+        name = dotted_name(call.func) or ""
+        if _variable_size_model(ctx, name.rsplit(".", 1)[-1]):
+            return False
+        found_class = project_class(ctx, call.func)
+        if found_class is not None:  # the class is in the project: read its layers
+            other, cls = found_class
+            layers: set[str] = set()
+            _layers_under(other, cls, layers, set())
+            return "conv" in layers and "sequence" not in layers
+        return _cnn_name(name)
+    if build.kind in ("local", "torch.nn"):
+        found: set[str] = set()
+        root: cst.CSTNode = call
+        if build.kind == "local":
+            if _variable_size_model(ctx, call.func.value):  # type: ignore[attr-defined]
+                return False
+            root = local_module_classes(ctx)[call.func.value]  # type: ignore[attr-defined]
+        _layers_under(ctx, root, found, set())
+        return "conv" in found and "sequence" not in found
+    return False
+
+
+def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: set[cst.CSTNode]) -> None:
+    """Collect "conv" / "sequence" for the layers ``root`` builds, through the classes and helper
+    functions of this file it calls (``conv_bn(...)``, ``BasicBlock(...)``) and its local base classes."""
+    if root in seen:
+        return
+    seen.add(root)
+    if isinstance(root, cst.ClassDef):
+        for base in root.bases:
+            local = dotted_name(base.value)
+            classes = local_module_classes(ctx)
+            if local in classes:
+                _layers_under(ctx, classes[local], found, seen)
+    for call in ctx.walk(root, cst.Call):
+        qualname = ctx.qualname(call.func) or ""
+        if qualname in _CONV_LAYERS:
+            found.add("conv")
+        elif qualname in _SEQUENCE_LAYERS:
+            found.add("sequence")
+        elif qualname.startswith("torchvision.models.") or qualname in ("timm.create_model", "timm.models.create_model"):
+            kind = "torchvision" if qualname.startswith("torchvision.") else "timm"
+            if conv_net(ctx, ModelBuild(call, kind, "", call)):
+                found.add("conv")
+        elif isinstance(call.func, cst.Name):
+            bindings = ctx.lookup(call.func.value, call)
+            if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
+                _layers_under(ctx, bindings[0].node, found, seen)
+
+
+def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileContext, cst.ClassDef] | None:
+    """The ``nn.Module`` class of another module of the project that ``func`` names
+    (``from models import ResNet18``, ``models.resnet.ResNet18``, a star import): its module's
+    context and its ``class`` statement."""
+    if ctx.project is None or not isinstance(func, (cst.Name, cst.Attribute)):
+        return None
+    found = ctx.project.binding(func)
+    if found is None:
+        return None
+    other, binding = found
+    node = binding.node
+    if not isinstance(node, cst.ClassDef) or node.name.value not in local_module_classes(other):
+        return None
+    return other, node

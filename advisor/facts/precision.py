@@ -1,0 +1,794 @@
+"""The precision regime: autocast regions and their dtypes, GradScalers, half weights, what the
+frameworks are told (``TrainingArguments(bf16=...)``, ``Accelerator(mixed_precision=...)``,
+Lightning ``precision=``), whether the file touches reduced precision at all, whether a site
+certainly trains in full fp32, and what the model computes (matmuls, convolutions) for TF32.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.context import MISSING, FileContext
+from advisor.facts.frameworks import ACCELERATE, DELEGATED, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
+from advisor.names import dotted_name
+from advisor.values import string_value
+
+if TYPE_CHECKING:
+    from advisor.loops import TrainingLoop
+
+
+AUTOCAST = "torch.autocast"  # torch.amp.autocast is folded into it by the import table
+
+
+CUDA_AUTOCAST = "torch.cuda.amp.autocast"
+
+
+CUDA_SCALER = "torch.cuda.amp.GradScaler"
+
+
+AMP_SCALER = "torch.amp.GradScaler"
+
+
+SCALERS = (CUDA_SCALER, AMP_SCALER, "torch.GradScaler")
+
+
+FP16 = "float16"
+
+
+BF16 = "bfloat16"
+
+
+TORCH_DTYPES = {
+    "torch.float16": FP16,
+    "torch.half": FP16,
+    "torch.bfloat16": BF16,
+    "torch.float32": "float32",
+    "torch.float": "float32",
+    "torch.float64": "float64",
+    "torch.double": "float64",
+}
+
+
+# Parameter positions: torch.autocast(device_type, dtype, enabled, cache_enabled) and
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled).
+AUTOCAST_POSITION = {"device_type": 0, "dtype": 1, "enabled": 2}
+
+
+CUDA_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
+
+
+# GradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled); torch.amp's
+# takes ``device`` first.
+SCALER_ENABLED_POSITION = {CUDA_SCALER: 4, AMP_SCALER: 5, "torch.GradScaler": 5}
+
+
+# A test that names one of these chooses between bf16 and something else: fp16 under it is
+# the user's choice or the fallback for GPUs without bf16, never an oversight.
+_BF16_CHOICE = re.compile(r"bf16|bfloat16|get_device_capability", re.IGNORECASE)
+
+
+# A test that names one of these makes a GradScaler conditional on fp16 being used.
+_FP16_CHOICE = re.compile(r"fp16|float16|half", re.IGNORECASE)
+
+
+# Keywords that load or compute model weights in a dtype (from_pretrained, BitsAndBytesConfig).
+_WEIGHT_DTYPE_KEYWORDS = ("torch_dtype", "bnb_4bit_compute_dtype")
+
+
+# -- what a file's autocasts do ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Dtype:
+    """A dtype as the code spells it, and where a fix would change it."""
+
+    name: str  # "float16", "bfloat16", ...
+    # The node that decides it: a ``torch.float16`` reference, or the string key of a
+    # ``{"float16": torch.float16, ...}[key]`` lookup. None when the argument is absent.
+    node: cst.CSTNode | None = None
+    # For a dict lookup: the key that selects bf16 in the same dict, if there is one.
+    bf16_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Autocast:
+    call: cst.Call
+    deprecated: bool  # torch.cuda.amp.autocast
+    device: str | None  # "cuda", "cpu", ... or None when unknown
+    dtype: Dtype | None  # None when unknown
+    disabled: bool  # ``enabled=False``: no autocast region at all
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device is not None and self.device.startswith("cuda")
+
+    @property
+    def certainly_not_cuda(self) -> bool:
+        return self.disabled or (self.device is not None and not self.on_cuda)
+
+    @property
+    def fp16(self) -> bool:
+        return not self.disabled and self.on_cuda and self.dtype is not None and self.dtype.name == FP16
+
+    @property
+    def bf16(self) -> bool:
+        return not self.disabled and self.dtype is not None and self.dtype.name == BF16
+
+
+def resolve_dtype(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Dtype | None:
+    """The torch dtype ``expr`` evaluates to: ``torch.float16``, a name bound once to one,
+    or a lookup ``{"float16": torch.float16, ...}[key]`` with a known key. Else None."""
+    if depth > 8:
+        return None
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        qualname = ctx.qualname(expr)
+        if qualname in TORCH_DTYPES:
+            return Dtype(TORCH_DTYPES[qualname], expr)
+    if isinstance(expr, cst.Name):
+        if expr.value in ctx.declared_global:
+            return None
+        value = ctx.single_assignment(expr)
+        return None if value is None else resolve_dtype(ctx, value, depth + 1)
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = ctx.values.resolve(expr.slice[0].slice.value)
+        entries = ctx.values.dict_entries(expr.value)
+        if key is None or not isinstance(key.value, str) or entries is None or key.value not in entries:
+            return None
+        chosen = resolve_dtype(ctx, entries[key.value], depth + 1)
+        if chosen is None:
+            return None
+        bf16_key = None
+        for other, value in entries.items():
+            resolved = resolve_dtype(ctx, value, depth + 1)
+            if resolved is not None and resolved.name == BF16:
+                bf16_key = other
+                break
+        return Dtype(chosen.name, key.node, bf16_key)
+    return None
+
+
+def autocasts(ctx: FileContext) -> list[Autocast]:
+    """Every ``torch.autocast`` / ``torch.cuda.amp.autocast`` call, read as far as it can be."""
+    found = []
+    for call in ctx.calls(AUTOCAST, CUDA_AUTOCAST):
+        deprecated = ctx.qualname(call.func) == CUDA_AUTOCAST
+        if deprecated:
+            device: str | None = "cuda"
+            enabled = ctx.argument(call, "enabled", 0)
+        else:
+            device_arg = ctx.argument(call, "device_type", AUTOCAST_POSITION["device_type"])
+            device_value = ctx.values.resolve(device_arg) if device_arg else None
+            device = device_value.value if device_value is not None and isinstance(device_value.value, str) else None
+            if device is None and device_arg:
+                device = _device_under_guard(ctx, call, device_arg)
+            enabled = ctx.argument(call, "enabled", AUTOCAST_POSITION["enabled"])
+        disabled = False
+        if enabled is not MISSING and enabled is not None:
+            enabled_value = ctx.values.resolve(enabled)
+            disabled = enabled_value is not None and enabled_value.value is False
+        dtype_arg = ctx.argument(call, "dtype", AUTOCAST_POSITION["dtype"])
+        dtype: Dtype | None
+        if dtype_arg is None:
+            dtype = None
+        elif dtype_arg is MISSING:
+            # No dtype: float16 on CUDA, bfloat16 on CPU (torch's autocast defaults).
+            if device is None:
+                dtype = None
+            else:
+                dtype = Dtype(FP16 if device.startswith("cuda") else BF16)
+        else:
+            dtype = resolve_dtype(ctx, dtype_arg)
+        found.append(Autocast(call, deprecated, device, dtype, disabled))
+    return found
+
+
+def _device_under_guard(ctx: FileContext, call: cst.Call, device: cst.BaseExpression) -> str | None:
+    """The one device ``device`` can still name where ``call`` runs: nanoGPT's
+    ``device_type = "cuda" if ... else "cpu"`` read under ``... if device_type == "cpu" else``."""
+    if not isinstance(device, cst.Name):
+        return None
+    possible = ctx.values.candidates(device)
+    if not possible or not all(isinstance(value, str) for value in possible):
+        return None
+    child: cst.CSTNode = call
+    for ancestor in ctx.ancestors(call):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            compared = _compared_to(ancestor.test, device.value)
+            if compared is not None:
+                value, equal = compared
+                in_body = child is ancestor.body
+                possible = {v for v in possible if (v == value) == (equal == in_body)}
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            break
+        child = ancestor
+    return next(iter(possible)) if len(possible) == 1 else None
+
+
+def _compared_to(test: cst.BaseExpression, name: str) -> tuple[str, bool] | None:
+    """``(value, True)`` for ``name == "value"``, ``(value, False)`` for ``name != "value"``."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    if not (isinstance(test.left, cst.Name) and test.left.value == name):
+        return None
+    if not isinstance(target.comparator, cst.SimpleString) or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return None
+    return string_value(target.comparator), isinstance(target.operator, cst.Equal)
+
+
+def under_bf16_choice(ctx: FileContext, node: cst.CSTNode | None) -> bool:
+    """Whether ``node`` sits in a branch of an ``if`` / conditional expression whose chain of
+    tests mentions bf16 (``torch.cuda.is_bf16_supported()``, ``args.bf16``, ...)."""
+    return _under_choice(ctx, node, _BF16_CHOICE)
+
+
+def _under_choice(ctx: FileContext, node: cst.CSTNode | None, pattern: re.Pattern) -> bool:
+    if node is None:
+        return False
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)):
+            if any(_mentions(ctx, test, pattern) for test in _chain_tests(ctx, ancestor)):
+                return True
+    return False
+
+
+def _chain_tests(ctx: FileContext, node: cst.If | cst.IfExp) -> list[cst.BaseExpression]:
+    # Climb to the head of an if/elif chain, then collect every test down the chain.
+    while True:
+        parent = ctx.parent.get(node)
+        if isinstance(node, cst.If) and isinstance(parent, cst.If) and parent.orelse is node:
+            node = parent
+        elif isinstance(node, cst.IfExp) and isinstance(parent, cst.IfExp) and parent.orelse is node:
+            node = parent
+        else:
+            break
+    tests = []
+    current: cst.CSTNode | None = node
+    while isinstance(current, (cst.If, cst.IfExp)):
+        tests.append(current.test)
+        current = current.orelse
+    return tests
+
+
+def _mentions(ctx: FileContext, expr: cst.BaseExpression, pattern: re.Pattern, depth: int = 0) -> bool:
+    for string in ctx.walk(expr, cst.SimpleString):
+        if pattern.search(string.value):
+            return True
+    for name in ctx.walk(expr, cst.Name):
+        if pattern.search(name.value):
+            return True
+        if depth == 0:  # ``use_bf16 = torch.cuda.is_bf16_supported()`` ... ``if use_bf16:``
+            value = ctx.single_assignment(name)
+            if value is not None and _mentions(ctx, value, pattern, depth + 1):
+                return True
+    return False
+
+
+def half_weights(ctx: FileContext) -> bool:
+    """Whether the model itself is loaded or cast to float16 (``torch_dtype=torch.float16``,
+    ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``): switching
+    only the mixed-precision setting to bf16 would leave it half done."""
+    for arg in ctx.nodes(cst.Arg):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        call = ctx.parent.get(arg)
+        loads = (
+            keyword == "dtype"
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "from_pretrained"
+        )
+        if keyword in _WEIGHT_DTYPE_KEYWORDS or loads:
+            dtype = resolve_dtype(ctx, arg.value)
+            if dtype is not None and dtype.name == FP16:
+                return True
+    if any(not call.args for call in ctx.method_calls("half")):
+        return True
+    for call in ctx.method_calls("to"):
+        for arg in call.args:
+            dtype = resolve_dtype(ctx, arg.value)
+            if dtype is not None and dtype.name == FP16:
+                return True
+    return False
+
+
+def trains_within(ctx: FileContext, root: cst.CSTNode) -> bool:
+    """A backward pass, a GradScaler call or an optimizer step / zero_grad under ``root``."""
+    if ctx.within(root, ctx.method_calls("backward") + ctx.calls("torch.autograd.backward", *SCALERS)):
+        return True
+    for call in ctx.within(root, ctx.method_calls("step", "zero_grad")):
+        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if receiver is not None and ctx.loops.is_optimizer(receiver):
+            return True
+    return False
+
+
+def file_trains(ctx: FileContext) -> bool:
+    """A backward pass, a GradScaler or an optimizer being stepped or zeroed somewhere: autocast
+    here serves training, not only inference. The optimizer counts on its own for training
+    engines that hand the loss to a scaler object defined elsewhere (``loss_scaler(loss,
+    optimizer)`` in timm, DeiT, MAE), which runs ``backward()`` out of sight."""
+    return trains_within(ctx, ctx.module)
+
+
+# Functions named for evaluation or sampling: ``evaluate``, ``log_validation``, ``generate_samples``.
+_INFERENCE_FUNCTION = re.compile(r"val|test|infer|pred|sampl|generat", re.IGNORECASE)
+
+
+def in_inference_function(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Whether ``node`` sits in a function named for evaluation or sampling (``log_validation``,
+    ``evaluate``, ``generate_images``) that neither trains itself nor belongs to a training loop:
+    such a function serves inference even when the training loop calls it every N steps."""
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef) or not _INFERENCE_FUNCTION.search(function.name.value):
+        return False
+    if trains_within(ctx, function):
+        return False
+    return not any(ctx.is_descendant(function, loop.node) for loop in ctx.loops.training_loops)
+
+
+# -- removing GradScaler plumbing -----------------------------------------------------------------
+def scaler_calls(ctx: FileContext) -> list[cst.Call]:
+    return ctx.calls(*SCALERS)
+
+
+def precision_reassigned(ctx: FileContext, call: cst.Call) -> bool:
+    """``args = TrainingArguments(fp16=True)`` followed by ``args.fp16 = ...`` / ``args.bf16 = ...``:
+    the value at the call is not the one training runs with."""
+    assign = ctx.parent.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or assign.value is not call:
+        return False
+    name = dotted_name(assign.targets[0].target)
+    return name is not None and any(ctx.attribute_assignments.get(f"{name}.{field}") for field in ("fp16", "bf16"))
+
+
+# Lightning's full-precision spellings (its default is "32-true").
+_LIGHTNING_FP32 = (32, "32", "32-true")
+
+
+# Identifiers and strings that show the file deals with reduced precision somewhere: an
+# ``--amp`` / ``--fp16`` flag, a loss scaler from a helper module, a dtype chosen at run time.
+_REDUCED_PRECISION_TOKEN = re.compile(
+    r"(^|_)(amp|fp16|bf16|fp8|float16|bfloat16|autocast|mixed_precision|half_precision|loss_scale)(_|$)", re.I
+)
+
+
+_REDUCED_PRECISION_PART = re.compile(r"(grad|loss|native|amp)_?scaler|autocast|mixedprecision", re.I)
+
+
+_REDUCED_PRECISION_STRING = re.compile(
+    r"^-*(fp16|bf16|fp8|amp|float16|bfloat16|16-mixed|bf16-mixed|16-true|bf16-true|mixed[-_]precision)$", re.I
+)
+
+
+_REDUCED_PRECISION_MODULES = ("apex.", "deepspeed.", "transformer_engine.", "bitsandbytes.")
+
+
+QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit", "quantization_config")
+
+
+_FRAMEWORK_CONFIGS = (*TRAINING_ARGUMENTS, ACCELERATOR, LIGHTNING_TRAINER, FABRIC)
+
+
+def reduced_precision_in_file(ctx: FileContext) -> bool:
+    """Whether anything in the file may run the model below fp32, outside the framework
+    settings :func:`trains_in_fp32` reads: an autocast or GradScaler of any spelling,
+    ``.half()`` / ``.bfloat16()``, a ``torch.float16`` / ``torch.bfloat16`` reference,
+    weights loaded with a dtype other than fp32 or quantized, apex / DeepSpeed /
+    Transformer Engine / FSDP ``MixedPrecision``, or a name or string such as ``args.amp``,
+    ``use_fp16``, ``"--bf16"``, ``loss_scaler``: precision handled, or chosen at run time."""
+    return ctx.memo(reduced_precision_in_file, lambda: _find_reduced_precision(ctx))
+
+
+def _find_reduced_precision(ctx: FileContext) -> bool:
+    for qualname in ctx.called_qualnames:
+        if qualname.startswith(_REDUCED_PRECISION_MODULES) or _REDUCED_PRECISION_PART.search(qualname):
+            return True
+    if ctx.method_calls("autocast") or ctx.method_calls("bfloat16"):
+        return True
+    if any(not call.args for call in ctx.method_calls("half")):
+        return True
+    for node in ctx.nodes(cst.Attribute):
+        if TORCH_DTYPES.get(ctx.qualname(node) or "") in (FP16, BF16):
+            return True
+    for name in ctx.nodes(cst.Name):
+        if TORCH_DTYPES.get(ctx.qualname(name) or "") in (FP16, BF16):
+            return True
+        if not (_REDUCED_PRECISION_TOKEN.search(name.value) or _REDUCED_PRECISION_PART.search(name.value)):
+            continue
+        holder = ctx.parent.get(name)
+        if isinstance(holder, cst.Arg) and holder.keyword is name:
+            call = ctx.parent.get(holder)
+            if isinstance(call, cst.Call) and ctx.qualname(call.func) in _FRAMEWORK_CONFIGS:
+                continue  # ``fp16=`` of a framework call: read by trains_in_fp32
+            if _switched_off(ctx, holder.value):
+                continue  # ``dict(bf16=False)``: says fp32, not the opposite
+        return True
+    for string in ctx.nodes(cst.SimpleString):
+        value = string_value(string)
+        if isinstance(value, str) and _REDUCED_PRECISION_STRING.match(value.strip()):
+            holder = ctx.parent.get(string)
+            if isinstance(holder, cst.DictElement) and holder.key is string and _switched_off(ctx, holder.value):
+                continue
+            return True
+    for arg in ctx.nodes(cst.Arg):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword in QUANTIZED_LOADING:
+            return True
+        if keyword in ("torch_dtype", "dtype"):
+            call = ctx.parent.get(arg)
+            method = call.func.attr.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+            if method in ("from_pretrained", "from_config", "to") and not _is_full_precision(ctx, arg.value):
+                return True
+    return False
+
+
+def _switched_off(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    value = ctx.values.resolve(expr)
+    return value is not None and value.origin != "argparse default" and (value.value is False or value.value == "no")
+
+
+def _is_full_precision(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """``torch.float32`` / ``"float32"`` / any other non-half torch dtype (``torch.long``), or
+    another tensor's ``.dtype`` (``mask.to(dtype=scores.dtype)`` follows, it does not choose).
+    A conditional is full precision when every branch is (``torch.float32 if binary else
+    torch.long``, Pytorch-UNet's mask dtype); a name bound once is judged by its value."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
+        return True
+    if depth > 8:
+        return False
+    if isinstance(expr, cst.IfExp):
+        return _is_full_precision(ctx, expr.body, depth + 1) and _is_full_precision(ctx, expr.orelse, depth + 1)
+    dtype = resolve_dtype(ctx, expr)
+    if dtype is not None:
+        return dtype.name not in (FP16, BF16)
+    if isinstance(expr, cst.Name) and expr.value not in ctx.declared_global:
+        value = ctx.single_assignment(expr)
+        if isinstance(value, (cst.IfExp, cst.Name, cst.Attribute)):
+            return _is_full_precision(ctx, value, depth + 1)
+    value = ctx.values.value_of(expr)
+    if isinstance(value, str):
+        return value in ("float32", "float", "fp32", "float64")
+    qualname = ctx.qualname(expr) or ""
+    return qualname.startswith("torch.") and qualname not in TORCH_DTYPES
+
+
+def trains_in_fp32(ctx: FileContext, site: TrainingSite) -> bool:
+    """Whether ``site`` certainly trains in full fp32: nothing in the file touches reduced
+    precision (:func:`reduced_precision_in_file`) and the framework's own setting is known
+    to be fp32 (``TrainingArguments`` without ``bf16`` / ``fp16``, ``Accelerator(mixed_precision=
+    "no")``, Lightning without ``precision`` or with ``"32-true"``). Unknown is not fp32: a
+    setting behind unresolved ``**kwargs`` or a command-line flag, an ``Accelerator()`` left to
+    ``accelerate launch``, a DeepSpeed config, recent TRL configs (which default to bf16)."""
+    if reduced_precision_in_file(ctx) or _double_precision(ctx):
+        return False
+    if site.kind == LOOP:
+        return True
+    if site.kind == DELEGATED:
+        other = site.elsewhere
+        return other is not None and not reduced_precision_in_file(other) and not _double_precision(other)
+    if site.config is None:
+        return False
+    if site.kind == HF_TRAINER:
+        return _trainer_in_fp32(ctx, site.config)
+    if site.kind == ACCELERATE:
+        if ctx.argument(site.config, "fp16") is not MISSING:
+            return False  # the pre-0.5 ``Accelerator(fp16=...)`` spelling
+        value = known_setting(ctx, site.config, "mixed_precision")
+        return value is not None and value.value == "no"
+    if site.kind in (LIGHTNING_FIT, FABRIC_LOOP):
+        if ctx.argument(site.config, "plugins") is not MISSING:
+            return False
+        precision = ctx.argument(site.config, "precision")
+        if precision is MISSING:
+            return True
+        value = known_setting(ctx, site.config, "precision")
+        return value is not None and not isinstance(value.value, bool) and value.value in _LIGHTNING_FP32
+    return False
+
+
+def _double_precision(ctx: FileContext) -> bool:
+    """A model trained in float64 (scientific code): ``torch.set_default_dtype(...)`` /
+    ``set_default_tensor_type(...)`` chosen in the file, or ``.double()`` /
+    ``.to(torch.float64)`` on a module that a training loop trains. ``correct.double()`` on a
+    metric is not."""
+    if ctx.calls("torch.set_default_dtype", "torch.set_default_tensor_type"):
+        return True
+    trained = {module for loop in ctx.loops.training_loops for module in trained_modules(ctx, loop)}
+    for call in ctx.method_calls("double", "to"):
+        method = call.func.attr.value  # type: ignore[attr-defined]
+        double = (method == "double" and not call.args) or any(
+            (arg.keyword is None or arg.keyword.value == "dtype")
+            and (resolve_dtype(ctx, arg.value) or Dtype("")).name == "float64"
+            for arg in call.args
+        )
+        subject = cast_subject(ctx, call) if double else None
+        if subject is not None and any(same_module(subject, module) for module in trained):
+            return True
+    return False
+
+
+def known_setting(ctx: FileContext, call: cst.Call, keyword: str):
+    """The value written in the file for ``keyword`` (not a command-line default), or None."""
+    argument = ctx.argument(call, keyword)
+    if argument is None or argument is MISSING:
+        return None
+    value = ctx.values.resolve(argument)
+    if value is None or value.origin == "argparse default":
+        return None
+    return value
+
+
+def _trainer_in_fp32(ctx: FileContext, call: cst.Call) -> bool:
+    trl = (ctx.qualname(call.func) or "").startswith("trl.")
+    for keyword in ("bf16", "fp16"):
+        argument = ctx.argument(call, keyword)
+        if argument is None:
+            return False
+        if argument is MISSING:
+            if trl and keyword == "bf16":
+                return False  # recent TRL configs turn bf16 on when neither is set
+            continue
+        value = known_setting(ctx, call, keyword)
+        if value is None or value.value is not False:
+            return False
+    deepspeed = ctx.argument(call, "deepspeed")
+    if deepspeed is None:
+        return False
+    if deepspeed is not MISSING:
+        value = ctx.values.resolve(deepspeed)
+        if value is None or value.value is not None:
+            return False  # the DeepSpeed config decides the precision
+    if precision_reassigned(ctx, call):
+        return False
+    return not any(
+        ctx.keyword_arg(replace, field) for replace in ctx.calls("dataclasses.replace") for field in ("bf16", "fp16")
+    )
+
+
+# -- whether the training is worth the advice (ADV202, ADV203) --------------------------------------
+# Reinforcement learning against environments and meta-learning inner loops: small networks whose
+# step time is the environment or the adaptation loop, where reduced precision is not the practice.
+_SMALL_NETWORK_LIBRARIES = (
+    "gym", "gymnasium", "envpool", "pettingzoo", "dm_control", "stable_baselines3", "learn2learn", "higher",
+)
+
+
+_LAYER_SIZE_ARGUMENTS = {
+    "torch.nn.Linear": ("in_features", "out_features"),
+    "torch.nn.Conv1d": ("in_channels", "out_channels"),
+    "torch.nn.Conv2d": ("in_channels", "out_channels"),
+    "torch.nn.Conv3d": ("in_channels", "out_channels"),
+    "torch.nn.ConvTranspose2d": ("in_channels", "out_channels"),
+    "torch.nn.LSTM": ("input_size", "hidden_size"),
+    "torch.nn.GRU": ("input_size", "hidden_size"),
+}
+
+
+_TOY_WIDTH = 64
+
+
+_MODEL_LIBRARIES = ("transformers.", "torchvision.models.", "timm.", "diffusers.", "sentence_transformers.")
+
+
+def small_network_training(ctx: FileContext) -> bool:
+    """Whether the file trains networks too small for GPU precision advice to matter: an RL
+    or meta-learning script (gym, gymnasium, learn2learn, ...), or a toy whose every layer
+    is at most 64 wide (``nn.Linear(20, 1)`` in a tutorial) with no library model besides."""
+    if any(target.split(".")[0] in _SMALL_NETWORK_LIBRARIES for target in ctx.imports.aliases.values()):
+        return True
+    if any(q.startswith(_MODEL_LIBRARIES) for q in ctx.called_qualnames):
+        return False
+    layers = ctx.calls(*_LAYER_SIZE_ARGUMENTS)
+    if not layers:
+        return False
+    for layer in layers:
+        for position, keyword in enumerate(_LAYER_SIZE_ARGUMENTS[ctx.qualname(layer.func) or ""]):
+            argument = ctx.argument(layer, keyword, position)
+            size = ctx.values.value_of(argument) if argument else None
+            if not isinstance(size, int) or size > _TOY_WIDTH:
+                return False
+    return True
+
+
+# -- what the model computes in fp32 (ADV202) --------------------------------------------------------
+_LINEAR = ("torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.functional.linear")
+
+
+_MATMUL = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.Transformer",
+    "torch.nn.TransformerEncoder",
+    "torch.nn.TransformerDecoder",
+    "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoderLayer",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.matmul",
+    "torch.bmm",
+    "torch.mm",
+    "torch.einsum",
+    "torch.baddbmm",
+    "torch.addmm",
+    "torch.addbmm",
+)
+
+
+_MATMUL_METHODS = ("matmul", "bmm", "mm")
+
+
+_CONV = re.compile(r"^torch\.nn\.(functional\.)?(Lazy)?[Cc]onv(Transpose)?[123]d$|^torchvision\.models\.")
+
+
+# torchvision / timm model names of vision transformers (vit_b_16, swin_t, deit_small_patch16_224).
+_ATTENTION_ARCHITECTURE = re.compile(r"^(vit|deit|beit|eva|swin|maxvit|cait|xcit|levit|mvit)", re.I)
+
+
+# transformers.GPT2LMHeadModel, AutoModelForCausalLM.from_pretrained, BertForMaskedLM.from_config...
+_TRANSFORMERS_MODEL = re.compile(r"^transformers\.\w*(Model|For[A-Z]\w*|LMHead\w*)(\.from_pretrained|\.from_config)?$")
+
+
+_MATMUL_LIBRARIES = ("sentence_transformers.", "peft.")
+
+
+def fp32_matmul_model(ctx: FileContext) -> bool:
+    """Whether the model the file builds is matmul-heavy: attention, ``@`` / ``torch.matmul``,
+    a transformers (or sentence-transformers) model, a ViT-like torchvision / timm model, or
+    ``nn.Linear`` layers in a file without convolutions. A conv net with a linear classifier
+    head is not: cuDNN convolutions already use TF32 by default."""
+    linear = conv = False
+    for qualname in ctx.called_qualnames:
+        if qualname in _MATMUL or _TRANSFORMERS_MODEL.match(qualname) or qualname.startswith(_MATMUL_LIBRARIES):
+            return True
+        if qualname.startswith("torchvision.models.") and _ATTENTION_ARCHITECTURE.search(qualname.rsplit(".", 1)[-1]):
+            return True
+        if qualname == "timm.create_model":
+            for call in ctx.calls(qualname):
+                name = ctx.values.value_of(call.args[0].value) if call.args else None
+                if isinstance(name, str) and _ATTENTION_ARCHITECTURE.search(name):
+                    return True
+        linear = linear or qualname in _LINEAR
+        conv = conv or bool(_CONV.match(qualname))
+    if any(isinstance(op.operator, cst.MatrixMultiply) for op in ctx.nodes(cst.BinaryOperation)):
+        return True
+    if ctx.method_calls(*_MATMUL_METHODS):
+        return True
+    if linear and not conv:
+        return True
+    if not linear and not conv and ctx.project is not None:
+        # The model class lives in a module of the project (``from models import ViT``).
+        from advisor.facts.models import project_class
+
+        for call in ctx.nodes(cst.Call):
+            found = project_class(ctx, call.func)
+            if found is not None and found[0] is not ctx and fp32_matmul_model(found[0]):
+                return True
+    return False
+
+
+_TF32_NAME = re.compile(r"tf32|float32_matmul_precision|fp32_precision", re.I)
+
+
+def tf32_configured(ctx: FileContext) -> bool:
+    """Whether the file says anything about TF32: ``allow_tf32``, ``set_float32_matmul_precision``,
+    ``fp32_precision``, a Trainer ``tf32=``, a ``--tf32`` flag. Enabled, disabled on purpose or
+    set from a value we cannot read, it is the author's choice."""
+    if any(_TF32_NAME.search(name.value) for name in ctx.nodes(cst.Name)):
+        return True
+    for string in ctx.nodes(cst.SimpleString):
+        value = string_value(string)
+        if isinstance(value, str) and "tf32" in value.lower():
+            return True
+    return False
+
+
+def trainer_compiles(ctx: FileContext, call: cst.Call) -> bool:
+    """``torch_compile`` on (or unknown): transformers then turns TF32 on itself."""
+    for keyword in ("torch_compile", "torch_compile_backend", "torch_compile_mode"):
+        argument = ctx.argument(call, keyword)
+        if argument is None:
+            return True
+        if argument is MISSING:
+            continue
+        value = ctx.values.resolve(argument)
+        if value is None or value.value not in (False, None):
+            return True
+    return False
+
+
+# -- the model a training loop runs (ADV203's fix, ADV206) ----------------------------------------
+# Calls that make the optimizer's tensors copies of the model's (fp32 master weights).
+_PARAMETER_COPIES = ("clone", "float", "double", "type", "deepcopy")
+
+
+def parameter_owners(ctx: FileContext, optimizer: cst.Call) -> tuple[set[str], bool]:
+    """The modules whose ``.parameters()`` / ``.named_parameters()`` an optimizer constructor
+    receives (``model``, ``self.net``), seen through one name (``params = [...]``); and
+    whether those tensors are copies (``p.clone().float()``: master weights kept apart)."""
+    params = ctx.argument(optimizer, "params", 0)
+    if params is None or params is MISSING:
+        return set(), False
+    roots: list[cst.CSTNode] = [params]
+    for name in ctx.walk(params, cst.Name):
+        holder = ctx.parent.get(name)
+        if isinstance(holder, cst.Attribute):
+            continue  # ``model`` of ``model.parameters()``: the module itself
+        value = ctx.single_assignment(name)
+        if value is not None:
+            roots.append(value)
+    owners: set[str] = set()
+    copies = False
+    for root in roots:
+        for call in ctx.walk(root, cst.Call):
+            func = call.func
+            method = func.attr.value if isinstance(func, cst.Attribute) else dotted_name(func)
+            if method in ("parameters", "named_parameters") and isinstance(func, cst.Attribute):
+                owner = dotted_name(func.value)
+                if owner:
+                    owners.add(owner)
+            elif method and method.split(".")[-1] in _PARAMETER_COPIES:
+                copies = True
+    return owners, copies
+
+
+def trained_modules(ctx: FileContext, loop: TrainingLoop) -> set[str]:
+    """Spellings of the modules a training loop may run: the owners of the parameters its
+    optimizers step, and anything the file treats as a module (``.train()``, ``.eval()``,
+    ``.parameters()``, ``.named_parameters()``; a trainer's ``.train()`` aside)."""
+    modules: set[str] = set()
+    for optimizer in loop.optimizers:
+        for constructor in ctx.loops.optimizer_constructors(optimizer):
+            modules |= parameter_owners(ctx, constructor)[0]
+    for call in ctx.method_calls("train", "eval", "parameters", "named_parameters"):
+        receiver = chain_base(call.func.value)  # type: ignore[attr-defined]
+        if receiver and "trainer" not in receiver.lower():
+            modules.add(receiver)
+    return modules
+
+
+def calls_module(ctx: FileContext, statement: cst.CSTNode, modules: set[str]) -> bool:
+    for call in ctx.walk(statement, cst.Call):
+        spelling = dotted_name(call.func)
+        if spelling in modules or (spelling and spelling.endswith(".forward") and spelling[: -len(".forward")] in modules):
+            return True
+    return False
+
+
+def binds(ctx: FileContext, statement: cst.CSTNode, spelling: str) -> bool:
+    """Whether ``statement`` assigns ``spelling`` (``loss``, ``self.loss``), alone or unpacked."""
+    for node in [*ctx.walk(statement, cst.Assign), *ctx.walk(statement, cst.AugAssign), *ctx.walk(statement, cst.AnnAssign)]:
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        for target in targets:
+            if any(dotted_name(n) == spelling for n in [*ctx.walk(target, cst.Name), *ctx.walk(target, cst.Attribute)]):
+                return True
+    return False
+
+
+def cast_subject(ctx: FileContext, call: cst.Call) -> str | None:
+    """The module a cast applies to: the name it is assigned to (``model = Net().cuda().half()``,
+    ``model = DDP(model.half())``), or the receiver of a cast written as a statement
+    (``model.half()``, ``self.model.to(device).half()``)."""
+    statement = next((a for a in ctx.ancestors(call) if isinstance(a, cst.BaseSmallStatement)), None)
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+        return dotted_name(statement.targets[0].target)
+    if isinstance(statement, cst.Expr) and isinstance(call.func, cst.Attribute):
+        return chain_base(call.func.value)
+    return None
+
+
+def chain_base(receiver: cst.BaseExpression) -> str | None:
+    """``model`` of ``model.cuda().train()``: the object at the start of a method chain."""
+    while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+        receiver = receiver.func.value
+    return dotted_name(receiver)
+
+
+def same_module(a: str, b: str) -> bool:
+    return a == b or a.split(".")[-1] == b.split(".")[-1]
+
+
+def under_fp16_choice(ctx: FileContext, node: cst.CSTNode | None) -> bool:
+    """Whether ``node`` sits in a branch of an ``if`` / conditional expression whose chain of
+    tests mentions fp16 (``if args.fp16:``): a GradScaler there is conditional on fp16."""
+    return _under_choice(ctx, node, _FP16_CHOICE)

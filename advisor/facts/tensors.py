@@ -1,0 +1,705 @@
+"""Which expressions hold CUDA tensors, and which code runs on every training step.
+
+:class:`TensorFacts` answers "is this a CUDA tensor?" for an expression, following names to
+their bindings: tensors moved with ``.cuda()`` / ``.to(<GPU>)``, made with ``device=`` a GPU,
+the outputs of a model on the GPU, the loss handed to ``backward()``, tensor methods of
+those, the parameters and gradients of a model on the GPU. :class:`StepFacts` answers "does
+this run on every training step, under no condition?" with one guard policy: a test that holds
+on every step of a GPU run does not count as a condition ("is CUDA there?", "is this the main
+process?", a logging interval of 1, the branch that holds every optimizer's step).
+"""
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import libcst as cst
+
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER
+from advisor.context import FileContext
+from advisor.facts import Tri
+from advisor.names import dotted_name
+from advisor.values import string_value
+
+_LOOPS = (cst.For, cst.While)
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+# A test that only asks "is this the main process?": the code under it still runs every
+# step (on that process, which the others then wait for).
+_MAIN_PROCESS_NAME = re.compile(r"main_process|master|(^|_)rank$|^rank|get_rank|is_main|local_main|global_zero", re.I)
+
+
+# Functions named for evaluation, debugging or tests: not the training step.
+_EVALUATION_FUNCTION = re.compile(r"eval|valid|test|infer|predict|sampl|generat|debug", re.I)
+
+
+# How loss objects are usually named (``criterion``, ``loss_fn``, ``mse_loss``...).
+_LOSS_CALLABLE = re.compile(r"criterion|loss", re.I)
+
+
+# -- what runs every training step ---------------------------------------------------------
+class StepFacts:
+    """Which code runs every training step, and under no ``if`` (see the module docstring)."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def scaler_loops(self) -> list[cst.For | cst.While]:
+        """The innermost loops that call a timm-style ``loss_scaler(loss, optimizer)``."""
+        loops: list[cst.For | cst.While] = []
+        for call in self.scaler_steps:
+            loop = self._innermost_loop(call)
+            if loop is not None and loop not in loops:
+                loops.append(loop)
+        return loops
+
+    @cached_property
+    def scaler_steps(self) -> list[cst.Call]:
+        """timm's ``loss_scaler(loss, optimizer, ...)`` (DeiT, MAE): one call runs backward and step."""
+        found = []
+        for call in self.ctx.nodes(cst.Call):
+            name = (dotted_name(call.func) or "").split(".")[-1].lower()
+            if "scaler" not in name or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in ("scale", "step", "update", "unscale_")
+            ):
+                continue
+            if any(
+                arg.keyword is None and self.ctx.loops.is_optimizer(dotted_name(arg.value) or "")
+                for arg in call.args
+                if dotted_name(arg.value)
+            ):
+                found.append(call)
+        return found
+
+    def _innermost_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, _SCOPES):
+                return None
+            if isinstance(ancestor, _LOOPS):
+                return ancestor
+        return None
+
+    @cached_property
+    def _call_sites(self) -> dict[str, list[cst.Call]]:
+        """Calls by the name they call: ``helper(...)`` and ``self.helper(...)``."""
+        sites: dict[str, list[cst.Call]] = {}
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if isinstance(func, cst.Name):
+                sites.setdefault(func.value, []).append(call)
+            elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+                sites.setdefault("self." + func.attr.value, []).append(call)
+        return sites
+
+    def step_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The training loop (or per-step hook) ``node`` runs in every step, outside any
+        ``if``; None when it does not, or when that cannot be told."""
+        region = self.ctx.loops.step_region(node)
+        if region is None:
+            return self._scaler_step_of(node, 0, frozenset())
+        sites = (*region.calls, node)
+        for site in sites[1:]:
+            function = self.ctx.enclosing(site, cst.FunctionDef)
+            if not isinstance(function, cst.FunctionDef) or function is region.node:
+                continue
+            if _EVALUATION_FUNCTION.search(function.name.value):
+                return None  # ``validate(model)`` called from the loop is evaluation, not the step
+        if all(self._unconditional(site, region.node) for site in sites):
+            return region.node
+        return None
+
+    def _unconditional(self, node: cst.CSTNode, root: cst.CSTNode) -> bool:
+        """Nothing between ``node`` and ``root`` (or the function holding ``node``) can skip it:
+        no ``if`` but a main-process test, no ``except``, conditional expression or short circuit."""
+        child = node
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is root or isinstance(ancestor, cst.FunctionDef):
+                return True
+            if isinstance(ancestor, (cst.Lambda, cst.ClassDef, cst.ExceptHandler)):
+                return False
+            if (
+                isinstance(ancestor, cst.If)
+                and child is not ancestor.test
+                and (child is not ancestor.body or not self._always_taken_on_gpu(ancestor.test))
+                and (id(ancestor), id(child)) not in self._step_branches
+            ):
+                return False
+            if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+                return False
+            if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+                return False
+            child = ancestor
+        return True
+
+    @cached_property
+    def _step_branches(self) -> set[tuple[int, int]]:
+        """The ``if`` branches (as ``(id(if), id(branch))``) that hold the step of every
+        optimizer of a training loop: under ``if (i + 1) % accum == 0:`` with the
+        ``optimizer.step()`` in it, code runs every optimizer step, which is the training step."""
+        found: set[tuple[int, int]] = set()
+        for loop in self.ctx.loops.training_loops:
+            optimizers = set(loop.optimizers)
+            stepped: dict[tuple[int, int], set[str]] = {}
+            for event in loop.of_kind("step"):
+                branches: set[tuple[int, int]] = set()
+                for node in {event.call, event.site or event.call}:
+                    child: cst.CSTNode = node
+                    for ancestor in self.ctx.ancestors(node):
+                        if ancestor is loop.node:
+                            break
+                        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                            branches.add((id(ancestor), id(child)))
+                        child = ancestor
+                for branch in branches:
+                    stepped.setdefault(branch, set()).add(event.target or "")
+            found.update(branch for branch, targets in stepped.items() if optimizers and optimizers <= targets)
+        return found
+
+    def _always_taken_on_gpu(self, test: cst.BaseExpression) -> bool:
+        """A test that holds every step of a GPU run: "is this the main process?" (the
+        others wait for it), "is CUDA there?", or a logging interval of 1 (nanoGPT's
+        ``iter_num % log_interval == 0`` with ``log_interval = 1``)."""
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return self._always_taken_on_gpu(test.left) and self._always_taken_on_gpu(test.right)
+        if every_step_interval(self.ctx, test) is not None:
+            return True
+        if self.ctx.facts.devices.gpu_test(test, switches=True) is Tri.YES:
+            return True
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            sides = (test.left, test.comparisons[0].comparator)
+            if isinstance(test.comparisons[0].operator, cst.Equal) and any(
+                isinstance(side, cst.SimpleString) and string_value(side) in ("cuda", "gpu") for side in sides
+            ):
+                return True  # ``device.type == "cuda"``
+        return self._main_process_test(test)
+
+    def _scaler_step_of(self, node: cst.CSTNode, depth: int, visiting: frozenset[int]) -> cst.CSTNode | None:
+        """``step_of`` for loops that step through a timm-style ``loss_scaler(loss, optimizer)``,
+        which the shared loop model does not see as training loops."""
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, _LOOPS) and ancestor in self.scaler_loops:
+                in_body = self.ctx.is_descendant(node, ancestor.body)
+                return ancestor if in_body and self._unconditional(node, ancestor) else None
+            if isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
+                return None
+            if isinstance(ancestor, cst.FunctionDef):
+                if depth >= 2 or id(ancestor) in visiting or not self._unconditional(node, ancestor):
+                    return None
+                if _EVALUATION_FUNCTION.search(ancestor.name.value):
+                    return None
+                key = ("self." if self._is_method(ancestor) else "") + ancestor.name.value
+                for call in self._call_sites.get(key, ()):
+                    if not self.ctx.is_descendant(call, ancestor):
+                        found = self._scaler_step_of(call, depth + 1, visiting | {id(ancestor)})
+                        if found is not None:
+                            return found
+                return None
+        return None
+
+    def _is_method(self, function: cst.FunctionDef) -> bool:
+        return isinstance(self.ctx.parent.get(self.ctx.parent.get(function)), cst.ClassDef)
+
+    def _main_process_test(self, test: cst.BaseExpression) -> bool:
+        """``if accelerator.is_main_process:``, ``if rank == 0:``, ``if master_process:``."""
+        if any(isinstance(op.operator, cst.Modulo) for op in self.ctx.walk(test, cst.BinaryOperation)):
+            return False
+        found = False
+        for name in self.ctx.walk(test, cst.Name):
+            parent = self.ctx.parent.get(name)
+            if isinstance(parent, cst.Attribute) and parent.value is name:
+                continue  # a receiver: ``accelerator`` of ``accelerator.is_main_process``
+            if not _MAIN_PROCESS_NAME.search(name.value):
+                return False
+            found = True
+        return found
+
+
+# -- which expressions hold CUDA tensors ---------------------------------------------------
+# Methods and attributes of a tensor whose result lives on the host (or is no tensor).
+_HOST_METHODS = frozenset(
+    {
+        "item", "tolist", "cpu", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size",
+        "get_device", "data_ptr", "is_contiguous", "stride", "storage_offset", "is_floating_point",
+        "is_complex", "keys", "items", "values", "state_dict", "parameters", "named_parameters", "tobytes",
+    }
+)
+
+
+_HOST_ATTRIBUTES = frozenset(
+    {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names", "is_leaf", "grad_fn"}
+)
+
+
+# torch functions that make a new tensor on the CPU unless given ``device=``.
+_FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "eye", "arange", "range", "linspace", "logspace", "rand", "randn",
+        "randint", "randperm", "tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor",
+    }
+)
+
+
+# Methods only modules have: their receiver is no tensor.
+_MODULE_METHODS = (
+    "parameters", "named_parameters", "train", "eval", "state_dict", "load_state_dict", "modules",
+    "children", "zero_grad", "apply", "register_buffer", "named_modules",
+)
+
+
+_TORCH_HOST_FUNCTIONS = frozenset({"is_tensor", "numel", "is_floating_point", "is_complex", "save", "load"})
+
+
+# Each step follows an expression into its parts or a name to an earlier binding, so the
+# walk ends; the bound only cuts very long chains of assignments.
+MAX_DEPTH = 40
+
+
+_DEVICE_COMPARISONS = (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+
+
+class TensorFacts:
+    """Which expressions of a file certainly hold CUDA tensors computed on the GPU."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self._known: dict[cst.CSTNode, bool] = {}
+
+    @cached_property
+    def gpu_placed(self) -> bool:
+        """The file puts its model or data on a CUDA device, or hands them to a framework that does."""
+        ctx = self.ctx
+        if not ctx.facts.devices.gpu.yes:
+            return False
+        if ctx.method_calls("cuda") or ctx.calls(ACCELERATOR, FABRIC, LIGHTNING_TRAINER):
+            return True
+        return any(self._to_cuda(call) for call in ctx.method_calls("to"))
+
+    def _to_cuda(self, call: cst.Call) -> bool:
+        device = self.to_device(call)
+        return device is not None and self.ctx.facts.devices.on_gpu(device)
+
+    def to_device(self, call: cst.Call) -> cst.BaseExpression | None:
+        return self.ctx.facts.devices.move_target(call)
+
+    @cached_property
+    def models(self) -> set[str]:
+        """Spellings of the models (and tensors) moved to the GPU or handed to a framework that moves them."""
+        ctx = self.ctx
+        found: set[str] = set()
+        for call in ctx.method_calls("cuda", "to"):
+            assert isinstance(call.func, cst.Attribute)
+            if call.func.attr.value == "to" and not self._to_cuda(call):
+                continue
+            receiver = dotted_name(call.func.value)
+            if receiver:
+                found.add(receiver)
+            target = _assigned_to(ctx, call)
+            if target:
+                found.add(target)
+        for call in ctx.method_calls("prepare", "setup", "setup_module"):
+            assert isinstance(call.func, cst.Attribute)
+            if not ctx.loops.is_framework(call.func.value):
+                continue
+            found.update(dotted_name(arg.value) or "" for arg in call.args)
+            parent = ctx.parent.get(call)
+            if isinstance(parent, cst.Assign):
+                for target in parent.targets:
+                    found.update(_target_spellings(target.target))
+        for _ in range(2):  # model = DDP(model); model = torch.compile(model)
+            for assign in ctx.nodes(cst.Assign):
+                value = assign.value
+                if isinstance(value, cst.Call) and value.args and dotted_name(value.args[0].value) in found:
+                    for target in assign.targets:
+                        found.update(_target_spellings(target.target))
+        found.discard("")
+        return found
+
+    @cached_property
+    def _loss_bindings(self) -> set[tuple[int, str]]:
+        """The bindings of the losses handed to backward (``loss.backward()``,
+        ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``), and of the
+        loss a Lightning ``training_step`` returns."""
+        found: set[tuple[int, str]] = set()
+        ctx = self.ctx
+        losses = [
+            loss
+            for call in ctx.method_calls("backward", "manual_backward") + ctx.calls("torch.autograd.backward")
+            for loss in _backward_losses(ctx, call)
+        ]
+        # timm's ``loss_scaler(loss, optimizer)`` runs backward on its first argument.
+        losses += [c.args[0].value for c in ctx.facts.steps.scaler_steps if c.args and c.args[0].keyword is None]
+        for loss in losses:
+            if isinstance(loss, cst.Name):
+                self._add_loss_binding(found, loss, 0)
+        for function in ctx.nodes(cst.FunctionDef):
+            if function.name.value != "training_step":
+                continue
+            for statement in ctx.walk(function, cst.Return):
+                value = statement.value
+                if isinstance(value, cst.Dict):  # ``return {"loss": loss, ...}``
+                    value = next(
+                        (
+                            e.value
+                            for e in value.elements
+                            if isinstance(e, cst.DictElement) and ctx.values.value_of(e.key) == "loss"
+                        ),
+                        None,
+                    )
+                if isinstance(value, cst.Name):
+                    self._add_loss_binding(found, value, 0)
+        return found
+
+    def _add_loss_binding(self, found: set[tuple[int, str]], name: cst.Name, depth: int) -> None:
+        """The binding of the loss ``name``, and the earlier ones it rescales: ``loss /= k``,
+        ``loss = loss.mean()`` keep the loss what it was before."""
+        binding = self.reaching(name)
+        if binding is None or depth > 4:
+            return
+        found.add((id(binding), name.value))
+        if isinstance(binding, cst.AugAssign):
+            earlier = binding.target
+        elif isinstance(binding, cst.Assign) and len(binding.targets) == 1:
+            uses = [n for n in self.ctx.walk(binding.value, cst.Name) if n.value == name.value and reads_variable(self.ctx, n)]
+            earlier = uses[0] if uses and isinstance(binding.targets[0].target, cst.Name) else None
+        else:
+            earlier = None
+        if isinstance(earlier, cst.Name) and earlier.value == name.value:
+            self._add_loss_binding(found, earlier, depth + 1)
+
+    def reaching(self, name: cst.Name) -> cst.CSTNode | None:
+        """The statement that last bound ``name`` before this use, in source order, in its scope."""
+        ctx = self.ctx
+        use = ctx.order[name]
+        best: cst.CSTNode | None = None
+        for binding in ctx.lookup(name.value, name):
+            node = binding.node
+            if isinstance(node, cst.CompFor):
+                owner = _comprehension_of(ctx, node)
+                if owner is None or not ctx.is_descendant(name, owner):
+                    continue
+            elif isinstance(node, cst.For):
+                if not ctx.is_descendant(name, node):
+                    continue
+            elif ctx.order[node] >= use or ctx.is_descendant(name, node):
+                continue
+            if best is None or ctx.order[node] > ctx.order[best]:
+                best = node
+        return best
+
+    @cached_property
+    def _modules(self) -> set[str]:
+        """Spellings that are called (``model(x)``) or used like modules (``model.train()``):
+        ``model = Net().to(device)`` moves a module, not a tensor."""
+        found: set[str] = set()
+        for call in self.ctx.nodes(cst.Call):
+            spelling = dotted_name(call.func)
+            if spelling:
+                found.add(spelling)
+        for call in self.ctx.method_calls(*_MODULE_METHODS):
+            spelling = dotted_name(call.func.value)  # type: ignore[attr-defined]
+            if spelling:
+                found.add(spelling)
+        return found
+
+    def on_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether ``expr`` certainly holds a CUDA tensor (see the module docstring)."""
+        if depth > MAX_DEPTH or not self.gpu_placed:
+            return False
+        known = self._known.get(expr)
+        if known is None:
+            known = self._known[expr] = self._on_device(expr, depth)
+        return known
+
+    def _on_device(self, expr: cst.BaseExpression, depth: int) -> bool:
+        if isinstance(expr, cst.Name):
+            return self._name_on_device(expr, depth)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in _HOST_ATTRIBUTES:
+                return False
+            return self.on_device(expr.value, depth + 1)
+        if isinstance(expr, cst.Subscript):
+            return self.on_device(expr.value, depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            return self.on_device(expr.left, depth + 1) or self.on_device(expr.right, depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return not isinstance(expr.operator, cst.Not) and self.on_device(expr.expression, depth + 1)
+        if isinstance(expr, cst.Comparison):
+            if not all(isinstance(c.operator, _DEVICE_COMPARISONS) for c in expr.comparisons):
+                return False
+            return self.on_device(expr.left, depth + 1) or any(
+                self.on_device(c.comparator, depth + 1) for c in expr.comparisons
+            )
+        if isinstance(expr, cst.Call):
+            return self._call_on_device(expr, depth)
+        return False
+
+    def _name_on_device(self, name: cst.Name, depth: int) -> bool:
+        if name.value in self._modules:
+            return False
+        binding = self.reaching(name)
+        if binding is None:
+            return False
+        if (id(binding), name.value) in self._loss_bindings:
+            return True
+        if isinstance(binding, (cst.Assign, cst.AnnAssign)):
+            value = binding.value
+            if value is None:
+                return False
+            targets = [t.target for t in binding.targets] if isinstance(binding, cst.Assign) else [binding.target]
+            for target in targets:
+                if isinstance(target, cst.Name) and target.value == name.value:
+                    return self.on_device(value, depth + 1)
+                unpacked = unpacked_element(target, value, name.value)
+                if unpacked is not None:
+                    element, index = unpacked
+                    if element is value and isinstance(value, cst.Call):
+                        return self._element_on_device(value, index, depth + 1)
+                    return self.on_device(element, depth + 1)
+            return False
+        if isinstance(binding, cst.AugAssign) and isinstance(binding.target, cst.Name):
+            if self.on_device(binding.value, depth + 1):
+                return True
+            return self._name_on_device(binding.target, depth + 1)
+        if isinstance(binding, cst.NamedExpr):
+            return self.on_device(binding.value, depth + 1)
+        if isinstance(binding, (cst.For, cst.CompFor)):
+            return self._gpu_parameter(binding, name.value)
+        return False
+
+    def _gpu_parameter(self, loop: cst.For | cst.CompFor, name: str) -> bool:
+        """``for p in model.parameters()`` (through ``list``/``filter``/``sorted``) or
+        ``for n, p in model.named_parameters()`` over a model on the GPU: ``p`` (and
+        ``p.grad``) is a CUDA tensor."""
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.args:
+            if iterable.func.value not in ("list", "tuple", "sorted", "filter") or self.ctx.lookup(
+                iterable.func.value, iterable.func
+            ):
+                return False
+            iterable = iterable.args[-1].value if iterable.func.value == "filter" else iterable.args[0].value
+        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)):
+            return False
+        method = iterable.func.attr.value
+        if dotted_name(iterable.func.value) not in self.models:
+            return False
+        target = loop.target
+        if method == "parameters":
+            return isinstance(target, cst.Name) and target.value == name
+        if method == "named_parameters" and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            second = target.elements[1].value
+            return isinstance(second, cst.Name) and second.value == name
+        return False
+
+    def _call_on_device(self, call: cst.Call, depth: int) -> bool:
+        ctx = self.ctx
+        func = call.func
+        qualname = ctx.qualname(func) or ""
+        if qualname.startswith("torch."):
+            last = qualname.rsplit(".", 1)[-1]
+            if last in _FACTORIES:
+                device = ctx.keyword_arg(call, "device")
+                return device is not None and ctx.facts.devices.on_gpu(device.value)
+            if last in _TORCH_HOST_FUNCTIONS or qualname.startswith(("torch.cuda.", "torch.distributed.")):
+                return False
+            return self._any_argument_on_device(call, depth) or self._takes_model_parameters(call)
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in _HOST_METHODS:
+                return False
+            if method == "cuda":
+                return True
+            if method == "to":
+                device = self.to_device(call)
+                if device is not None:
+                    return ctx.facts.devices.on_gpu(device)
+                return self.on_device(func.value, depth + 1)
+            if self.on_device(func.value, depth + 1):
+                return True  # a tensor method: ``loss.detach()``, ``outputs.argmax(1)``
+        if self._is_model(func, call):
+            return True
+        function = self._local_function(call)
+        if function is not None:
+            return self._returns_on_device(function, depth)
+        if self._is_loss_callable(func):
+            return self._any_argument_on_device(call, depth)
+        return False
+
+    def _local_function(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The ``def`` of this file a call runs: a name bound once to it, or ``self.method``."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            bindings = self.ctx.lookup(func.value, func)
+            if len(bindings) == 1 and isinstance(bindings[0].node, cst.FunctionDef):
+                return bindings[0].node
+        elif isinstance(func, cst.Attribute) and dotted_name(func.value) == "self":
+            cls = self.ctx.enclosing(call, cst.ClassDef)
+            body = cls.body.body if isinstance(cls, cst.ClassDef) and isinstance(cls.body, cst.IndentedBlock) else ()
+            return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value), None)
+        return None
+
+    def _element_on_device(self, call: cst.Call, index: int, depth: int) -> bool:
+        """Element ``index`` of what ``call`` returns: of each returned tuple, for a function of
+        this file; else the call's own result (a model's outputs)."""
+        function = self._local_function(call)
+        if function is None:
+            return self.on_device(call, depth)
+        returns = self._returns(function)
+        return bool(returns) and all(
+            isinstance(r.value, cst.Tuple)
+            and len(r.value.elements) > index
+            and self.on_device(r.value.elements[index].value, depth + 1)
+            for r in returns
+        )
+
+    def _returns(self, function: cst.FunctionDef) -> list[cst.Return]:
+        return [r for r in self.ctx.walk(function, cst.Return) if self.ctx.scope_of.get(r) is function]
+
+    def _returns_on_device(self, function: cst.FunctionDef, depth: int) -> bool:
+        """Every ``return`` of ``function`` hands back a CUDA tensor (``return loss`` of a train step)."""
+        returns = self._returns(function)
+        return bool(returns) and all(r.value is not None and self.on_device(r.value, depth + 1) for r in returns)
+
+    def _takes_model_parameters(self, call: cst.Call) -> bool:
+        """``clip_grad_norm_(model.parameters(), 1.0)``: the norm lives where the model does."""
+        for arg in call.args:
+            value = arg.value
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "parameters"
+                and dotted_name(value.func.value) in self.models
+            ):
+                return True
+        return False
+
+    def _any_argument_on_device(self, call: cst.Call, depth: int) -> bool:
+        for arg in call.args:
+            value = arg.value
+            values = [e.value for e in value.elements] if isinstance(value, (cst.List, cst.Tuple)) else [value]
+            if any(not isinstance(v, cst.StarredElement) and self.on_device(v, depth + 1) for v in values):
+                return True
+        return False
+
+    def _is_model(self, func: cst.BaseExpression, call: cst.Call) -> bool:
+        """A model the file moved to the GPU, or the LightningModule itself in its ``training_step``."""
+        spelling = dotted_name(func)
+        if spelling is None:
+            return False
+        spelling = spelling.removesuffix(".forward")
+        if spelling in self.models:
+            return True
+        function = self.ctx.enclosing(call, cst.FunctionDef)
+        lightning_step = isinstance(function, cst.FunctionDef) and function.name.value == "training_step"
+        if lightning_step and (spelling == "self" or spelling.startswith("self.") and spelling.count(".") == 1):
+            cls = self.ctx.enclosing(function, cst.ClassDef)
+            body = cls.body.body if isinstance(cls, cst.ClassDef) and isinstance(cls.body, cst.IndentedBlock) else ()
+            methods = {s.name.value for s in body if isinstance(s, cst.FunctionDef)}
+            return spelling == "self" or spelling.split(".")[1] not in methods
+        return False
+
+    def _is_loss_callable(self, func: cst.BaseExpression) -> bool:
+        """``criterion(...)``, ``loss_fn(...)``, an ``nn.*Loss`` object, ``nn.CrossEntropyLoss()(...)``."""
+        if isinstance(func, cst.Call):
+            return (self.ctx.qualname(func.func) or "").startswith("torch.nn.")
+        spelling = dotted_name(func)
+        if spelling is None:
+            return False
+        bound = self.ctx.bound_call(func) if isinstance(func, cst.Name) else None
+        if bound is not None and (self.ctx.qualname(bound.func) or "").startswith("torch.nn."):
+            return True
+        return bool(_LOSS_CALLABLE.search(spelling.split(".")[-1]))
+
+
+def reads_variable(ctx: FileContext, name: cst.Name) -> bool:
+    """A read of the variable, not the attribute or keyword of that name."""
+    parent = ctx.parent.get(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    return not (isinstance(parent, cst.Arg) and parent.keyword is name)
+
+
+def _comprehension_of(ctx: FileContext, clause: cst.CompFor) -> cst.CSTNode | None:
+    node: cst.CSTNode | None = clause
+    while isinstance(node, (cst.CompFor, cst.CompIf)):
+        node = ctx.parent.get(node)
+    return node
+
+
+def _assigned_to(ctx: FileContext, call: cst.Call) -> str | None:
+    parent = ctx.parent.get(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    return None
+
+
+def _target_spellings(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        found: set[str] = set()
+        for element in target.elements:
+            found |= _target_spellings(element.value)
+        return found
+    spelling = dotted_name(target)
+    return {spelling} if spelling else set()
+
+
+def unpacked_element(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> tuple[cst.BaseExpression, int] | None:
+    """What ``name`` gets from ``a, b = value``, and at which position: the matching element
+    of a tuple value, or the value itself when that is one call (``logits, loss = model(x, y)``),
+    a subscript or a name (``loss, logits = outputs[:2]``): an element of what it holds."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    names = [e.value for e in target.elements]
+    if any(isinstance(n, cst.StarredElement) for n in names):
+        return None
+    index = next((i for i, n in enumerate(names) if isinstance(n, cst.Name) and n.value == name), None)
+    if index is None:
+        return None
+    if isinstance(value, (cst.Tuple, cst.List)):
+        if len(value.elements) != len(names) or any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return None
+        return value.elements[index].value, index
+    # ``loss, logits = outputs[:2]``, ``x, y = batch``: elements of the value itself.
+    return (value, index) if isinstance(value, (cst.Call, cst.Subscript, cst.Name, cst.Attribute)) else None
+
+
+def _backward_losses(ctx: FileContext, call: cst.Call) -> list[cst.BaseExpression]:
+    """The losses a backward call differentiates."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return [call.args[0].value] if call.args else []  # torch.autograd.backward(loss)
+    receiver = func.value
+    if func.attr.value == "manual_backward" or ctx.loops.is_framework(receiver):
+        return [call.args[0].value] if call.args else []
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "scale"
+        and receiver.args
+    ):
+        return [receiver.args[0].value]
+    return [receiver]
+
+
+def every_step_interval(ctx: FileContext, test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The divisor of ``step % k == 0`` (or ``not step % k``) when ``k`` is certainly 1."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        modulo = test.expression
+    elif (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+        and ctx.values.value_of(test.comparisons[0].comparator) == 0
+    ):
+        modulo = test.left
+    else:
+        return None
+    if not (isinstance(modulo, cst.BinaryOperation) and isinstance(modulo.operator, cst.Modulo)):
+        return None
+    divisor = ctx.values.resolve(modulo.right)
+    if divisor is None or divisor.value != 1 or isinstance(divisor.value, bool):
+        return None
+    return modulo.right

@@ -1,0 +1,399 @@
+"""Project scope: the modules of the project a file belongs to, for questions that cross files.
+
+A training script imports its siblings: the device from ``config.py``, the DataLoader from
+``data_setup.py``, the model class from ``models/``, the train step from ``engine.py``. A rule
+still reports in the file where the code is; what crosses the file boundary is the facts:
+
+- a name the file imports from a project module (``from config import DEVICE``, ``import
+  config; config.DEVICE``, ``from models import *``, re-exports through ``__init__.py``)
+  resolves to its definition in that module (:meth:`ProjectView.definition`);
+- a module that says nothing about where it runs (``engine.py`` moves batches to a ``device``
+  parameter) takes the verdict of the project's files that import it
+  (:meth:`ProjectView.importer_gpu`).
+
+The project is found from the file: its root is the nearest folder above it holding a
+``.git``, ``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (else the file's own folder).
+Modules resolve as Python would find them when a script of the project runs: relative imports
+from the importing file's package, absolute ones from the script's folder, its parents up to
+the root, and ``src/``. Nothing is imported or run: sibling files are parsed like the file
+itself, once per process, and every file consulted is recorded (:attr:`ProjectView.consulted`)
+so that the result cache can tell when a dependency changed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import libcst as cst
+
+from advisor.names import dotted_name
+
+if TYPE_CHECKING:
+    from advisor.context import Binding, FileContext
+    from advisor.facts import Answer
+    from advisor.targets import Target
+
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+_SKIPPED = {
+    ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox", "build", "dist",
+    "site-packages", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".advisor_cache", ".eggs",
+    ".ipynb_checkpoints",
+}
+# A project larger than this is a library tree, not a training project: scope stays per folder.
+MAX_PROJECT_FILES = 5000
+# How many parsed sibling modules a process keeps.
+_CONTEXTS_KEPT = 256
+# How far "who imports this module" is followed (``models/resnet.py`` <- ``models/__init__.py`` <- ``main.py``).
+_IMPORTER_DEPTH = 3
+_IMPORT_LINE = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(?P<from>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\(?[^#\n]*)|import[ \t]+(?P<modules>[^#\n]+))",
+    re.M,
+)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def find_root(path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    current = directory
+    while True:
+        if any(os.path.exists(os.path.join(current, marker)) for marker in ROOT_MARKERS):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return directory
+        current = parent
+
+
+@dataclass(frozen=True)
+class _Import:
+    module: str  # dotted, without the leading dots
+    level: int  # leading dots of a relative import
+    names: tuple[str, ...]  # names of ``from ... import a, b``; () for ``import x``
+
+
+class Project:
+    """The Python files under one root, their import graph, and their parsed contexts."""
+
+    def __init__(self, root: str, target: "Target", parse: Callable[[str, bytes, "Target"], "FileContext"]) -> None:
+        self.root = root
+        self.target = target
+        self._parse = parse
+        self._contexts: OrderedDict[str, tuple[tuple[int, int], "FileContext | None"]] = OrderedDict()
+        self._in_progress: set[str] = set()
+        self.importer_depth = 0
+
+    @cached_property
+    def files(self) -> list[str]:
+        found: list[str] = []
+        for directory, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
+            for filename in sorted(filenames):
+                if filename.endswith(".py"):
+                    found.append(os.path.join(directory, filename))
+                    if len(found) > MAX_PROJECT_FILES:
+                        return []
+        return found
+
+    @cached_property
+    def _file_set(self) -> set[str]:
+        return set(self.files)
+
+    def module_path(self, module: str, level: int, importer: str) -> str | None:
+        """The file of ``module`` as ``importer`` imports it (``level`` leading dots), or None when it
+        is not a module of the project (a library)."""
+        parts = [p for p in module.split(".") if p]
+        if level:
+            base = os.path.dirname(importer)
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            return self._first(os.path.join(base, *parts) if parts else base)
+        if not parts:
+            return None
+        directory = os.path.dirname(importer)
+        bases = []
+        while True:
+            bases.append(directory)
+            if directory == self.root or not directory.startswith(self.root):
+                break
+            directory = os.path.dirname(directory)
+        bases.append(os.path.join(self.root, "src"))
+        for base in bases:
+            found = self._first(os.path.join(base, *parts))
+            if found is not None:
+                return found
+        return None
+
+    def _first(self, stem: str) -> str | None:
+        for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+            if candidate in self._file_set:
+                return candidate
+        return None
+
+    def _imports_of(self, path: str) -> list[_Import]:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return []
+        found = []
+        for match in _IMPORT_LINE.finditer(data):
+            try:
+                if match.group("from") is not None:
+                    spec = match.group("from").decode()
+                    level = len(spec) - len(spec.lstrip("."))
+                    names = tuple(_NAME.findall(match.group("names").decode().split(" as ")[0]))
+                    found.append(_Import(spec.lstrip("."), level, names))
+                else:
+                    for item in match.group("modules").decode().split(","):
+                        module = item.split(" as ")[0].strip()
+                        if module:
+                            found.append(_Import(module, 0, ()))
+            except UnicodeDecodeError:
+                continue
+        return found
+
+    @cached_property
+    def importers(self) -> dict[str, list[str]]:
+        """For each project file, the project files that import it."""
+        graph: dict[str, list[str]] = {}
+        for path in self.files:
+            for imported in self._imports_of(path):
+                targets = [self.module_path(imported.module, imported.level, path)]
+                for name in imported.names:  # ``from pkg import module``
+                    dotted = f"{imported.module}.{name}" if imported.module else name
+                    targets.append(self.module_path(dotted, imported.level, path))
+                for target in targets:
+                    if target is not None and target != path and path not in graph.setdefault(target, []):
+                        graph[target].append(path)
+        return graph
+
+    def context(self, path: str) -> "FileContext | None":
+        """The parsed file (once per process while it is unchanged), or None when it cannot be analyzed."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self._contexts.get(path)
+        if cached is not None and cached[0] == key:
+            self._contexts.move_to_end(path)
+            return cached[1]
+        ctx = None
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            ctx = self._parse(path, data, self.target)
+        except Exception:  # a sibling that cannot be read or parsed answers nothing
+            ctx = None
+        if ctx is not None:
+            ctx.project = ProjectView(self, ctx)
+        self.keep(path, key, ctx)
+        return ctx
+
+    def keep(self, path: str, key: tuple[int, int], ctx: "FileContext | None") -> None:
+        self._contexts[path] = (key, ctx)
+        self._contexts.move_to_end(path)
+        while len(self._contexts) > _CONTEXTS_KEPT:
+            self._contexts.popitem(last=False)
+
+    def cached(self, path: str, data_size: int) -> "FileContext | None":
+        """The context already parsed for ``path`` when the file on disk is still what was parsed."""
+        cached = self._contexts.get(path)
+        if cached is None:
+            return None
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        if cached[0] == (stat.st_mtime_ns, stat.st_size) and stat.st_size == data_size:
+            return cached[1]
+        return None
+
+
+class ProjectView:
+    """The project as one file sees it; records every other file it consults."""
+
+    def __init__(self, project: Project, ctx: "FileContext") -> None:
+        self.project = project
+        self.ctx = ctx
+        self.path = os.path.abspath(ctx.path)
+        self.consulted: set[str] = set()
+        self.asked_importers = False
+
+    def _context(self, path: str) -> "FileContext | None":
+        self.consulted.add(path)
+        return self.project.context(path)
+
+    def _module_of(self, node: cst.Import | cst.ImportFrom) -> tuple[str, int] | None:
+        if isinstance(node, cst.ImportFrom):
+            module = dotted_name(node.module) if node.module is not None else ""
+            return (module or "", len(node.relative))
+        return None
+
+    def definition(self, expr: cst.BaseExpression) -> tuple["FileContext", cst.BaseExpression | None] | None:
+        """The module-level definition a name or ``module.name`` of the file stands for, in the
+        project module it is imported from: the other file's context and the assigned value
+        (None for a class or function). None when it is not imported from the project."""
+        found = self.binding(expr)
+        if found is None:
+            return None
+        other, binding = found
+        return other, binding.value
+
+    def binding(self, expr: cst.BaseExpression) -> tuple["FileContext", "Binding"] | None:
+        """Like :meth:`definition`, with the binding itself (``binding.node`` is the ``def`` /
+        ``class`` / assignment in the other file)."""
+        ctx = self.ctx
+        if isinstance(expr, cst.Name):
+            bindings = ctx.lookup(expr.value, expr)
+            if not bindings:
+                return self._from_star_imports(expr.value)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ImportFrom):
+                return None
+            return self._imported_name(bindings[0].node, expr.value, 0)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            bindings = ctx.lookup(expr.value.value, expr.value)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, (cst.Import, cst.ImportFrom)):
+                return None
+            module = self._module_bound(bindings[0].node, expr.value.value)
+            if module is None:
+                return None
+            other = self._context(module)
+            return None if other is None else _lookup_in(self, other, expr.attr.value, 0)
+        return None
+
+    def _module_bound(self, node: cst.Import | cst.ImportFrom, local: str) -> str | None:
+        """The project file a local name is bound to as a module (``import config``, ``from . import utils``)."""
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name) or ""
+                bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else full.split(".")[0]
+                if bound == local:
+                    return self.project.module_path(full if alias.asname is not None else full.split(".")[0], 0, self.path)
+            return None
+        spec = self._module_of(node)
+        if spec is None or isinstance(node.names, cst.ImportStar):
+            return None
+        module, level = spec
+        for alias in node.names:
+            name = dotted_name(alias.name) or ""
+            bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
+            if bound == local:
+                return self.project.module_path(f"{module}.{name}" if module else name, level, self.path)
+        return None
+
+    def _imported_name(self, node: cst.ImportFrom, local: str, depth: int) -> tuple["FileContext", "Binding"] | None:
+        spec = self._module_of(node)
+        if spec is None or isinstance(node.names, cst.ImportStar):
+            return None
+        module, level = spec
+        for alias in node.names:
+            name = dotted_name(alias.name) or ""
+            bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
+            if bound != local:
+                continue
+            path = self.project.module_path(module, level, self.path)
+            if path is None:
+                return None
+            other = self._context(path)
+            return None if other is None else _lookup_in(self, other, name, depth)
+        return None
+
+    def _from_star_imports(self, name: str) -> tuple["FileContext", "Binding"] | None:
+        for node in self.ctx.nodes(cst.ImportFrom):
+            if not isinstance(node.names, cst.ImportStar) or self.ctx.scope_of.get(node) is not self.ctx.module:
+                continue
+            spec = self._module_of(node)
+            path = self.project.module_path(*spec, self.path) if spec else None
+            other = self._context(path) if path else None
+            if other is not None:
+                found = _lookup_in(self, other, name, 1)
+                if found is not None:
+                    return found
+        return None
+
+    def importer_gpu(self) -> "Answer | None":
+        """Yes when a project file that imports this one trains on a GPU (a module that says
+        nothing about devices runs where its importer puts it); None when none does."""
+        from advisor.facts import Answer, Tri
+
+        project = self.project
+        self.asked_importers = True
+        if project.importer_depth >= _IMPORTER_DEPTH or self.path in project._in_progress:
+            return None
+        importers = project.importers.get(self.path, [])
+        if not importers:
+            return None
+        project._in_progress.add(self.path)
+        project.importer_depth += 1
+        try:
+            for path in importers:
+                other = self._context(path)
+                if other is None or other.project is None:
+                    continue
+                verdict = other.facts.devices.gpu
+                if verdict.yes:
+                    relative = os.path.relpath(path, os.path.dirname(self.path))
+                    return Answer(Tri.YES, None, f"imported by `{relative}`, which trains on a GPU")
+        finally:
+            project.importer_depth -= 1
+            project._in_progress.discard(self.path)
+        return None
+
+    def consulted_files(self) -> Iterator[str]:
+        yield from sorted(self.consulted)
+
+
+def _lookup_in(view: ProjectView, other: "FileContext", name: str, depth: int) -> tuple["FileContext", "Binding"] | None:
+    """``name``'s single module-level binding in ``other``, following re-exports (``from .resnet import ResNet18``
+    in a package's ``__init__.py``)."""
+    if depth > 4:
+        return None
+    bindings = other.bindings.get((id(other.module), name), [])
+    if len(bindings) != 1:
+        if not bindings and other.project is not None:
+            found = other.project._from_star_imports(name)
+            if found is not None:
+                view.consulted.update(other.project.consulted)
+            return found
+        return None
+    binding = bindings[0]
+    if isinstance(binding.node, cst.ImportFrom) and other.project is not None:
+        found = other.project._imported_name(binding.node, name, depth + 1)
+        view.consulted.update(other.project.consulted)
+        return found
+    if isinstance(binding.node, cst.Import):
+        return None
+    return other, binding
+
+
+_PROJECTS: OrderedDict[tuple[str, object], Project] = OrderedDict()
+_PROJECTS_KEPT = 4
+_ROOTS: dict[str, str] = {}
+
+
+def project_for(path: str, target: "Target", parse: Callable[[str, bytes, "Target"], "FileContext"]) -> Project:
+    """The project of ``path``, one per root and target in this process."""
+    directory = os.path.dirname(os.path.abspath(path))
+    root = _ROOTS.get(directory)
+    if root is None:
+        root = _ROOTS[directory] = find_root(path)
+    key = (root, target)
+    project = _PROJECTS.get(key)
+    if project is None:
+        project = _PROJECTS[key] = Project(root, target, parse)
+        while len(_PROJECTS) > _PROJECTS_KEPT:
+            _PROJECTS.popitem(last=False)
+    else:
+        _PROJECTS.move_to_end(key)
+    return project
+
+
+def forget_projects() -> None:
+    """Drop every project this process knows (their files may have changed)."""
+    _PROJECTS.clear()
+    _ROOTS.clear()
