@@ -366,11 +366,55 @@ def codes_on_original(path: Path) -> frozenset[str]:
 fixtures = st.sampled_from(FIXTURE_PATHS)
 
 
+class _DeviceRespelling(cst.CSTTransformer):
+    """Writes a device another way that means the same: ``torch.device("cuda" if
+    torch.cuda.is_available() else "cpu")`` as recent PyTorch examples pick it (``torch.accelerator``),
+    ``torch.device("cuda")`` as ``torch.device("cuda:0")`` and ``torch.device("cuda:0")`` as an index."""
+
+    def __init__(self, choices: Choices) -> None:
+        self.choices = choices
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if not (
+            isinstance(updated_node.func, cst.Attribute)
+            and isinstance(updated_node.func.value, cst.Name)
+            and updated_node.func.value.value == "torch"
+            and updated_node.func.attr.value == "device"
+            and len(updated_node.args) == 1
+            and updated_node.args[0].keyword is None
+        ):
+            return updated_node
+        argument = updated_node.args[0].value
+        if (
+            isinstance(argument, cst.IfExp)
+            and isinstance(argument.orelse, cst.SimpleString)
+            and argument.orelse.value.strip("'\"") == "cpu"
+            and "is_available" in cst.Module([]).code_for_node(argument.test)
+            and self.choices.flag()
+        ):
+            return cst.parse_expression(
+                'torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")'
+            )
+        if isinstance(argument, cst.SimpleString) and self.choices.flag():
+            text = argument.value.strip("'\"")
+            replacement = {"cuda": '"cuda:0"', "cuda:0": "0"}.get(text)
+            if replacement is not None:
+                return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=cst.parse_expression(replacement))])
+        return updated_node
+
+
+def respell_devices(module: cst.Module, choices: Choices) -> cst.Module:
+    return module.visit(_DeviceRespelling(choices))
+
+
 def renamed_and_reordered(path: Path, data, comments: bool) -> cst.Module:
-    """The fixture with, each drawn or not, its import aliases renamed, its keyword
-    arguments reordered and (with ``comments``) comments and blank lines added."""
+    """The fixture with, each drawn or not, its devices spelled another way, its import
+    aliases renamed, its keyword arguments reordered and (with ``comments``) comments and
+    blank lines added."""
     module = cst.parse_module(fixture_source(path))
     choices = Choices(data.draw)
+    if data.draw(st.booleans(), label="respell devices"):
+        module = respell_devices(module, choices)
     if data.draw(st.booleans(), label="rename aliases"):
         module = rename_import_aliases(module, choices)
     if data.draw(st.booleans(), label="reorder keywords"):
@@ -423,6 +467,21 @@ def test_alias_renaming_renames_the_binding_and_every_use():
     # ``torch`` is also read inside a string annotation, which a rename would miss: kept.
     assert "import torch\n" in renamed
     compile(renamed, "renamed.py", "exec")
+
+
+def test_device_respelling_changes_the_spelling_only():
+    source = textwrap.dedent(
+        """\
+        import torch
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        other = torch.device("cuda")
+        first = torch.device("cuda:0")
+        """
+    )
+    respelled = respell_devices(cst.parse_module(source), Everything()).code
+    assert "torch.accelerator.current_accelerator() if torch.accelerator.is_available()" in respelled
+    assert 'other = torch.device("cuda:0")' in respelled and "first = torch.device(0)" in respelled
+    compile(respelled, "respelled.py", "exec")
 
 
 def test_keyword_reordering_keeps_commas_in_place():

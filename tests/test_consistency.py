@@ -1,0 +1,227 @@
+"""Consistency as a property: a script whose device, loader, model or framework is spelled in
+equivalent ways gets the same findings, because every rule asks one facts layer.
+
+Each case here was a contradiction once (issue 11): the same file got different answers to
+"does this train on a GPU?" from different rules.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from advisor.engine import Settings, check_paths
+from advisor.registry import all_rules
+from advisor.targets import ASSUMED
+from helpers import lint
+
+ALL = frozenset(rule.code for rule in all_rules())
+
+# A hand-written loop that gives most device-dependent rules something to say.
+LOOP = """
+import os
+import argparse
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+{setup}
+
+def main():
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(loss.item())
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+CUDA_IF_AVAILABLE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+GPU_SPELLINGS = {
+    "torch.accelerator": (
+        "device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() "
+        'else torch.device("cpu")'
+    ),
+    "string": 'device = "cuda"',
+    "index": "device = 0",
+    "indexed string": 'device = "cuda:0"',
+    "local rank": 'device = int(os.environ["LOCAL_RANK"])',
+    "nccl rank": 'dist.init_process_group("nccl")\nlocal_rank = int(os.environ["LOCAL_RANK"])\ndevice = local_rank',
+    "current device": "device = torch.cuda.current_device()",
+    "argparse default": (
+        'parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cuda")\n'
+        "args = parser.parse_args()\ndevice = torch.device(args.device)"
+    ),
+}
+CPU_SPELLINGS = {
+    "cpu": 'device = "cpu"',
+    "mps or cpu next to cuda seeding": (
+        'torch.cuda.manual_seed_all(0)\ndevice = torch.device("mps" if torch.backends.mps.is_available() else "cpu")'
+    ),
+    "xla": "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()",
+}
+
+
+def codes(source: str, path: str = "train.py") -> set[str]:
+    return {d.code for d in lint(textwrap.dedent(source), path=path)}
+
+
+def test_the_reference_spelling_gets_the_device_dependent_advice():
+    found = codes(LOOP.format(setup=CUDA_IF_AVAILABLE))
+    assert {"ADV101", "ADV102", "ADV103", "ADV202", "ADV203", "ADV601", "ADV602", "ADV701"} <= found
+
+
+@pytest.mark.parametrize("spelling", sorted(GPU_SPELLINGS))
+def test_every_gpu_spelling_gets_the_same_findings(spelling):
+    assert codes(LOOP.format(setup=GPU_SPELLINGS[spelling])) == codes(LOOP.format(setup=CUDA_IF_AVAILABLE))
+
+
+@pytest.mark.parametrize("spelling", sorted(CPU_SPELLINGS))
+def test_every_cpu_spelling_gets_no_gpu_advice(spelling):
+    assert codes(LOOP.format(setup=CPU_SPELLINGS[spelling])) == set()
+
+
+# -- frameworks told to use the CPU ------------------------------------------------------------
+LIGHTNING = """
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+
+class Classifier(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        print(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=64, shuffle=True)
+
+
+if __name__ == "__main__":
+    trainer = L.Trainer({accelerator}max_epochs=3)
+    trainer.fit(Classifier())
+"""
+
+
+def test_lightning_on_the_cpu_gets_no_gpu_advice():
+    assert codes(LIGHTNING.format(accelerator='accelerator="cpu", ')) == set()
+
+
+def test_lightning_on_the_gpu_or_left_to_auto_gets_the_same_advice():
+    on_gpu = codes(LIGHTNING.format(accelerator='accelerator="gpu", '))
+    assert {"ADV101", "ADV102", "ADV601", "ADV701"} <= on_gpu
+    assert codes(LIGHTNING.format(accelerator="")) == on_gpu
+
+
+ACCELERATE = """
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+def main():
+    accelerator = Accelerator({cpu})
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.LazyLinear(10))
+    optimizer = torch.optim.AdamW(model.parameters())
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        print(loss.item())
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_accelerate_on_the_cpu_gets_no_gpu_advice():
+    assert codes(ACCELERATE.format(cpu="cpu=True")) == set()
+
+
+def test_accelerate_prepared_loader_is_a_training_loader_for_every_rule():
+    found = codes(ACCELERATE.format(cpu=""))
+    # ADV401 always found the loader through ``prepare``; ADV102 now does too.
+    assert {"ADV101", "ADV102", "ADV601", "ADV605", "ADV701"} <= found
+
+
+# -- a device in a sibling module ----------------------------------------------------------------
+def project_codes(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
+    (tmp_path / ".git").mkdir(parents=True)
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    settings = Settings(codes=ALL, target=ASSUMED)
+    results = check_paths([str(tmp_path / name) for name in sorted(files)], settings, jobs=1)
+    return {Path(r.path).name: {d.code for d in r.diagnostics} for r in results}
+
+
+def test_a_device_from_a_config_module_is_the_device_written_inline(tmp_path):
+    inline = codes(LOOP.format(setup='DEVICE = torch.device("cuda")\ndevice = DEVICE'))
+    found = project_codes(
+        tmp_path,
+        {
+            "config.py": 'import torch\nDEVICE = torch.device("cuda")\n',
+            "train.py": LOOP.format(setup="from config import DEVICE\ndevice = DEVICE"),
+        },
+    )
+    assert found["train.py"] == inline
+
+
+def test_a_module_that_moves_to_a_device_parameter_takes_its_importers_verdict(tmp_path):
+    engine = """
+        import torch
+
+        def train_step(model, loader, loss_fn, optimizer, device):
+            total = 0.0
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+            return total
+        """
+    train = """
+        import torch
+        import engine
+
+        if __name__ == "__main__":
+            device = {device}
+            model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Linear(1024, 10)).to(device)
+            optimizer = torch.optim.AdamW(model.parameters())
+            engine.train_step(model, loader, torch.nn.CrossEntropyLoss(), optimizer, device)
+        """
+    on_gpu = project_codes(tmp_path / "gpu", {"engine.py": engine, "train.py": train.format(device='"cuda"')})
+    assert {"ADV203", "ADV701"} <= on_gpu["engine.py"]
+    assert {"ADV202", "ADV601", "ADV602"} <= on_gpu["train.py"]
+    on_cpu = project_codes(tmp_path / "cpu", {"engine.py": engine, "train.py": train.format(device='"cpu"')})
+    assert on_cpu == {"engine.py": set(), "train.py": set()}
+
+
+def test_each_file_alone_without_project_scope(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "config.py").write_text('import torch\nDEVICE = torch.device("cuda")\n')
+    (tmp_path / "train.py").write_text(textwrap.dedent(LOOP.format(setup="from config import DEVICE\ndevice = DEVICE")))
+    alone = Settings(codes=ALL, target=ASSUMED, project_scope=False)
+    (result,) = check_paths([str(tmp_path / "train.py")], alone, jobs=1)
+    assert {d.code for d in result.diagnostics} == set()
