@@ -46,7 +46,7 @@ _SKIPPED = {
 # A project larger than this is a library tree, not a training project: scope stays per folder.
 MAX_PROJECT_FILES = 5000
 # How many parsed sibling modules a process keeps.
-_CONTEXTS_KEPT = 256
+_CONTEXTS_KEPT = 64
 # How far "who imports this module" is followed (``models/resnet.py`` <- ``models/__init__.py`` <- ``main.py``).
 _IMPORTER_DEPTH = 3
 _IMPORT_LINE = re.compile(
@@ -54,6 +54,7 @@ _IMPORT_LINE = re.compile(
     re.M,
 )
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_TOP_LEVEL_NAME = re.compile(rb"^(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
 
 
 def find_root(path: str) -> str:
@@ -84,6 +85,11 @@ class Project:
         self._parse = parse
         self._contexts: OrderedDict[str, tuple[tuple[int, int], "FileContext | None"]] = OrderedDict()
         self._in_progress: set[str] = set()
+        self._module_paths: dict[tuple[str, int, str], str | None] = {}
+        self._texts: dict[str, bytes] = {}
+        self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
+        self._definers: dict[tuple[str, str], str | None] = {}
+        self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
         self.importer_depth = 0
 
     @cached_property
@@ -105,6 +111,14 @@ class Project:
     def module_path(self, module: str, level: int, importer: str) -> str | None:
         """The file of ``module`` as ``importer`` imports it (``level`` leading dots), or None when it
         is not a module of the project (a library)."""
+        key = (module, level, os.path.dirname(importer))
+        try:
+            return self._module_paths[key]
+        except KeyError:
+            found = self._module_paths[key] = self._module_path(module, level, importer)
+            return found
+
+    def _module_path(self, module: str, level: int, importer: str) -> str | None:
         parts = [p for p in module.split(".") if p]
         if level:
             base = os.path.dirname(importer)
@@ -171,6 +185,60 @@ class Project:
                         graph[target].append(path)
         return graph
 
+    def _summary(self, path: str) -> tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]:
+        """From the module's text: the names it defines at top level, and its ``from`` imports
+        (module, level, names; ``("*",)`` for a star import)."""
+        found = self._summaries.get(path)
+        if found is None:
+            text = self.text(path)
+            defined = frozenset((a or b).decode() for a, b in _TOP_LEVEL_NAME.findall(text))
+            imports = []
+            for match in _IMPORT_LINE.finditer(text):
+                spec = match.group("from")
+                if spec is None:
+                    continue
+                spec_text = spec.decode(errors="replace")
+                names = match.group("names").decode(errors="replace")
+                level = len(spec_text) - len(spec_text.lstrip("."))
+                listed = ("*",) if names.strip().startswith("*") else tuple(_imported_as(names))
+                imports.append((spec_text.lstrip("."), level, listed))
+            found = self._summaries[path] = (defined, imports)
+        return found
+
+    def defining_path(self, path: str, name: str, depth: int = 0) -> str | None:
+        """The project module that defines ``name`` as module ``path`` exports it, following
+        re-exports by their text (``from .resnet import ResNet18``, ``from .models import *``);
+        None when that cannot be told."""
+        key = (path, name)
+        if key in self._definers:
+            return self._definers[key]
+        found = None
+        if depth <= 4:
+            defined, imports = self._summary(path)
+            if name in defined:
+                found = path
+            else:
+                for module, level, names in imports:
+                    if name in names or names == ("*",):
+                        inner = self.module_path(module, level, path)
+                        found = self.defining_path(inner, name, depth + 1) if inner else None
+                        if found is not None or name in names:
+                            break
+        self._definers[key] = found
+        return found
+
+    def text(self, path: str) -> bytes:
+        """The file's bytes (once per process)."""
+        found = self._texts.get(path)
+        if found is None:
+            try:
+                with open(path, "rb") as handle:
+                    found = handle.read()
+            except OSError:
+                found = b""
+            self._texts[path] = found
+        return found
+
     def context(self, path: str) -> "FileContext | None":
         """The parsed file (once per process while it is unchanged), or None when it cannot be analyzed."""
         try:
@@ -228,6 +296,18 @@ class ProjectView:
         self.consulted.add(path)
         return self.project.context(path)
 
+    def _defining_context(self, path: str, name: str, needle: "re.Pattern[bytes] | None") -> "FileContext | None":
+        """The module at ``path`` (which holds or re-exports ``name``), unless the module that
+        defines ``name`` (found from the modules' text) lacks ``needle`` (a training function
+        without ``backward(``, a model class without ``Module``): then no answer could come
+        from it, and nothing is parsed."""
+        if needle is not None:
+            defining = self.project.defining_path(path, name)
+            if defining is not None and not needle.search(self.project.text(defining)):
+                self.consulted.add(defining)
+                return None
+        return self._context(path)
+
     def _module_of(self, node: cst.Import | cst.ImportFrom) -> tuple[str, int] | None:
         if isinstance(node, cst.ImportFrom):
             module = dotted_name(node.module) if node.module is not None else ""
@@ -244,17 +324,38 @@ class ProjectView:
         other, binding = found
         return other, binding.value
 
-    def binding(self, expr: cst.BaseExpression) -> tuple["FileContext", "Binding"] | None:
+    @cached_property
+    def _imported_names(self) -> frozenset[str]:
+        """Local names the file binds by an import (the only ones that can lead to a sibling)."""
+        names: set[str] = set()
+        for (_, name), bindings in self.ctx.bindings.items():
+            if any(isinstance(b.node, (cst.Import, cst.ImportFrom)) for b in bindings):
+                names.add(name)
+        return frozenset(names)
+
+    @cached_property
+    def _star_imports(self) -> bool:
+        return any(isinstance(node.names, cst.ImportStar) for node in self.ctx.nodes(cst.ImportFrom))
+
+    def binding(
+        self, expr: cst.BaseExpression, needle: "re.Pattern[bytes] | None" = None
+    ) -> tuple["FileContext", "Binding"] | None:
         """Like :meth:`definition`, with the binding itself (``binding.node`` is the ``def`` /
-        ``class`` / assignment in the other file)."""
+        ``class`` / assignment in the other file). With ``needle``, a module defining the name
+        whose text does not match it is taken as not giving an answer, without parsing it."""
         ctx = self.ctx
+        head = expr
+        while isinstance(head, cst.Attribute):
+            head = head.value
+        if not isinstance(head, cst.Name) or (head.value not in self._imported_names and not self._star_imports):
+            return None
         if isinstance(expr, cst.Name):
             bindings = ctx.lookup(expr.value, expr)
             if not bindings:
-                return self._from_star_imports(expr.value)
+                return self._from_star_imports(expr.value, needle)
             if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ImportFrom):
                 return None
-            return self._imported_name(bindings[0].node, expr.value, 0)
+            return self._imported_name(bindings[0].node, expr.value, 0, needle)
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             bindings = ctx.lookup(expr.value.value, expr.value)
             if len(bindings) != 1 or not isinstance(bindings[0].node, (cst.Import, cst.ImportFrom)):
@@ -262,8 +363,8 @@ class ProjectView:
             module = self._module_bound(bindings[0].node, expr.value.value)
             if module is None:
                 return None
-            other = self._context(module)
-            return None if other is None else _lookup_in(self, other, expr.attr.value, 0)
+            other = self._defining_context(module, expr.attr.value, needle)
+            return None if other is None else _lookup_in(self, other, expr.attr.value, 0, needle)
         return None
 
     def _module_bound(self, node: cst.Import | cst.ImportFrom, local: str) -> str | None:
@@ -271,7 +372,7 @@ class ProjectView:
         if isinstance(node, cst.Import):
             for alias in node.names:
                 full = dotted_name(alias.name) or ""
-                bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else full.split(".")[0]
+                bound = _bound_name(alias) or full.split(".")[0]
                 if bound == local:
                     return self.project.module_path(full if alias.asname is not None else full.split(".")[0], 0, self.path)
             return None
@@ -281,37 +382,51 @@ class ProjectView:
         module, level = spec
         for alias in node.names:
             name = dotted_name(alias.name) or ""
-            bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            if bound == local:
+            if (_bound_name(alias) or name) == local:
                 return self.project.module_path(f"{module}.{name}" if module else name, level, self.path)
         return None
 
-    def _imported_name(self, node: cst.ImportFrom, local: str, depth: int) -> tuple["FileContext", "Binding"] | None:
+    def _imported_name(
+        self, node: cst.ImportFrom, local: str, depth: int, needle: "re.Pattern[bytes] | None"
+    ) -> tuple["FileContext", "Binding"] | None:
         spec = self._module_of(node)
         if spec is None or isinstance(node.names, cst.ImportStar):
             return None
         module, level = spec
         for alias in node.names:
             name = dotted_name(alias.name) or ""
-            bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            if bound != local:
+            if (_bound_name(alias) or name) != local:
                 continue
             path = self.project.module_path(module, level, self.path)
             if path is None:
                 return None
-            other = self._context(path)
-            return None if other is None else _lookup_in(self, other, name, depth)
+            return self._resolved(path, name, depth, needle)
         return None
 
-    def _from_star_imports(self, name: str) -> tuple["FileContext", "Binding"] | None:
+    def _resolved(
+        self, path: str, name: str, depth: int, needle: "re.Pattern[bytes] | None"
+    ) -> tuple["FileContext", "Binding"] | None:
+        """``name`` as module ``path`` exports it; the same for every file of the project, so it
+        is resolved once per process, with the files it took."""
+        key = (path, name, needle.pattern if needle is not None else None)
+        cached = self.project._resolutions.get(key)
+        if cached is None:
+            before = set(self.consulted)
+            other = self._defining_context(path, name, needle)
+            found = None if other is None else _lookup_in(self, other, name, depth, needle)
+            cached = self.project._resolutions[key] = (found, frozenset(self.consulted - before))
+        self.consulted.update(cached[1])
+        return cached[0]
+
+    def _from_star_imports(self, name: str, needle: "re.Pattern[bytes] | None") -> tuple["FileContext", "Binding"] | None:
         for node in self.ctx.nodes(cst.ImportFrom):
             if not isinstance(node.names, cst.ImportStar) or self.ctx.scope_of.get(node) is not self.ctx.module:
                 continue
             spec = self._module_of(node)
             path = self.project.module_path(*spec, self.path) if spec else None
-            other = self._context(path) if path else None
+            other = self._defining_context(path, name, needle) if path else None
             if other is not None:
-                found = _lookup_in(self, other, name, 1)
+                found = _lookup_in(self, other, name, 1, needle)
                 if found is not None:
                     return found
         return None
@@ -348,7 +463,9 @@ class ProjectView:
         yield from sorted(self.consulted)
 
 
-def _lookup_in(view: ProjectView, other: "FileContext", name: str, depth: int) -> tuple["FileContext", "Binding"] | None:
+def _lookup_in(
+    view: ProjectView, other: "FileContext", name: str, depth: int, needle: "re.Pattern[bytes] | None" = None
+) -> tuple["FileContext", "Binding"] | None:
     """``name``'s single module-level binding in ``other``, following re-exports (``from .resnet import ResNet18``
     in a package's ``__init__.py``)."""
     if depth > 4:
@@ -356,19 +473,34 @@ def _lookup_in(view: ProjectView, other: "FileContext", name: str, depth: int) -
     bindings = other.bindings.get((id(other.module), name), [])
     if len(bindings) != 1:
         if not bindings and other.project is not None:
-            found = other.project._from_star_imports(name)
-            if found is not None:
-                view.consulted.update(other.project.consulted)
+            found = other.project._from_star_imports(name, needle)
+            view.consulted.update(other.project.consulted)
             return found
         return None
     binding = bindings[0]
     if isinstance(binding.node, cst.ImportFrom) and other.project is not None:
-        found = other.project._imported_name(binding.node, name, depth + 1)
+        found = other.project._imported_name(binding.node, name, depth + 1, needle)
         view.consulted.update(other.project.consulted)
         return found
     if isinstance(binding.node, cst.Import):
         return None
     return other, binding
+
+
+def _bound_name(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return None
+
+
+def _imported_as(names: str) -> list[str]:
+    """The local names of ``a, b as c`` (``(`` and a trailing comment allowed)."""
+    found = []
+    for item in names.strip().strip("()").split(","):
+        parts = item.split()
+        if parts:
+            found.append(parts[-1] if len(parts) == 3 and parts[1] == "as" else parts[0])
+    return [n for n in found if _NAME.fullmatch(n)]
 
 
 _PROJECTS: OrderedDict[tuple[str, object], Project] = OrderedDict()

@@ -1994,9 +1994,9 @@ class Tf32Disabled(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.target.tf32 or tf32_configured(ctx) or not fp32_matmul_model(ctx):
+        if not ctx.target.tf32 or not ctx.facts.frameworks.gpu_sites or tf32_configured(ctx):
             return
-        if small_network_training(ctx):
+        if not fp32_matmul_model(ctx) or small_network_training(ctx):
             return
         reported_torch = False
         for site in ctx.facts.frameworks.gpu_sites:

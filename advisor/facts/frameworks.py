@@ -35,6 +35,8 @@ DELEGATED = "delegated"  # a call to a function of another project module that r
 
 _HF_TRAINER_QUALNAME = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
+# What a module that runs a training loop must say somewhere (a text test before parsing it).
+_TRAINS = re.compile(rb"backward\s*\(")
 
 
 def is_hf_trainer_class(qualname: str | None) -> bool:
@@ -231,7 +233,7 @@ class FrameworkFacts:
         for call in self.ctx.nodes(cst.Call):
             if not isinstance(call.func, (cst.Name, cst.Attribute)):
                 continue
-            resolved = project.binding(call.func)
+            resolved = project.binding(call.func, _TRAINS)
             if resolved is None:
                 continue
             other, binding = resolved

@@ -22,6 +22,8 @@ from advisor.facts.devices import Where, join
 from advisor.names import dotted_name
 
 PARAMS_POSITION = 0
+# What a module defining an ``nn.Module`` class must say (a text test before parsing it).
+_MODULE_TEXT = re.compile(rb"Module")
 
 
 def _placements(ctx: FileContext, owner: str, scope_node: cst.CSTNode) -> set[Where]:
@@ -765,7 +767,10 @@ def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileConte
     context and its ``class`` statement."""
     if ctx.project is None or not isinstance(func, (cst.Name, cst.Attribute)):
         return None
-    found = ctx.project.binding(func)
+    last = func.value if isinstance(func, cst.Name) else func.attr.value
+    if not _CLASS_NAME.match(last):
+        return None
+    found = ctx.project.binding(func, _MODULE_TEXT)
     if found is None:
         return None
     other, binding = found

@@ -633,6 +633,12 @@ _MATMUL_LIBRARIES = ("sentence_transformers.", "peft.")
 
 
 def fp32_matmul_model(ctx: FileContext) -> bool:
+    """Whether the model the file builds is matmul-heavy (see :func:`_fp32_matmul_model`); a model
+    class of another project module counts by what its module builds."""
+    return ctx.memo(fp32_matmul_model, lambda: _fp32_matmul_model(ctx, follow_project=True))
+
+
+def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
     """Whether the model the file builds is matmul-heavy: attention, ``@`` / ``torch.matmul``,
     a transformers (or sentence-transformers) model, a ViT-like torchvision / timm model, or
     ``nn.Linear`` layers in a file without convolutions. A conv net with a linear classifier
@@ -656,14 +662,16 @@ def fp32_matmul_model(ctx: FileContext) -> bool:
         return True
     if linear and not conv:
         return True
-    if not linear and not conv and ctx.project is not None:
+    if follow_project and not linear and not conv and ctx.project is not None:
         # The model class lives in a module of the project (``from models import ViT``).
         from advisor.facts.models import project_class
 
         for call in ctx.nodes(cst.Call):
             found = project_class(ctx, call.func)
-            if found is not None and found[0] is not ctx and fp32_matmul_model(found[0]):
-                return True
+            if found is not None and found[0] is not ctx:
+                other = found[0]
+                if other.memo(("fp32 matmuls", "own"), lambda: _fp32_matmul_model(other, follow_project=False)):
+                    return True
     return False
 
 
