@@ -102,6 +102,8 @@ class Event:
     # Where the event happens in the loop body: the call itself, or the call of the
     # helper that holds it. Events are ordered by it.
     site: cst.CSTNode | None = None
+    # A timm-style ``loss_scaler(loss, optimizer)`` runs backward and (maybe) step in one call.
+    by_scaler: bool = False
 
     @property
     def conditional(self) -> bool:
@@ -137,6 +139,13 @@ class TrainingLoop:
             if event.kind == "step" and event.target and event.target not in seen:
                 seen.append(event.target)
         return seen
+
+    @property
+    def scaler_owned(self) -> bool:
+        """Backward and step run inside a loss-scaler object of the script (timm's
+        ``NativeScaler``, DeiT, MAE), which decides when it steps (``update_grad=``): the order
+        of the calls is not the loop's to judge."""
+        return any(event.by_scaler for event in self.events)
 
 
 @dataclass(frozen=True)
@@ -261,14 +270,32 @@ class TrainingLoopModel:
                 return ("step", receiver)
         return None
 
+    @cached_property
+    def scaler_steps(self) -> dict[cst.Call, str]:
+        """timm's ``loss_scaler(loss, optimizer, ...)`` (DeiT, MAE): one call of an object named
+        for a scaler runs backward and step. Each call, with the optimizer it steps."""
+        found: dict[cst.Call, str] = {}
+        for call in self.ctx.nodes(cst.Call):
+            name = (dotted_name(call.func) or "").split(".")[-1].lower()
+            if "scaler" not in name or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in ("scale", "step", "update", "unscale_")
+            ):
+                continue
+            for arg in call.args:
+                spelling = dotted_name(arg.value) if arg.keyword is None else None
+                if spelling and self.is_optimizer(spelling):
+                    found[call] = spelling
+                    break
+        return found
+
     def _events_under(self, root: cst.CSTNode, loop: cst.CSTNode | None) -> list[Event]:
         events: list[Event] = []
         calls = self.ctx.method_calls("backward", "manual_backward", "step", "zero_grad")
-        for call in calls + self.ctx.calls("torch.autograd.backward"):
-            if not (self.ctx.is_descendant(call, root)):
-                continue
-            described = self._event_for(call)
-            if described is None:
+        described_calls = [(call, self._event_for(call)) for call in calls + self.ctx.calls("torch.autograd.backward")]
+        for call, optimizer in self.scaler_steps.items():
+            described_calls += [(call, ("backward", None)), (call, ("step", optimizer))]
+        for call, described in described_calls:
+            if described is None or not self.ctx.is_descendant(call, root):
                 continue
             path = self._scope_path(call, root)
             statement = self.ctx.statement_of(call)
@@ -285,9 +312,10 @@ class TrainingLoopModel:
                     nested,
                     enclosing=tuple(enclosing),
                     site=call,
+                    by_scaler=call in self.scaler_steps,
                 )
             )
-        events.sort(key=lambda e: self.ctx.order[e.call])
+        events.sort(key=lambda e: (self.ctx.order[e.call], e.kind != "backward"))
         return events
 
     def position(self, event: Event) -> tuple[int, int]:

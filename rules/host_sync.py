@@ -459,8 +459,10 @@ class SyncInLoop(Rule):
             return
         steps = ctx.facts.steps
         by_step: dict[cst.CSTNode, list[tuple[_Sync, cst.CSTNode]]] = {}
-        for site in _sync_sites(ctx, found):
-            step = steps.step_of(site.node)
+        sites = list(_sync_sites(ctx, found))
+        every = tuple(site.node for site in sites)
+        for site in sites:
+            step = steps.step_of(site.node, together=every)
             statement = ctx.statement_of(site.node)
             if step is None or statement is None or _stops_on_nonfinite(ctx, found, site.node):
                 continue
@@ -469,13 +471,12 @@ class SyncInLoop(Rule):
         # (they wait too when GPU work was queued in between, and go with the same fix).
         for reads in by_step.values():
             reads.sort(key=lambda read: _position_in_step(ctx, read[0].node))
-            (first, statement), seen = reads[0], {reads[0][1]}
+            first, statement = reads[0]
             lines: list[int] = []
-            for site, other in reads[1:]:
+            for site, _ in reads[1:]:
                 line = ctx.position(site.node)[0]
-                if other not in seen and line not in lines and line != ctx.position(first.node)[0]:
+                if line not in lines and line != ctx.position(first.node)[0]:
                     lines.append(line)
-                seen.add(other)
             yield self.report(first.node, self._message(ctx, first, statement, lines))
 
     @staticmethod

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from advisor.apis import DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.facts.models import (
     JIT,
     PEFT_WRAPPERS,
@@ -696,9 +696,10 @@ class NoTorchCompile(Rule):
         - the model is not built in the file (it arrives from a caller or a factory of another
           module), is not stepped by an optimizer in a training loop, or stays on the CPU (no
           `.to(device)` / `.cuda()` / `device_map`, or only `.cpu()`), or the file shows no CUDA;
-        - the model is handed to Accelerate (`accelerator.prepare`: `accelerate launch` and its
-          config choose `dynamo_backend`), DeepSpeed (its config has a compile section), or
-          TorchScript (`torch.jit.script` / `trace`);
+        - the model is handed to an `Accelerator` given `dynamo_backend` / `dynamo_plugin`,
+          to DeepSpeed (its config has a compile section), or to TorchScript
+          (`torch.jit.script` / `trace`). An `Accelerator` that leaves the backend to
+          `accelerate config` gets advice without a fix;
         - Lightning's `Trainer` runs the loop (what `training_step` calls decides what a
           compile would reach), or the model is loaded in 8/4 bit, or the file uses Unsloth
           (which compiles itself);
@@ -1154,12 +1155,22 @@ class NoTorchCompile(Rule):
         if _double_backward(ctx):
             return
         for model in trained_models(ctx):
-            if not model.on_cuda or model.quantized or model.handed_to & _COMPILE_DECIDED_ELSEWHERE:
+            decided = model.handed_to & _COMPILE_DECIDED_ELSEWHERE
+            accelerate_only = decided == {"accelerate"} and self._accelerator_leaves_dynamo(ctx)
+            if not model.on_cuda or model.quantized or (decided and not accelerate_only):
                 continue
             if not called_directly(ctx, model) or steps_over_data_lengths(ctx, model):
                 continue
             build = min(model.builds, key=lambda b: ctx.order[b.binding])
             name = build.name or model.name
+            if accelerate_only:
+                message = (
+                    f"`{name}` is trained on CUDA through Accelerate without `torch.compile`: it runs eagerly, one "
+                    f"kernel per operation; unless your `accelerate config` sets a dynamo backend, pass "
+                    f'`dynamo_backend="inductor"` to `Accelerator(...)` (guide: {COMPILE_GUIDE})'
+                )
+                yield self.report(build.call, message)
+                continue
             anchor = compile_anchor(ctx, build)
             in_place = _reaches_into_module(ctx, name, ctx.end_order[anchor] if anchor else ctx.order[build.binding])
             if in_place:
@@ -1172,6 +1183,15 @@ class NoTorchCompile(Rule):
             )
             fix = self._fix(ctx, name, anchor, in_place) if anchor is not None else None
             yield self.report(build.call, message, fix)
+
+    @staticmethod
+    def _accelerator_leaves_dynamo(ctx: FileContext) -> bool:
+        """Every ``Accelerator(...)`` of the file leaves the dynamo backend to the launcher's
+        config (no ``dynamo_backend`` / ``dynamo_plugin``, nothing hidden in ``**kwargs``)."""
+        calls = ctx.calls(ACCELERATOR)
+        return bool(calls) and all(
+            ctx.argument(call, keyword) is MISSING for call in calls for keyword in ("dynamo_backend", "dynamo_plugin")
+        )
 
     def _fix(self, ctx: FileContext, name: str, anchor: cst.BaseStatement, in_place: bool):
         if in_place:

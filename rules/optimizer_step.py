@@ -968,6 +968,8 @@ class ZeroGradOrder(Rule):
         reported: set[cst.Call] = set()
         helpers_seen: set[cst.FunctionDef] = set()
         for loop in loops:
+            if loop.scaler_owned:
+                continue
             for optimizer in loop.optimizers:
                 findings = [
                     *self._misplaced_in_loop(ctx, loop, optimizer),
@@ -1470,7 +1472,7 @@ class ZeroGradBreaksAccumulation(Rule):
             return
         reported: set[cst.Call] = set()
         for loop in loops:
-            if ctx.facts.frameworks.lightning_owns(loop):
+            if ctx.facts.frameworks.lightning_owns(loop) or loop.scaler_owned:
                 continue
             for optimizer in loop.optimizers:
                 accumulation = accumulation_of(ctx, loop, optimizer)
@@ -2105,7 +2107,7 @@ class AccumulationLossNotScaled(Rule):
             return
         reported: set[cst.Call] = set()
         for loop in loops:
-            if ctx.facts.frameworks.lightning_owns(loop):
+            if ctx.facts.frameworks.lightning_owns(loop) or loop.scaler_owned:
                 continue
             backwards = [e for e in loop.events if e.kind == "backward"]
             if any(

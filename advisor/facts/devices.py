@@ -45,7 +45,7 @@ class Where(enum.Enum):
     CUDA = "cuda"  # certainly a CUDA GPU
     CUDA_IF_AVAILABLE = "cuda if available"  # the script's own choice: CUDA whenever there is a GPU
     CPU = "cpu"
-    OTHER = "other"  # MPS, XLA, XPU, NPU, HPU, meta
+    OTHER = "other"  # MPS, XLA, XPU, NPU, HPU (the meta device holds no work: unknown)
     NAMED = "named"  # a variable named like a device whose value cannot be read
     UNKNOWN = "unknown"
 
@@ -60,7 +60,7 @@ class Where(enum.Enum):
 
 
 _GPU_STRINGS = re.compile(r"^(cuda|gpu)(:\d+)?$")
-_OTHER_STRINGS = re.compile(r"^(mps|xla|xpu|npu|hpu|tpu|meta|ipu|mtia|privateuseone)(:\d+)?$")
+_OTHER_STRINGS = re.compile(r"^(mps|xla|xpu|npu|hpu|tpu|ipu|mtia|privateuseone)(:\d+)?$")
 # How scripts name a device variable (``device``, ``args.gpu``, ``local_rank``, ``self.dev``); the
 # ones that name a GPU (or a GPU index: a rank) are CUDA devices whatever their value.
 DEVICE_NAME = re.compile(r"device|gpu|cuda|rank|^dev$", re.I)
@@ -464,7 +464,11 @@ class DeviceFacts:
         if accelerator is None:
             return Where.UNKNOWN
         if accelerator is MISSING:
-            return Where.CUDA_IF_AVAILABLE if self._lightning_2(call) else Where.UNKNOWN
+            # Fabric has always defaulted to "auto"; the Trainer did from Lightning 2.
+            from advisor.apis import FABRIC
+
+            fabric = self.ctx.qualname(call.func) == FABRIC
+            return Where.CUDA_IF_AVAILABLE if fabric or self._lightning_2(call) else Where.UNKNOWN
         value = ctx.values.resolve(accelerator)
         if value is None or not isinstance(value.value, str):
             return Where.UNKNOWN

@@ -36,7 +36,7 @@ DELEGATED = "delegated"  # a call to a function of another project module that r
 _HF_TRAINER_QUALNAME = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
 # What a module that runs a training loop must say somewhere (a text test before parsing it).
-_TRAINS = re.compile(rb"backward\s*\(")
+_TRAINS = re.compile(rb"backward\s*\(|scaler\w*\s*\(")
 
 
 def is_hf_trainer_class(qualname: str | None) -> bool:
@@ -241,11 +241,21 @@ class FrameworkFacts:
                 found.append((call, other, binding.node))
         return found
 
-    def function_trains(self, function: cst.FunctionDef) -> bool:
-        """Whether a training loop of this file runs inside ``function``."""
-        return any(self.ctx.is_descendant(loop.node, function) for loop in self.ctx.loops.training_loops)
+    def function_trains(self, function: cst.FunctionDef, depth: int = 0) -> bool:
+        """Whether a training loop of this file runs inside ``function``, or in a function of the
+        file it calls (``train()`` calling ``train_step()`` every epoch)."""
+        ctx = self.ctx
+        if any(ctx.is_descendant(loop.node, function) for loop in ctx.loops.training_loops):
+            return True
+        if depth >= 3:
+            return False
+        for call in ctx.walk(function, cst.Call):
+            callee = ctx.loops.callee(call)
+            if callee is not None and callee is not function and self.function_trains(callee, depth + 1):
+                return True
+        return False
 
-    def stepped_parameters(self, function: cst.FunctionDef) -> dict[str, int | None]:
+    def stepped_parameters(self, function: cst.FunctionDef, depth: int = 0) -> dict[str, int | None]:
         """The parameters of ``function`` (name -> position, as callers pass them) that a training
         loop inside it steps as an optimizer."""
         params = list(function.params.params)
@@ -259,6 +269,18 @@ class FrameworkFacts:
                     if optimizer in positions:
                         position = positions[optimizer]
                         found[optimizer] = position if position is None or position >= 0 else None
+        if depth < 3:
+            # ``train(model, loader, optimizer)`` passing its parameter on to ``train_step``.
+            for call in self.ctx.walk(function, cst.Call):
+                callee = self.ctx.loops.callee(call)
+                if callee is None or callee is function:
+                    continue
+                for name, position in self.stepped_parameters(callee, depth + 1).items():
+                    passed = self.ctx.argument(call, name, position)
+                    spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+                    if spelling in positions and spelling not in found:
+                        outer = positions[spelling]
+                        found[spelling] = outer if outer is None or outer >= 0 else None
         return found
 
     def framework_backward(self, loop: TrainingLoop) -> bool:

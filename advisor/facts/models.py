@@ -245,7 +245,67 @@ def _stepped_optimizers(ctx: FileContext) -> list[tuple[cst.Call, list[tuple[str
                 receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
                 if receiver:
                     found.append((call, [(receiver, call)]))
+        # ``optimizer = set_optimizer(opt, model)``: a factory of the file or the project
+        for call in _factory_calls(ctx, target):
+            if call not in seen:
+                seen.add(call)
+                owners = _factory_owners(ctx, call)
+                if owners:
+                    found.append((call, owners))
     return found
+
+
+def _factory_calls(ctx: FileContext, target: str) -> list[cst.Call]:
+    """Calls of a function assigned to ``target`` (``optimizer = build_optimizer(args, model)``)."""
+    calls = []
+    for assign in ctx.nodes(cst.Assign):
+        if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
+            continue
+        bound = dotted_name(assign.targets[0].target)
+        if bound and bound.split(".")[-1] == target.split(".")[-1] and isinstance(assign.value.func, (cst.Name, cst.Attribute)):
+            calls.append(assign.value)
+    return calls
+
+
+def _factory_owners(ctx: FileContext, call: cst.Call) -> list[tuple[str, cst.CSTNode]]:
+    """The models whose parameters a factory function's returned optimizer updates, as the
+    caller spells them: ``model`` for ``set_optimizer(opt, model)`` returning
+    ``optim.SGD(model.parameters(), ...)``."""
+    function: cst.FunctionDef | None = ctx.loops.callee(call)
+    other = ctx
+    if function is None and ctx.project is not None:
+        found = ctx.project.binding(call.func)
+        if found is not None and isinstance(found[1].node, cst.FunctionDef):
+            other, function = found[0], found[1].node
+    if function is None:
+        # A library factory (timm's ``create_optimizer(args, model)``): its model argument.
+        if "optim" not in (dotted_name(call.func) or "").split(".")[-1].lower():
+            return []
+        return [
+            (spelling, call)
+            for arg in call.args
+            if arg.keyword is None and (spelling := dotted_name(arg.value)) is not None and "." not in spelling
+        ]
+    params = [p.name.value for p in function.params.params]
+    owners: list[tuple[str, cst.CSTNode]] = []
+    for statement in other.walk(function, cst.Return):
+        value = statement.value
+        if isinstance(value, cst.Name):  # ``optimizer = optim.SGD(...)`` ... ``return optimizer``
+            value = other.single_assignment(value)
+        if not isinstance(value, cst.Call) or not (other.qualname(value.func) or "").startswith("torch.optim."):
+            continue
+        argument = other.argument(value, "params", PARAMS_POSITION)
+        if not isinstance(argument, cst.BaseExpression) or argument is MISSING:
+            continue
+        for owner, _ in _parameter_owners(other, argument):
+            head = owner.split(".")[0]
+            if head not in params:
+                continue
+            passed = ctx.argument(call, head, params.index(head))
+            spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+            if spelling is not None and all(spelling != known for known, _ in owners):
+                owners.append((spelling + owner[len(head):], call))
+    return owners
 
 
 def _stepped_optimizer_names(ctx: FileContext) -> list[str]:
@@ -294,6 +354,13 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int =
             if owner is not None:
                 owner = _model_of(owner)
                 if all(owner != known for known, _ in owners):
+                    owners.append((owner, call))
+        elif not (ctx.qualname(func) or "").startswith("torch."):
+            # A param-group builder: ``param_groups_lrd(model_without_ddp, ...)``,
+            # ``optim_factory.add_weight_decay(model, ...)``. Its model is what the trace will confirm.
+            for arg in call.args:
+                owner = dotted_name(arg.value) if arg.keyword is None and not arg.star else None
+                if owner is not None and "." not in owner and all(owner != known for known, _ in owners):
                     owners.append((owner, call))
     if depth < 3:
         for name in ctx.walk(params, cst.Name):
@@ -383,7 +450,8 @@ def _trace_value(
     qualname = ctx.qualname(value.func) or ""
     wrapped: cst.BaseExpression | None = None
     if qualname in DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL:
-        trace.handed_to.add("data_parallel" if qualname in DATA_PARALLEL else "ddp")
+        if not _only_with_several_gpus(ctx, value):
+            trace.handed_to.add("data_parallel" if qualname in DATA_PARALLEL else "ddp")
         wrapped = first_argument(ctx, value, "module")
     elif qualname in PEFT_WRAPPERS:
         # The PEFT model is the one trained: it is "built" where the wrapper's result is bound.
@@ -418,6 +486,7 @@ def _trace_unpacked(
         return
     framework = framework_hand_over(ctx, value)
     if framework is None:
+        _trace_returned_element(ctx, node, spelling, trace, outer, depth)
         return
     trace.handed_to.add(framework)
     names = [dotted_name(e.value) for e in target.elements]
@@ -426,6 +495,37 @@ def _trace_unpacked(
         inner = dotted_name(arg.value) if not arg.star else None
         if inner is not None:
             trace_model(ctx, inner, value, trace, outer, depth + 1)
+
+
+def _only_with_several_gpus(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Under ``if torch.cuda.device_count() > 1:``: on one GPU the wrapper is not used."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.If) and any(
+            ctx.qualname(call.func) == "torch.cuda.device_count" for call in ctx.walk(ancestor.test, cst.Call)
+        ):
+            return ctx.is_descendant(node, ancestor.body)
+    return False
+
+
+def _trace_returned_element(ctx: FileContext, node: cst.Assign, spelling: str, trace: Trace, outer, depth: int) -> None:
+    """``model, criterion = set_model(opt)`` where ``set_model`` is a function of the file: follow
+    the element of what it returns (``return model, criterion``) into the function."""
+    target, value = node.targets[0].target, node.value
+    assert isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, cst.Call)
+    function = ctx.loops.callee(value)
+    names = [dotted_name(e.value) for e in target.elements]
+    if function is None or spelling not in names:
+        return
+    index = names.index(spelling)
+    for statement in ctx.walk(function, cst.Return):
+        returned = statement.value
+        if ctx.scope_of.get(statement) is not function or not isinstance(returned, cst.Tuple):
+            continue
+        if len(returned.elements) != len(names):
+            continue
+        inner = dotted_name(returned.elements[index].value)
+        if inner is not None:
+            trace_model(ctx, inner, returned, trace, outer or (spelling, node), depth + 1)
 
 
 def _trace_parameter(ctx: FileContext, param: cst.Param, trace: Trace, depth: int) -> None:
@@ -551,6 +651,10 @@ def local_module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
 def model_build_kind(ctx: FileContext, call: cst.Call) -> str | None:
     """What kind of model constructor ``call`` is, or None when it is not one."""
     func = call.func
+    if isinstance(func, cst.Subscript) and _registry(ctx, func.value):
+        return "registry"
+    if project_class(ctx, func) is not None:
+        return "imported"
     if isinstance(func, cst.Name):
         bindings = ctx.lookup(func.value, call)
         if func.value in local_module_classes(ctx) and all(isinstance(b.node, cst.ClassDef) for b in bindings):
@@ -604,6 +708,14 @@ def compiles_something(ctx: FileContext) -> bool:
     return False
 
 
+# Calls that take a model without running its forward.
+_NOT_RUNNING = frozenset({
+    "save", "load_state_dict", "state_dict", "parameters", "named_parameters", "clip_grad_norm_", "clip_grad_value_",
+    "print", "len", "isinstance", "getattr", "setattr", "hasattr", "copy", "deepcopy", "update", "step", "watch",
+    "unwrap_model", "save_model", "save_checkpoint", "log", "zero_grad", "train", "eval",
+})
+
+
 def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
     """Whether the file runs the model through ``model(...)``: ``torch.compile`` wraps ``forward``,
     so a model driven only through other methods (``agent.get_action_and_value(obs)``) would not
@@ -612,6 +724,13 @@ def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
         dotted_name(call.func) in model.spellings for call in ctx.nodes(cst.Call) if not isinstance(call.func, cst.Call)
     ):
         return True
+    # Handed to a function every training step (``diffusion.training_losses(model, x, t)``), which runs it.
+    for loop in ctx.loops.training_loops:
+        for call in ctx.walk(loop.node.body, cst.Call):
+            if any(dotted_name(arg.value) in model.spellings for arg in call.args):
+                func = dotted_name(call.func) or ""
+                if func.split(".")[-1] not in _NOT_RUNNING:
+                    return True
     # Handed to a training function of another project module, which runs it.
     return any(
         dotted_name(arg.value) in model.spellings
@@ -768,7 +887,7 @@ def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileConte
     if ctx.project is None or not isinstance(func, (cst.Name, cst.Attribute)):
         return None
     last = func.value if isinstance(func, cst.Name) else func.attr.value
-    if not _CLASS_NAME.match(last):
+    if not last[:1].isupper():
         return None
     found = ctx.project.binding(func, _MODULE_TEXT)
     if found is None:
@@ -778,3 +897,20 @@ def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileConte
     if not isinstance(node, cst.ClassDef) or node.name.value not in local_module_classes(other):
         return None
     return other, node
+
+
+def _registry(ctx: FileContext, table: cst.BaseExpression) -> bool:
+    """A table of model constructors indexed by name: a module's ``__dict__``
+    (``models.__dict__[args.arch]``) or a dict literal of the file or its project
+    (``DiT_models = {"DiT-XL/2": DiT_XL_2, ...}``)."""
+    if isinstance(table, cst.Attribute) and table.attr.value == "__dict__":
+        return True
+    if not isinstance(table, cst.Name):
+        return False
+    value = ctx.single_assignment(table)
+    if isinstance(value, cst.Dict):
+        return True
+    if value is None and ctx.project is not None:
+        found = ctx.project.definition(table)
+        return found is not None and isinstance(found[1], cst.Dict)
+    return False

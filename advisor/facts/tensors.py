@@ -45,60 +45,15 @@ class StepFacts:
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
-    @cached_property
-    def scaler_loops(self) -> list[cst.For | cst.While]:
-        """The innermost loops that call a timm-style ``loss_scaler(loss, optimizer)``."""
-        loops: list[cst.For | cst.While] = []
-        for call in self.scaler_steps:
-            loop = self._innermost_loop(call)
-            if loop is not None and loop not in loops:
-                loops.append(loop)
-        return loops
-
-    @cached_property
-    def scaler_steps(self) -> list[cst.Call]:
-        """timm's ``loss_scaler(loss, optimizer, ...)`` (DeiT, MAE): one call runs backward and step."""
-        found = []
-        for call in self.ctx.nodes(cst.Call):
-            name = (dotted_name(call.func) or "").split(".")[-1].lower()
-            if "scaler" not in name or (
-                isinstance(call.func, cst.Attribute) and call.func.attr.value in ("scale", "step", "update", "unscale_")
-            ):
-                continue
-            if any(
-                arg.keyword is None and self.ctx.loops.is_optimizer(dotted_name(arg.value) or "")
-                for arg in call.args
-                if dotted_name(arg.value)
-            ):
-                found.append(call)
-        return found
-
-    def _innermost_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
-        for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, _SCOPES):
-                return None
-            if isinstance(ancestor, _LOOPS):
-                return ancestor
-        return None
-
-    @cached_property
-    def _call_sites(self) -> dict[str, list[cst.Call]]:
-        """Calls by the name they call: ``helper(...)`` and ``self.helper(...)``."""
-        sites: dict[str, list[cst.Call]] = {}
-        for call in self.ctx.nodes(cst.Call):
-            func = call.func
-            if isinstance(func, cst.Name):
-                sites.setdefault(func.value, []).append(call)
-            elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-                sites.setdefault("self." + func.attr.value, []).append(call)
-        return sites
-
-    def step_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    def step_of(self, node: cst.CSTNode, together: "tuple[cst.CSTNode, ...] | list[cst.CSTNode]" = ()) -> cst.CSTNode | None:
         """The training loop (or per-step hook) ``node`` runs in every step, outside any
-        ``if``; None when it does not, or when that cannot be told."""
+        ``if``; None when it does not, or when that cannot be told. ``together``: nodes that do
+        the same thing as ``node``; an ``if`` / ``else`` whose every branch holds one of them
+        runs it every step (``loss_ema = loss.item()`` in one branch, ``0.9 * loss_ema + 0.1 *
+        loss.item()`` in the other)."""
         region = self.ctx.loops.step_region(node)
         if region is None:
-            return self._scaler_step_of(node, 0, frozenset())
+            return None
         sites = (*region.calls, node)
         for site in sites[1:]:
             function = self.ctx.enclosing(site, cst.FunctionDef)
@@ -106,11 +61,26 @@ class StepFacts:
                 continue
             if _EVALUATION_FUNCTION.search(function.name.value):
                 return None  # ``validate(model)`` called from the loop is evaluation, not the step
-        if all(self._unconditional(site, region.node) for site in sites):
+        if all(self._unconditional(site, region.node, together) for site in sites):
             return region.node
         return None
 
-    def _unconditional(self, node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    def _exhaustive(self, branch_of: cst.If, together) -> bool:
+        """An ``if`` / ``elif`` / ``else`` chain (from its head) every branch of which holds one of ``together``."""
+        head = branch_of
+        while isinstance(self.ctx.parent.get(head), cst.If) and self.ctx.parent[head].orelse is head:
+            head = self.ctx.parent[head]
+        branches: list[cst.CSTNode] = [head.body]
+        current = head.orelse
+        while isinstance(current, cst.If):
+            branches.append(current.body)
+            current = current.orelse
+        if current is None:
+            return False
+        branches.append(current.body)
+        return all(any(self.ctx.is_descendant(t, branch) for t in together) for branch in branches)
+
+    def _unconditional(self, node: cst.CSTNode, root: cst.CSTNode, together=()) -> bool:
         """Nothing between ``node`` and ``root`` (or the function holding ``node``) can skip it:
         no ``if`` but a main-process test, no ``except``, conditional expression or short circuit."""
         child = node
@@ -124,6 +94,7 @@ class StepFacts:
                 and child is not ancestor.test
                 and (child is not ancestor.body or not self._always_taken_on_gpu(ancestor.test))
                 and (id(ancestor), id(child)) not in self._step_branches
+                and not (together and self._exhaustive(ancestor, together))
             ):
                 return False
             if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
@@ -174,32 +145,6 @@ class StepFacts:
             ):
                 return True  # ``device.type == "cuda"``
         return self._main_process_test(test)
-
-    def _scaler_step_of(self, node: cst.CSTNode, depth: int, visiting: frozenset[int]) -> cst.CSTNode | None:
-        """``step_of`` for loops that step through a timm-style ``loss_scaler(loss, optimizer)``,
-        which the shared loop model does not see as training loops."""
-        for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, _LOOPS) and ancestor in self.scaler_loops:
-                in_body = self.ctx.is_descendant(node, ancestor.body)
-                return ancestor if in_body and self._unconditional(node, ancestor) else None
-            if isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
-                return None
-            if isinstance(ancestor, cst.FunctionDef):
-                if depth >= 2 or id(ancestor) in visiting or not self._unconditional(node, ancestor):
-                    return None
-                if _EVALUATION_FUNCTION.search(ancestor.name.value):
-                    return None
-                key = ("self." if self._is_method(ancestor) else "") + ancestor.name.value
-                for call in self._call_sites.get(key, ()):
-                    if not self.ctx.is_descendant(call, ancestor):
-                        found = self._scaler_step_of(call, depth + 1, visiting | {id(ancestor)})
-                        if found is not None:
-                            return found
-                return None
-        return None
-
-    def _is_method(self, function: cst.FunctionDef) -> bool:
-        return isinstance(self.ctx.parent.get(self.ctx.parent.get(function)), cst.ClassDef)
 
     def _main_process_test(self, test: cst.BaseExpression) -> bool:
         """``if accelerator.is_main_process:``, ``if rank == 0:``, ``if master_process:``."""
@@ -329,7 +274,7 @@ class TensorFacts:
             for loss in _backward_losses(ctx, call)
         ]
         # timm's ``loss_scaler(loss, optimizer)`` runs backward on its first argument.
-        losses += [c.args[0].value for c in ctx.facts.steps.scaler_steps if c.args and c.args[0].keyword is None]
+        losses += [c.args[0].value for c in ctx.loops.scaler_steps if c.args and c.args[0].keyword is None]
         for loss in losses:
             if isinstance(loss, cst.Name):
                 self._add_loss_binding(found, loss, 0)
@@ -657,13 +602,29 @@ def unpacked_element(
         return None
     index = next((i for i, n in enumerate(names) if isinstance(n, cst.Name) and n.value == name), None)
     if index is None:
-        return None
+        # ``loss, (ar_loss, kl_loss) = model(x)``: an element of an element.
+        index = next((i for i, n in enumerate(names) if isinstance(n, (cst.Tuple, cst.List)) and _binds_name(n, name)), None)
+        if index is None:
+            return None
+        if isinstance(value, (cst.Tuple, cst.List)):
+            if len(value.elements) != len(names):
+                return None
+            return unpacked_element(names[index], value.elements[index].value, name)
+        return (value, index) if isinstance(value, (cst.Call, cst.Subscript, cst.Name, cst.Attribute)) else None
     if isinstance(value, (cst.Tuple, cst.List)):
         if len(value.elements) != len(names) or any(isinstance(e, cst.StarredElement) for e in value.elements):
             return None
         return value.elements[index].value, index
     # ``loss, logits = outputs[:2]``, ``x, y = batch``: elements of the value itself.
     return (value, index) if isinstance(value, (cst.Call, cst.Subscript, cst.Name, cst.Attribute)) else None
+
+
+def _binds_name(target: cst.BaseExpression, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_binds_name(e.value, name) for e in target.elements)
+    return False
 
 
 def _backward_losses(ctx: FileContext, call: cst.Call) -> list[cst.BaseExpression]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ FILE_LEVEL = frozenset({"ADV202", "ADV605"})
 # Codes advisor implements; labels with other codes (ADV105, ADV8xx) are reported apart.
 IMPLEMENTED_PREFIXES = ("ADV1", "ADV2", "ADV3", "ADV4", "ADV5", "ADV6", "ADV7")
 NOT_YET = frozenset({"ADV105"})
+_LISTED_LINES = re.compile(r"more reads? in this step: lines? ([\d, ]+)")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,15 @@ class Finding:
     line: int
     code: str
     message: str
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """The lines the finding reports: its own, and those its message lists as further
+        instances in the same place (ADV701 reports one read per step: "and 2 more reads in this
+        step: lines 12, 14")."""
+        listed = _LISTED_LINES.search(self.message)
+        extra = tuple(int(n) for n in re.findall(r"\d+", listed.group(1))) if listed else ()
+        return (self.line, *extra)
 
 
 @dataclass
@@ -146,14 +157,17 @@ def match(labels: list[Label], findings: list[Finding]) -> tuple[dict[Label, Fin
     pairs = []
     for label in labels:
         for index, finding in by_key.get((label.path, label.code), ()):
-            distance = abs(finding.line - label.line)
+            distance = min(abs(line - label.line) for line in finding.lines)
             window = 10**9 if label.code in FILE_LEVEL else WIDE_WINDOW if label.code in WIDE else LINE_WINDOW
             if distance <= window:
                 pairs.append((distance, label.line, index, label, finding))
+    # A finding answers one label, or every label on the lines it lists.
+    capacity = {i: len(f.lines) for i, f in enumerate(findings)}
     for distance, _, index, label, finding in sorted(pairs, key=lambda p: (p[0], p[1], p[2])):
-        if label in matched or index in used:
+        if label in matched or capacity[index] == 0:
             continue
         matched[label] = finding
+        capacity[index] -= 1
         used.add(index)
     rest = [f for i, f in enumerate(findings) if i not in used]
     return matched, rest
@@ -204,7 +218,7 @@ def score(projects: list[Project], findings: dict[str, list[Finding]], adjudicat
                 misses.append(label)
         for finding in found:
             result.findings[finding.code] += 1
-        for finding in matched.values():
+        for finding in set(matched.values()):
             result.correct[finding.code] += 1
         for finding in rest:
             verdict = adjudication.get(key_of(finding))
@@ -256,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--findings", type=Path, help="write every finding here (JSON), for adjudication")
     parser.add_argument("--misses", type=Path, help="write the labels not found here (JSON)")
     parser.add_argument("--out", type=Path, help="write the report (Markdown) here")
+    parser.add_argument("--keep", type=Path, help="write the projects' files here and keep them (default: a scratch folder)")
     args = parser.parse_args(argv)
 
     projects = [p for p in load_projects(args.labels) if not args.only or p.repo in args.only]
@@ -265,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     findings: dict[str, list[Finding]] = {}
     with tempfile.TemporaryDirectory(prefix="advisor-recall-") as scratch:
         for project in projects:
-            folder = materialize(project, git_dir(project.repo, mirror, args.cache), Path(scratch))
+            folder = materialize(project, git_dir(project.repo, mirror, args.cache), args.keep or Path(scratch))
             raw = run_advisor(folder, command, args.gpu, not args.no_project)
             findings[project.repo] = [
                 Finding(project.repo, os.path.relpath(os.path.join(folder, f["path"]), folder), f["line"], f["code"], f["message"])
