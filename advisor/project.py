@@ -108,6 +108,20 @@ class Project:
     def _file_set(self) -> set[str]:
         return set(self.files)
 
+    @cached_property
+    def _package_bases(self) -> dict[str, list[str]]:
+        """Where each top-level package of the project lives (``pkg/llms_from_scratch/__init__.py``
+        makes ``llms_from_scratch`` importable from ``pkg/``, as an installed project would)."""
+        bases: dict[str, list[str]] = {}
+        for path in self.files:
+            if os.path.basename(path) != "__init__.py":
+                continue
+            package = os.path.dirname(path)
+            parent = os.path.dirname(package)
+            if os.path.join(parent, "__init__.py") not in self._file_set:
+                bases.setdefault(os.path.basename(package), []).append(parent)
+        return bases
+
     def module_path(self, module: str, level: int, importer: str) -> str | None:
         """The file of ``module`` as ``importer`` imports it (``level`` leading dots), or None when it
         is not a module of the project (a library)."""
@@ -135,6 +149,7 @@ class Project:
                 break
             directory = os.path.dirname(directory)
         bases.append(os.path.join(self.root, "src"))
+        bases.extend(self._package_bases.get(parts[0], ()))
         for base in bases:
             found = self._first(os.path.join(base, *parts))
             if found is not None:

@@ -763,9 +763,9 @@ class DataLoaderSyncLoading(Rule):
 class _BatchScope:
     """The names in one loop body that hold (parts of) the batch the loop draws."""
 
-    def __init__(self, ctx: FileContext, loop: cst.For, names: set[str]) -> None:
+    def __init__(self, ctx: FileContext, loop: cst.For | cst.FunctionDef, names: set[str]) -> None:
         self.ctx = ctx
-        self.loop = loop
+        self.loop = loop  # the loop drawing the batch, or a helper it hands the batch to
         self.names = names
         # ``x, y = batch`` / ``inputs = batch["input_ids"]``: still host tensors of the batch.
         assignments = [a for a in ctx.walk(loop.body, cst.Assign) if not self.outside(a)]
@@ -833,6 +833,10 @@ def _blocking_copy(ctx: FileContext, call: cst.Call) -> bool:
     positional = [arg.value for arg in call.args if arg.keyword is None]
     device_keyword = ctx.keyword_arg(call, "device")
     assert isinstance(call.func, cst.Attribute)
+    if call.func.attr.value == "type":  # ``imgs.type(torch.cuda.FloatTensor)``: a copy to the GPU
+        dtype = ctx.keyword_arg(call, "dtype")
+        target = dtype.value if dtype is not None else positional[0] if len(positional) == 1 else None
+        return target is not None and ctx.facts.devices.cuda_tensor_type(target)
     if call.func.attr.value == "cuda":
         if len(positional) > 1:
             return False
@@ -1083,13 +1087,9 @@ class BlockingHostToDeviceCopy(Rule):
             if not names:
                 continue
             scope = _BatchScope(ctx, loop, names)
-            for call in ctx.walk(loop.body, cst.Call):
+            for call, scope in self._batch_copies(ctx, scope):
                 func = call.func
-                if call in reported or not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
-                    continue
-                if scope.outside(call) or not scope.holds_batch(func.value, call):
-                    continue
-                if not _blocking_copy(ctx, call):
+                if call in reported or not _blocking_copy(ctx, call):
                     continue
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
@@ -1106,6 +1106,32 @@ class BlockingHostToDeviceCopy(Rule):
                         f"so the copy overlaps host work (guide: {GUIDE})"
                     )
                 yield self.report(call, message, fix)
+
+
+    @staticmethod
+    def _batch_copies(ctx: FileContext, scope: "_BatchScope", depth: int = 0) -> Iterator[tuple[cst.Call, "_BatchScope"]]:
+        """The ``.to()`` / ``.cuda()`` / ``.type()`` calls on the batch in the loop body, and in the
+        functions of the file the loop hands the batch to (``calc_loss_batch(x, y, model, device)``)."""
+        for call in ctx.walk(scope.loop.body, cst.Call):
+            if scope.outside(call):
+                continue
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "type"):
+                if scope.holds_batch(func.value, call):
+                    yield call, scope
+                continue
+            helper = ctx.loops.callee(call) if depth < 2 else None
+            if helper is None or helper is scope.loop:
+                continue
+            params = list(helper.params.params)
+            offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
+            handed: set[str] = set()
+            for index, param in enumerate(params):
+                passed = ctx.argument(call, param.name.value, index - offset if index >= offset else None)
+                if isinstance(passed, cst.BaseExpression) and passed is not MISSING and scope.holds_batch(passed, call):
+                    handed.add(param.name.value)
+            if handed:
+                yield from BlockingHostToDeviceCopy._batch_copies(ctx, _BatchScope(ctx, helper, handed), depth + 1)
 
 
 # -- ADV104 ------------------------------------------------------------------------------------

@@ -1064,6 +1064,19 @@ _SEQUENCE_FACTORIES = ("linspace", "logspace")
 _HOST_ONLY_ARGUMENTS = ("device", "out", "pin_memory", "requires_grad", "generator")
 # Filling with 0/1 is exact in every dtype: a dtype of ``.to()`` can move into the factory.
 _CONSTANT_FACTORIES = ("zeros", "ones", "empty", "eye")
+# Conversions that give the same values wherever the tensor lives: moving the tensor before or
+# after them is the same.
+_MOVABLE_CONVERSIONS = frozenset({
+    "long", "float", "int", "bool", "half", "double", "bfloat16", "short", "byte", "view", "reshape",
+    "unsqueeze", "squeeze", "flatten", "t", "contiguous",
+})
+
+
+def _replaced(expr: cst.BaseExpression, old: cst.CSTNode, new: cst.CSTNode) -> cst.BaseExpression:
+    """``expr`` with its node ``old`` replaced by ``new``."""
+    from advisor.edits import ReplaceNodes
+
+    return expr.visit(ReplaceNodes({old: new}))  # type: ignore[return-value]
 
 
 class HostAllocThenCopy(Rule):
@@ -1128,6 +1141,59 @@ class HostAllocThenCopy(Rule):
     invalid = [
         Invalid(
             """
+            import numpy as np
+            import torch
+
+            cuda = torch.cuda.is_available()
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            for imgs, _ in dataloader:
+                z = Tensor(np.random.normal(0, 1, (imgs.shape[0], 100)))
+                loss = adversarial_loss(discriminator(generator(z)), valid)
+                loss.backward()
+                optimizer.step()
+            """,
+            note="the legacy typed constructor copies a NumPy array to the GPU every step (advice only)",
+        ),
+        Invalid(
+            """
+            import torch
+            DEVICE = "cuda"
+            for i in range(100):
+                prefix = torch.ones((8, 1)).long().to(DEVICE)
+                lengths = torch.arange(8).view(-1, 1).to(DEVICE)
+            """,
+            fixed="""
+            import torch
+            DEVICE = "cuda"
+            for i in range(100):
+                prefix = torch.ones((8, 1), device=DEVICE).long()
+                lengths = torch.arange(8, device=DEVICE).view(-1, 1)
+            """,
+            count=2,
+            note="conversions between the factory and the move stay, after it",
+        ),
+        Invalid(
+            """
+            import torch
+
+            def sample(n, size, device):
+                return torch.randn(n, *size).to(device)
+
+            sample(8, (3, 32, 32), "cuda")
+            """,
+            fixed="""
+            import torch
+
+            def sample(n, size, device):
+                return torch.randn(n, *size, device=device)
+
+            sample(8, (3, 32, 32), "cuda")
+            """,
+            unsafe=True,
+            note="a shape spread with `*` keeps its place before `device=`",
+        ),
+        Invalid(
+            """
             import torch
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             positions = torch.arange(seq_len).to(device)
@@ -1190,14 +1256,14 @@ class HostAllocThenCopy(Rule):
             return
         for copy in ctx.method_calls("cuda", "to"):
             assert isinstance(copy.func, cst.Attribute)
-            factory = copy.func.value
-            if not isinstance(factory, cst.Call):
+            factory, conversions = self._factory_behind(copy.func.value)
+            if factory is None:
                 continue
             qualname = ctx.qualname(factory.func) or ""
             kind = qualname[len("torch.") :] if qualname.startswith("torch.") else ""
             if kind not in (*_EXACT_FACTORIES, *_RANDOM_FACTORIES, *_SEQUENCE_FACTORIES):
                 continue
-            if any(arg.star for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
+            if any(arg.star == "**" for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
                 continue
             target = self._target(ctx, copy)
             if target is None:
@@ -1205,12 +1271,49 @@ class HostAllocThenCopy(Rule):
             device, dtype = target
             fix = self._fix(ctx, copy, factory, kind, device, dtype) if device is not None else None
             method = copy.func.attr.value
+            shown = "".join(f".{name}()" for name in conversions)
             yield self.report(
                 copy,
-                f"`torch.{kind}(...).{method}(...)` fills the tensor in host memory and then copies it to the GPU; "
-                f"create it there with `device=` (guide: {DEVICE_GUIDE})",
+                f"`torch.{kind}(...){shown}.{method}(...)` fills the tensor in host memory and then copies it to "
+                f"the GPU; create it there with `device=` (guide: {DEVICE_GUIDE})",
                 fix,
             )
+
+        yield from self._legacy_constructors(ctx)
+
+    def _legacy_constructors(self, ctx: FileContext) -> Iterator[Finding]:
+        """``Tensor(np.ones(shape))`` with ``Tensor = torch.cuda.FloatTensor`` (old GAN scripts):
+        NumPy fills the array on the host and the constructor copies it to the GPU, every step.
+        Advice only: the NumPy random stream differs from the GPU's."""
+        for call in ctx.nodes(cst.Call):
+            if not call.args or call.args[0].keyword is not None or call.args[0].star:
+                continue
+            data = call.args[0].value
+            if not (isinstance(data, cst.Call) and (ctx.qualname(data.func) or "").startswith("numpy.")):
+                continue
+            if not ctx.facts.devices.cuda_tensor_type(call.func) or ctx.facts.steps.step_of(call) is None:
+                continue
+            made = (ctx.qualname(data.func) or "numpy").split(".", 1)[1]
+            yield self.report(
+                call,
+                f"`{_short(ctx, call.func, 30)}(np.{made}(...))` fills the array in host memory and copies it to the GPU "
+                f"every training step; create it there (`torch.ones(..., device=...)`, `torch.randn(..., device=...)`) "
+                f"(guide: {DEVICE_GUIDE})",
+            )
+
+    @staticmethod
+    def _factory_behind(expr: cst.BaseExpression) -> tuple[cst.Call | None, list[str]]:
+        """The factory call under conversions that commute with a device move
+        (``torch.ones(n).long().to(device)``), and the conversions' names, outermost last."""
+        conversions: list[str] = []
+        while (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in _MOVABLE_CONVERSIONS
+        ):
+            conversions.append(expr.func.attr.value)
+            expr = expr.func.value
+        return (expr if isinstance(expr, cst.Call) else None), list(reversed(conversions))
 
     @staticmethod
     def _target(
@@ -1259,6 +1362,9 @@ class HostAllocThenCopy(Rule):
         dtype: cst.BaseExpression | None,
     ):
         created = set_keyword(factory, "device", device)
+        receiver = copy.func.value  # type: ignore[attr-defined]
+        if receiver is not factory:  # ``torch.ones(n, device=d).long()``: the conversions stay
+            created = _replaced(receiver, factory, created)
         replacement: cst.BaseExpression = created
         if dtype is not None:
             if kind in _CONSTANT_FACTORIES and ctx.keyword_arg(factory, "dtype") is None:

@@ -195,7 +195,30 @@ class DeviceFacts:
         imported = self._imported_value(call.func)
         if imported is not None:
             return imported
-        return Where.UNKNOWN
+        returned = self._returned_device(call, depth)
+        if returned is not None:
+            return returned
+        name = (dotted_name(call.func) or "").split(".")[-1]
+        return _named(name) if name else Where.UNKNOWN
+
+    def _returned_device(self, call: cst.Call, depth: int) -> Where | None:
+        """What a function of the file or its project returns as a device (``dist_util.dev()``,
+        ``get_device()``): the devices of its ``return`` statements."""
+        ctx = self.ctx
+        function = ctx.loops.callee(call)
+        owner = ctx
+        if function is None and ctx.project is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
+            found = ctx.project.binding(call.func)
+            if found is not None and isinstance(found[1].node, cst.FunctionDef):
+                owner, function = found[0], found[1].node
+        if function is None:
+            return None
+        values = [r.value for r in owner.walk(function, cst.Return) if r.value is not None and owner.scope_of.get(r) is function]
+        if not values:
+            return None
+        devices = owner.facts.devices
+        found_kind = join(devices._where(value, depth + 1) for value in values)
+        return found_kind if found_kind is not Where.UNKNOWN else None
 
     def _name_device(self, name: cst.Name, depth: int) -> Where:
         ctx = self.ctx
@@ -324,6 +347,19 @@ class DeviceFacts:
             target = self.move_target(call)
             return None if target is None else self.where(target)
         return None
+
+    def cuda_tensor_type(self, expr: cst.BaseExpression) -> bool:
+        """``torch.cuda.FloatTensor`` (the legacy typed tensors of CUDA), or a name bound to one
+        (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``)."""
+        candidates = [expr]
+        if isinstance(expr, cst.Name):
+            value = self.ctx.single_assignment(expr)
+            if value is not None:
+                candidates = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        return any(
+            (self.ctx.qualname(c) or "").startswith("torch.cuda.") and (self.ctx.qualname(c) or "").endswith("Tensor")
+            for c in candidates
+        )
 
     def moves_off_cpu(self, call: cst.Call) -> bool:
         """A call that may put tensors on an accelerator: ``.cuda()``, ``.to(device)`` (not

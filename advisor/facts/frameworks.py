@@ -70,6 +70,14 @@ class TrainingSite:
         return self.where.gpu
 
 
+@dataclass(frozen=True)
+class _MethodBinding:
+    """A method of a class of another module, as a binding the callers can read ``.node`` of."""
+
+    node: cst.FunctionDef
+    value: None = None
+
+
 class FrameworkFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -217,7 +225,9 @@ class FrameworkFacts:
                 if not self.framework_backward(loop):
                     found.append(TrainingSite(LOOP, loop.node, None, (loop,), where))
         for call, other, _ in self.delegated_training:
-            found.append(TrainingSite(DELEGATED, call, None, (), where, other))
+            # The loop runs in the other module: where it puts the model when this file does not say.
+            delegated = where if where is not Where.UNKNOWN else Where.CUDA_IF_AVAILABLE if other.facts.devices.gpu.yes else where
+            found.append(TrainingSite(DELEGATED, call, None, (), delegated, other))
         return found
 
     # -- training in another module of the project ----------------------------------------------
@@ -235,11 +245,33 @@ class FrameworkFacts:
                 continue
             resolved = project.binding(call.func, _TRAINS)
             if resolved is None:
-                continue
+                resolved = self._project_method(call)
+                if resolved is None:
+                    continue
             other, binding = resolved
             if isinstance(binding.node, cst.FunctionDef) and other.facts.frameworks.function_trains(binding.node):
                 found.append((call, other, binding.node))
         return found
+
+    def _project_method(self, call: cst.Call):
+        """``trainer.run()`` where ``trainer = Trainer(...)`` builds a class of another project
+        module (minGPT's ``Trainer``): that module's context and the method's binding."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return None
+        built = self.ctx.single_assignment(func.value)
+        if not isinstance(built, cst.Call) or not isinstance(built.func, (cst.Name, cst.Attribute)):
+            return None
+        found = self.ctx.project.binding(built.func, _TRAINS)  # type: ignore[union-attr]
+        if found is None or not isinstance(found[1].node, cst.ClassDef):
+            return None
+        other, binding = found
+        cls = binding.node
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+        for statement in body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == func.attr.value:
+                return other, _MethodBinding(statement)
+        return None
 
     def function_trains(self, function: cst.FunctionDef, depth: int = 0) -> bool:
         """Whether a training loop of this file runs inside ``function``, or in a function of the

@@ -119,7 +119,7 @@ class LoaderFacts:
                 return self.behind(expr.args[0].value, depth + 1, visiting)
             if func_name in _PREPARE_METHODS and len(expr.args) == 1 and not expr.args[0].star:
                 return self.behind(expr.args[0].value, depth + 1, visiting)
-            return None
+            return self._returned_by(expr, None, depth, visiting)
         if isinstance(expr, cst.Name):
             bindings = ctx.lookup(expr.value, expr)
             if not bindings:
@@ -136,6 +136,8 @@ class LoaderFacts:
                     inner = self.behind(binding.value, depth + 1, inner_visiting)
                 elif isinstance(binding.node, cst.Assign):
                     inner = self._unpacked_from_prepare(binding.node, expr.value, depth, inner_visiting)
+                    if inner is None:
+                        inner = self._unpacked_from_function(binding.node, expr.value, depth, inner_visiting)
                 elif isinstance(binding.node, cst.Param):
                     inner = self._passed_as(binding.node, depth, inner_visiting)
                 else:
@@ -184,6 +186,46 @@ class LoaderFacts:
         if any(arg.star or arg.keyword for arg in call.args):
             return None
         return self.behind(call.args[names.index(name)].value, depth + 1, visiting)
+
+    def _returned_by(
+        self, call: cst.Call, index: int | None, depth: int, visiting: frozenset[int]
+    ) -> list[cst.Call] | None:
+        """The loaders a function of the file returns (``make_loader(...)``); with ``index``, the
+        element of the tuple it returns (``train_loader, val_loader = set_loader(opt)``)."""
+        ctx = self.ctx
+        function = ctx.loops.callee(call)
+        if function is None or id(function) in visiting:
+            return None
+        returns = [r for r in ctx.walk(function, cst.Return) if ctx.scope_of.get(r) is function and r.value is not None]
+        if not returns:
+            return None
+        found: list[cst.Call] = []
+        for statement in returns:
+            value = statement.value
+            if index is not None:
+                if not isinstance(value, cst.Tuple) or len(value.elements) <= index:
+                    return None
+                value = value.elements[index].value
+            inner = self.behind(value, depth + 1, visiting | {id(function)})  # type: ignore[arg-type]
+            if inner is None:
+                return None
+            found.extend(c for c in inner if c not in found)
+        return found
+
+    def _unpacked_from_function(
+        self, assign: cst.Assign, name: str, depth: int, visiting: frozenset[int]
+    ) -> list[cst.Call] | None:
+        """``train_loader, val_loader = set_loader(opt)`` with ``set_loader`` a function of the file."""
+        call = assign.value
+        if len(assign.targets) != 1 or not isinstance(call, cst.Call):
+            return None
+        target = assign.targets[0].target
+        if not isinstance(target, (cst.Tuple, cst.List)):
+            return None
+        names = [dotted_name(e.value) if not isinstance(e, cst.StarredElement) else None for e in target.elements]
+        if name not in names:
+            return None
+        return self._returned_by(call, names.index(name), depth, visiting)
 
     def _passed_as(self, param: cst.Param, depth: int, visiting: frozenset[int]) -> list[cst.Call] | None:
         """The loaders every call of the file passes for ``param``; None when the function is

@@ -663,16 +663,45 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
     if linear and not conv:
         return True
     if follow_project and not linear and not conv and ctx.project is not None:
-        # The model class lives in a module of the project (``from models import ViT``).
+        # The model class lives in a module of the project (``from models import ViT``): what
+        # that class builds (an encoder's convolutions do not hide a decoder's matmuls).
         from advisor.facts.models import project_class
 
         for call in ctx.nodes(cst.Call):
             found = project_class(ctx, call.func)
             if found is not None and found[0] is not ctx:
-                other = found[0]
-                if other.memo(("fp32 matmuls", "own"), lambda: _fp32_matmul_model(other, follow_project=False)):
+                other, cls = found
+                if other.memo(("fp32 matmuls", cls), lambda: _class_matmuls(other, cls, set())):
                     return True
     return False
+
+
+def _class_matmuls(ctx: FileContext, root: cst.CSTNode, seen: set[cst.CSTNode], depth: int = 0) -> bool:
+    """Whether a model class (and the classes and helpers of its file it builds) computes matmuls:
+    attention, ``@``, ``matmul``, or linear layers without convolutions."""
+    linear = conv = False
+    pending = [root]
+    while pending and depth < 200:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        depth += 1
+        if any(isinstance(op.operator, cst.MatrixMultiply) for op in ctx.walk(node, cst.BinaryOperation)):
+            return True
+        for call in ctx.walk(node, cst.Call):
+            qualname = ctx.qualname(call.func) or ""
+            if qualname in _MATMUL or _TRANSFORMERS_MODEL.match(qualname):
+                return True
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MATMUL_METHODS:
+                return True
+            linear = linear or qualname in _LINEAR
+            conv = conv or bool(_CONV.match(qualname))
+            if isinstance(call.func, cst.Name):
+                bindings = ctx.lookup(call.func.value, call)
+                if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
+                    pending.append(bindings[0].node)
+    return linear and not conv
 
 
 _TF32_NAME = re.compile(r"tf32|float32_matmul_precision|fp32_precision", re.I)
