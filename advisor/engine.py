@@ -326,8 +326,13 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:
                 lines = ctx.source.splitlines()
-            line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
-            if not suppressed(line_text, finding.code):
+            # A suppression on the reported line, or on the first line of its statement (a
+            # keyword of a call that spans lines is reported on its own line).
+            candidates = {finding.line}
+            statement = ctx.statement_of(finding.node)
+            if statement is not None and statement is not finding.node:
+                candidates.add(ctx.position(statement)[0])
+            if not any(suppressed(lines[n - 1], finding.code) for n in candidates if 0 < n <= len(lines)):
                 findings.append(finding)
     findings.sort(key=Finding.sort_key)
     return _dedupe(findings), errors

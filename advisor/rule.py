@@ -113,6 +113,16 @@ class Rule:
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> Finding:
         return Finding(code=self.code, name=self.name, message=message, node=node, fix=fix)
 
+    @staticmethod
+    def at_keyword(call: cst.Call, *keywords: str) -> cst.CSTNode:
+        """Where a finding about a setting belongs: the first of ``keywords`` written in the call
+        (``fp16=True`` on its own line), else the call. A suppression comment on the keyword's
+        line or on the statement's first line silences it."""
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in keywords:
+                return arg
+        return call
+
     def fix(
         self,
         description: str,

@@ -1208,6 +1208,46 @@ def _config_sites(ctx: FileContext) -> Iterator[VocabSite]:
             if value is not None:
                 yield VocabSite(value.value, node, value)
     yield from _dataclass_default_sites(ctx, reassigned)
+    yield from _dict_config_sites(ctx)
+
+
+_VOCAB_KEYS = ("vocab_size", "n_vocab")
+# A model whose weights come from a checkpoint must keep the checkpoint's vocabulary.
+_LOADS_WEIGHTS = re.compile(r"load_state_dict|load_weights|load_checkpoint|from_pretrained|load_model")
+
+
+def _dict_config_sites(ctx: FileContext) -> Iterator[VocabSite]:
+    """``GPT_CONFIG = {"vocab_size": 50257, ...}`` handed to a language model class
+    (``GPTModel(GPT_CONFIG)``), in a file that trains it from scratch (no weights loaded)."""
+    if any(_LOADS_WEIGHTS.search(dotted_name(call.func) or "") for call in ctx.nodes(cst.Call)):
+        return
+    for element in ctx.nodes(cst.DictElement):
+        key = ctx.values.value_of(element.key) if isinstance(element.key, (cst.SimpleString, cst.Name)) else None
+        if key not in _VOCAB_KEYS or not isinstance(element.value, cst.Integer):
+            continue
+        literal = ctx.parent.get(element)
+        if not isinstance(literal, cst.Dict) or not _builds_language_model(ctx, literal, _assigned_name(ctx, literal)):
+            continue
+        value = Value(element.value.evaluated_value, element.value)
+        yield VocabSite(value.value, element, value)
+
+
+def _resized_to_tokenizer(ctx: FileContext) -> Iterator[cst.Call]:
+    """``model.resize_token_embeddings(len(tokenizer))`` without ``pad_to_multiple_of``: the
+    vocabulary becomes the tokenizer's length, 32001 once a pad token is added to LLaMA's."""
+    for call in ctx.method_calls("resize_token_embeddings"):
+        size = ctx.argument(call, "new_num_tokens", 0)
+        if not isinstance(size, cst.BaseExpression) or size is MISSING:
+            continue
+        if ctx.argument(call, "pad_to_multiple_of", 1) is not MISSING:
+            continue
+        known = ctx.values.resolve(size)
+        if known is not None:
+            if type(known.value) is int and known.value % VOCAB_MULTIPLE == 0:
+                continue
+        elif not (isinstance(size, cst.Call) and dotted_name(size.func) == "len"):
+            continue
+        yield call
 
 
 def _dataclass_default_sites(ctx: FileContext, reassigned: bool) -> Iterator[VocabSite]:
@@ -1354,6 +1394,30 @@ class DimsNotTensorCoreFriendly(Rule):
         Valid(
             """
             import torch
+            from gpt import GPTModel
+
+            BASE_CONFIG = {"vocab_size": 50257, "context_length": 1024, "emb_dim": 768}
+            model = GPTModel(BASE_CONFIG)
+            load_weights_into_gpt(model, params)
+            model.to("cuda")
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for input_batch, target_batch in train_loader:
+                model(input_batch.cuda()).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="weights loaded from a checkpoint: the vocabulary must stay the checkpoint's",
+        ),
+        Valid(
+            """
+            import transformers
+            model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
+            transformers.Trainer(model=model, args=args, train_dataset=ds).train()
+            """,
+        ),
+        Valid(
+            """
+            import torch
             from transformers import GPT2Config, GPT2LMHeadModel
             config = GPT2Config(vocab_size=50304)
             model = GPT2LMHeadModel(config).cuda()
@@ -1400,11 +1464,11 @@ class DimsNotTensorCoreFriendly(Rule):
             import torch
             from transformers import GPT2Config, GPT2LMHeadModel
             model = GPT2LMHeadModel(GPT2Config()).cuda()
-            model.resize_token_embeddings(len(tokenizer))
+            model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
             loss = model(**batch).loss
             loss.backward()
             """,
-            note="resized afterwards to the tokenizer",
+            note="the config's 50257 is resized afterwards, to a padded tokenizer length",
         ),
         Valid(
             """
@@ -1524,6 +1588,54 @@ class DimsNotTensorCoreFriendly(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from gpt import GPTModel
+
+            GPT_CONFIG_124M = {"vocab_size": 50257, "context_length": 1024, "emb_dim": 768}
+            model = GPTModel(GPT_CONFIG_124M).to("cuda")
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for input_batch, target_batch in train_loader:
+                loss = model(input_batch.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            from gpt import GPTModel
+
+            GPT_CONFIG_124M = {"vocab_size": 50304, "context_length": 1024, "emb_dim": 768}
+            model = GPTModel(GPT_CONFIG_124M).to("cuda")
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for input_batch, target_batch in train_loader:
+                loss = model(input_batch.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            unsafe=True,
+            note="a dict config handed to a language model trained from scratch",
+        ),
+        Invalid(
+            """
+            import transformers
+            tokenizer.add_special_tokens({"pad_token": "[PAD]"})
+            model.resize_token_embeddings(len(tokenizer))
+            trainer = transformers.Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            """,
+            fixed="""
+            import transformers
+            tokenizer.add_special_tokens({"pad_token": "[PAD]"})
+            model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
+            trainer = transformers.Trainer(model=model, args=args, train_dataset=ds)
+            trainer.train()
+            """,
+            unsafe=True,
+            note="the vocabulary follows the tokenizer's length: 32001 after a pad token",
+        ),
         Invalid(
             """
             import torch
@@ -1686,6 +1798,14 @@ class DimsNotTensorCoreFriendly(Rule):
         for size, sites in by_size.items():
             if size >= SMALL_VOCAB and size % multiple:
                 yield self._vocab_finding(ctx, size, sites, multiple)
+        for call in _resized_to_tokenizer(ctx):
+            message = (
+                f"`{ctx.code(call.func)}({ctx.code(call.args[0].value)})` sizes the vocabulary to the tokenizer "
+                f"(32001 once a pad token is added to LLaMA's 32000): the output matmul misses tensor-core-friendly "
+                f"shapes; pass `pad_to_multiple_of={VOCAB_MULTIPLE}` (guide: {DIMS_GUIDE})"
+            )
+            edit = Edit(call, set_keyword(call, "pad_to_multiple_of", str(VOCAB_MULTIPLE)))
+            yield self.report(call, message, self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit))
         if _uses_half_precision(ctx):
             for call, width in _hidden_widths(ctx, skip=set(by_size)):
                 suggested = _next_multiple(width, max(WIDTH_MULTIPLE, ctx.target.fp16_multiple))

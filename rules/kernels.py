@@ -330,7 +330,7 @@ class AdamNotFused(Rule):
                 f"`optim={shown}` picks the unfused AdamW; use "
                 f'`optim="{FUSED_TRAINER_OPTIM}"` (guide: {GUIDE})'
             )
-            yield self.report(call, message, self.fix(f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit))
+            yield self.report(self.at_keyword(call, "optim"), message, self.fix(f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit))
         yield from self._check_parsed_training_arguments(ctx)
 
     def _check_parsed_training_arguments(self, ctx: FileContext) -> Iterator[Finding]:

@@ -976,7 +976,7 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._training_arguments_fix(ctx, call, fp16, bf16)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
-            yield self.report(call, _message(message), fix)
+            yield self.report(self.at_keyword(call, "fp16"), _message(message), fix)
 
     def _training_arguments_fix(self, ctx: FileContext, call: cst.Call, fp16, bf16):
         if bf16 is MISSING:
@@ -1010,7 +1010,7 @@ class Fp16OnBf16Gpu(Rule):
             message = f'`mixed_precision="fp16"` on a bf16-capable GPU ({self._gpu(ctx)}): use `"bf16"`'
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
-            yield self.report(call, _message(message), fix)
+            yield self.report(self.at_keyword(call, "mixed_precision"), _message(message), fix)
 
     # -- Lightning -----------------------------------------------------------------------------
     def _lightning(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1040,7 +1040,7 @@ class Fp16OnBf16Gpu(Rule):
             message = f"`precision={ctx.code(value.node)}` is fp16 on a bf16-capable GPU ({self._gpu(ctx)}): use `\"{replacement}\"`"
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
-            yield self.report(call, _message(message), fix)
+            yield self.report(self.at_keyword(call, "precision"), _message(message), fix)
 
 
     @staticmethod

@@ -225,3 +225,33 @@ def test_each_file_alone_without_project_scope(tmp_path):
     alone = Settings(codes=ALL, target=ASSUMED, project_scope=False)
     (result,) = check_paths([str(tmp_path / "train.py")], alone, jobs=1)
     assert {d.code for d in result.diagnostics} == set()
+
+
+# -- findings about a setting sit at its keyword --------------------------------------------------
+TRAINER = """
+from transformers import Trainer, TrainingArguments
+args = TrainingArguments(
+    output_dir="out",
+    fp16=True,{fp16_comment}
+    optim="adamw_torch",
+){call_comment}
+Trainer(model=model, args=args, train_dataset=ds).train()
+"""
+
+
+def test_a_keyword_finding_is_reported_at_the_keyword():
+    found = {d.code: d.line for d in lint(TRAINER.format(fp16_comment="", call_comment=""))}
+    assert found["ADV201"] == 5 and found["ADV601"] == 6
+
+
+@pytest.mark.parametrize(
+    "fp16_comment, call_comment",
+    [("  # noqa: ADV201", ""), ("", "  # noqa: ADV201")],
+    ids=["on the keyword's line", "on the statement's first line"],
+)
+def test_a_keyword_finding_is_suppressed_on_its_line_or_the_statements_first_line(fp16_comment, call_comment):
+    source = TRAINER.format(fp16_comment=fp16_comment, call_comment="")
+    if call_comment:
+        source = source.replace("args = TrainingArguments(", "args = TrainingArguments(" + call_comment)
+    codes_found = {d.code for d in lint(source)}
+    assert "ADV201" not in codes_found and "ADV601" in codes_found

@@ -774,7 +774,8 @@ _NOT_CNN_NAME = re.compile(
 
 # Detection models (multi-scale training, images resized per batch) by the name of their class
 # (timm's and torchvision's ``darknet53`` / ``cspdarknet53`` are classifiers: not asked).
-_DETECTION_NAME = re.compile(r"darknet|yolo|rcnn|retina|ssd|fcos|detr|detector", re.IGNORECASE)
+# ``rcnn`` only as a detector's name (``FasterRCNN``, ``maskrcnn_resnet50``), not ``EncoderCNN``.
+_DETECTION_NAME = re.compile(r"darknet|yolo|(^|_|faster|mask|keypoint|cascade)r_?cnn|retina|ssd|fcos|detr|detector", re.IGNORECASE)
 
 
 # Segmentation models: trained on the dataset's image sizes unless the file resizes or crops to one.
@@ -838,8 +839,10 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             other, cls = found_class
             layers: set[str] = set()
             _layers_under(other, cls, layers, set())
+            if not layers:  # a wrapper (``DDPM(eps_model=NaiveUnet(...))``): the model it is given
+                return _wraps_conv_net(ctx, call)
             return "conv" in layers and "sequence" not in layers
-        return _cnn_name(name)
+        return _cnn_name(name) or _wraps_conv_net(ctx, call)
     if build.kind in ("local", "torch.nn"):
         found: set[str] = set()
         root: cst.CSTNode = call
@@ -849,6 +852,17 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             root = local_module_classes(ctx)[call.func.value]  # type: ignore[attr-defined]
         _layers_under(ctx, root, found, set())
         return "conv" in found and "sequence" not in found
+    return False
+
+
+def _wraps_conv_net(ctx: FileContext, call: cst.Call) -> bool:
+    """A model built from another one passed to its constructor, which is a conv net."""
+    for arg in call.args:
+        inner = arg.value
+        if isinstance(inner, cst.Call):
+            kind = model_build_kind(ctx, inner)
+            if kind is not None and conv_net(ctx, ModelBuild(inner, kind, "", inner)):
+                return True
     return False
 
 

@@ -362,7 +362,7 @@ _REDUCED_PRECISION_STRING = re.compile(
 )
 
 
-_REDUCED_PRECISION_MODULES = ("apex.", "deepspeed.", "transformer_engine.", "bitsandbytes.")
+_REDUCED_PRECISION_MODULES = ("apex.amp", "apex.fp16_utils", "deepspeed.", "transformer_engine.", "bitsandbytes.")
 
 
 QUANTIZED_LOADING = ("load_in_8bit", "load_in_4bit", "quantization_config")
@@ -397,6 +397,8 @@ def _find_reduced_precision(ctx: FileContext) -> bool:
             return True
         if not (_REDUCED_PRECISION_TOKEN.search(name.value) or _REDUCED_PRECISION_PART.search(name.value)):
             continue
+        if isinstance(ctx.parent.get(name), (cst.ImportAlias, cst.AsName)):
+            continue  # ``from apex import amp`` alone uses nothing; a use of ``amp`` is read below
         holder = ctx.parent.get(name)
         if isinstance(holder, cst.Arg) and holder.keyword is name:
             call = ctx.parent.get(holder)

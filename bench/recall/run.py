@@ -42,6 +42,7 @@ FILE_LEVEL = frozenset({"ADV202", "ADV605"})
 IMPLEMENTED_PREFIXES = ("ADV1", "ADV2", "ADV3", "ADV4", "ADV5", "ADV6", "ADV7")
 NOT_YET = frozenset({"ADV105"})
 _LISTED_LINES = re.compile(r"more reads? in this step: lines? ([\d, ]+)")
+_PLACED_AT = re.compile(r"` at line (\d+)")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class Finding:
         step: lines 12, 14")."""
         listed = _LISTED_LINES.search(self.message)
         extra = tuple(int(n) for n in re.findall(r"\d+", listed.group(1))) if listed else ()
-        return (self.line, *extra)
+        # A value the message places elsewhere ("`batch_size = 100` at line 15"): the same finding.
+        placed = tuple(int(n) for n in _PLACED_AT.findall(self.message))
+        return (self.line, *extra, *placed)
 
 
 @dataclass
@@ -162,7 +165,7 @@ def match(labels: list[Label], findings: list[Finding]) -> tuple[dict[Label, Fin
             if distance <= window:
                 pairs.append((distance, label.line, index, label, finding))
     # A finding answers one label, or every label on the lines it lists.
-    capacity = {i: len(f.lines) for i, f in enumerate(findings)}
+    capacity = {i: 1 + (len(_LISTED_LINES.findall(f.message)) and len(f.lines) - 1) for i, f in enumerate(findings)}
     for distance, _, index, label, finding in sorted(pairs, key=lambda p: (p[0], p[1], p[2])):
         if label in matched or capacity[index] == 0:
             continue
