@@ -474,6 +474,22 @@ class ProjectView:
             project._in_progress.discard(self.path)
         return None
 
+    def used_by_importers(self, name: str) -> bool:
+        """Whether a project file that imports this module uses ``name`` of it: imports it by name
+        (or with ``*``), or reads ``<module>.name``."""
+        project = self.project
+        self.asked_importers = True
+        module = os.path.splitext(os.path.basename(self.path))[0]
+        for path in project.importers.get(self.path, []):
+            self.consulted.add(path)
+            _, imports = project._summary(path)
+            for spec, level, names in imports:
+                if (name in names or names == ("*",)) and project.module_path(spec, level, path) == self.path:
+                    return True
+            if re.search(rb"\b" + re.escape(module.encode()) + rb"\." + re.escape(name.encode()) + rb"\b", project.text(path)):
+                return True
+        return False
+
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)
 

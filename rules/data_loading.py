@@ -155,6 +155,19 @@ class DataLoaderPinMemory(Rule):
         Valid(
             """
             import torch
+            from functools import partial
+            from torch.utils.data import DataLoader
+            from utils import pad_and_stack
+
+            device = torch.device("cuda")
+            collate = partial(pad_and_stack, pad_id=0, device=device)
+            loader = DataLoader(samples, batch_size=32, shuffle=True, collate_fn=collate)
+            """,
+            note="a collate function told the device (`partial(..., device=device)`) puts batches there",
+        ),
+        Valid(
+            """
+            import torch
             from torch.utils.data import DataLoader, Dataset
 
             class OnDevice(Dataset):
@@ -374,7 +387,9 @@ class DataLoaderSyncLoading(Rule):
         - the dataset is a `TensorDataset` of in-memory tensors (also when a function of
           the file builds and returns it, or it is handed in as a parameter), a Python
           list / tuple / `range`, or tensors already on the GPU: indexing them in-process
-          is cheaper than shipping batches between processes;
+          is cheaper than shipping batches between processes; likewise a dataset class of
+          the file whose `__getitem__` only indexes or slices tensors it holds
+          (`self.data[i : i + block]`), with no I/O, decoding or transform;
         - the dataset or `collate_fn` moves batches to the GPU (as for ADV101): a forked
           worker process cannot use CUDA.
 
@@ -486,6 +501,27 @@ class DataLoaderSyncLoading(Rule):
             model = model.to("cuda")
             """,
             note="in-memory tensors: indexing them in-process is cheap",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class CharBlocks(Dataset):
+                def __init__(self, text, block):
+                    self.data = torch.tensor([ord(c) for c in text])
+                    self.block = block
+                def __len__(self):
+                    return len(self.data) - self.block
+                def __getitem__(self, i):
+                    chunk = self.data[i : i + self.block + 1]
+                    return chunk[:-1].long(), chunk[1:].long()
+
+            loader = DataLoader(CharBlocks(text, 256), batch_size=64, shuffle=True)
+            for x, y in loader:
+                model(x.cuda(), y.cuda()).backward()
+            """,
+            note="a dataset class that only slices a tensor it holds: as cheap as a TensorDataset",
         ),
         Valid(
             """
@@ -706,6 +742,8 @@ class DataLoaderSyncLoading(Rule):
                 continue
             workers = ctx.argument(call, "num_workers", DATALOADER_POSITION["num_workers"])
             if workers is None or loaders.dataset_on_gpu(call) or loaders.unsuited_to_workers(call):
+                continue
+            if not loaders.runs_for_training(call):
                 continue
             written_here = workers is MISSING
             value = None

@@ -730,6 +730,19 @@ class NoTorchCompile(Rule):
         Valid(
             """
             import torch
+            probe = torch.nn.Linear(768, 10).cuda()
+            optimizer = torch.optim.AdamW(probe.parameters(), fused=True)
+            for feats, y in loader:
+                loss = torch.nn.functional.cross_entropy(probe(feats.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="a linear probe is one matmul: nothing for a compiler to fuse",
+        ),
+        Valid(
+            """
+            import torch
             model = Net().cuda()
             model = torch.compile(model)
             optimizer = torch.optim.AdamW(model.parameters())
@@ -932,7 +945,7 @@ class NoTorchCompile(Rule):
 
             def train():
                 from torch import nn, optim
-                model = nn.Linear(4, 4).to("cuda")
+                model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).to("cuda")
                 opt = optim.SGD(model.parameters(), lr=0.1)
                 for x in batches():
                     model(x.cuda()).sum().backward()
@@ -947,7 +960,7 @@ class NoTorchCompile(Rule):
 
             def train():
                 from torch import nn, optim
-                model = nn.Linear(4, 4).to("cuda")
+                model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).to("cuda")
                 model = torch.compile(model)
                 opt = optim.SGD(model.parameters(), lr=0.1)
                 for x in batches():
@@ -1161,7 +1174,10 @@ class NoTorchCompile(Rule):
                 continue
             if not called_directly(ctx, model) or steps_over_data_lengths(ctx, model):
                 continue
-            build = min(model.builds, key=lambda b: ctx.order[b.binding])
+            if all(_single_layer(ctx, b) for b in model.builds):
+                continue  # one ``nn.Linear`` probe: one matmul, nothing for a compiler to fuse
+            # The last build: earlier ones are usually the special cases (a tiny test model).
+            build = max(model.builds, key=lambda b: ctx.order[b.binding])
             name = build.name or model.name
             if accelerate_only:
                 message = (
@@ -1229,6 +1245,12 @@ _CUDNN_SETTING_COMMENT = re.compile(r"cudnn\.(benchmark|deterministic)\b|\bbench
 CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
 # ``# model = torch.compile(model)`` left commented out: the author tried it and decided.
 _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile\s*=")
+
+
+def _single_layer(ctx: FileContext, build: ModelBuild) -> bool:
+    """A model that is one ``torch.nn`` layer (``nn.Linear(d, classes)``), not a container."""
+    qualname = ctx.qualname(build.call.func) or ""
+    return build.kind == "torch.nn" and qualname.rsplit(".", 1)[-1] in ("Linear", "Conv1d", "Conv2d", "Embedding", "Bilinear")
 
 
 def _compile_commented_out(ctx: FileContext) -> bool:

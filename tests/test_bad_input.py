@@ -147,7 +147,7 @@ def test_very_large_file_and_very_long_line(tmp_path, capsys):
     (tmp_path / "long_line.py").write_bytes(long_line)
     code, out, _ = run(["check", "--no-cache", "."], capsys, tmp_path)
     assert code == 1
-    assert "large.py:50068:20: ADV101" in out  # line 66 of plain_pytorch.py, after 50,002 lines
+    assert "large.py:50069:20: ADV101" in out  # line 67 of plain_pytorch.py, after 50,002 lines
     assert "long_line.py:4:10: ADV101" in out
     assert run(["fix", "--select", "ADV101", "."], capsys, tmp_path)[0] == 0
     assert (tmp_path / "long_line.py").read_bytes() == long_line.replace(LOADER, FIXED_LOADER)

@@ -218,6 +218,42 @@ def test_a_module_that_moves_to_a_device_parameter_takes_its_importers_verdict(t
     assert on_cpu == {"engine.py": set(), "train.py": set()}
 
 
+def test_loader_factories_of_a_module_count_only_when_training_uses_them(tmp_path):
+    data = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def create_dataloader(dataset, batch_size):
+            return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+
+        def create_debug_dataloader(dataset):
+            return DataLoader(dataset, batch_size=2, shuffle=True)
+        """
+    train = """
+        import torch
+        from data import create_dataloader
+
+        def train(model, dataset, device):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in create_dataloader(dataset, 64):
+                loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+        if __name__ == "__main__":
+            train(Net().to("cuda"), load(), "cuda")
+        """
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "data.py").write_text(textwrap.dedent(data))
+    (tmp_path / "train.py").write_text(textwrap.dedent(train))
+    settings = Settings(codes=ALL, target=ASSUMED)
+    results = check_paths([str(tmp_path / "data.py"), str(tmp_path / "train.py")], settings, jobs=1)
+    lines = {(Path(r.path).name, d.code, d.line) for r in results for d in r.diagnostics}
+    assert ("data.py", "ADV101", 6) in lines and ("data.py", "ADV102", 6) in lines
+    assert not {finding for finding in lines if finding[0] == "data.py" and finding[2] == 9}
+
+
 def test_each_file_alone_without_project_scope(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "config.py").write_text('import torch\nDEVICE = torch.device("cuda")\n')

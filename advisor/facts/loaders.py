@@ -19,6 +19,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER
 from advisor.context import MISSING
+from advisor.facts.devices import Where
 from advisor.loops import under_no_grad
 from advisor.names import dotted_name
 from advisor.values import Value
@@ -47,6 +48,12 @@ _CALL_DEPTH = 3
 _LIGHTNING_ON_DEMAND_LOADERS = {"test_dataloader": "test", "predict_dataloader": "predict"}
 _LIGHTNING_MODULES = ("LightningModule", "LightningDataModule")
 _PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders")
+# What an in-memory dataset's ``__getitem__`` may call and still only index what it holds.
+_CHEAP_BUILTINS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "super"})
+_CHEAP_TENSOR_METHODS = frozenset({
+    "long", "float", "int", "bool", "half", "clone", "contiguous", "view", "reshape", "unsqueeze", "squeeze",
+    "size", "item", "numel", "flatten", "t", "transpose", "permute", "type", "tolist", "copy",
+})
 def builtin_call(ctx: "FileContext", expr: cst.BaseExpression, *names: str) -> bool:
     """``range(...)`` / ``list(...)`` calling the builtin (the file binds no such name)."""
     return (
@@ -403,14 +410,42 @@ class LoaderFacts:
         return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[function.name.value])
 
     # -- settings ---------------------------------------------------------------------------------
+    def runs_for_training(self, call: cst.Call) -> bool:
+        """Whether the loader is built where training code runs: in a file that trains on a GPU
+        itself, or, in a module that takes the GPU from the scripts importing it, at module level
+        or in a function of the module that it calls or that an importer uses
+        (``create_dataloader_v1`` imported by ``gpt_train.py``)."""
+        ctx = self.ctx
+        devices = ctx.facts.devices
+        if not devices.gpu.because.startswith("imported by") or ctx.project is None:
+            return True
+        function = ctx.enclosing(call, cst.FunctionDef)
+        while isinstance(function, cst.FunctionDef):
+            outer = ctx.enclosing(function, cst.FunctionDef)
+            if outer is None:
+                break
+            function = outer
+        if not isinstance(function, cst.FunctionDef):
+            return True
+        cls = ctx.enclosing(function, cst.ClassDef)
+        name = cls.name.value if isinstance(cls, cst.ClassDef) else function.name.value
+        if ctx.loops.callers(function) or any(
+            isinstance(n, cst.Name) and n.value == name and ctx.is_read(n) and not ctx.is_descendant(n, function)
+            for n in ctx.nodes(cst.Name)
+        ):
+            return True
+        return ctx.project.used_by_importers(name)
+
     def pin_unset(self, call: cst.Call) -> bool:
         """``pin_memory`` certainly not passed: the loader does not pin, and nobody chose that."""
         return self.ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"]) is MISSING
 
     def pinnable(self, call: cst.Call) -> bool:
-        """A loader whose batches pinning would speed up: host data, not indices, and not a
-        Lightning loader that never runs."""
-        return not (self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call))
+        """A loader whose batches pinning would speed up: host data, not indices, built where
+        training runs, and not a Lightning loader that never runs."""
+        if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
+            return False
+        return self.runs_for_training(call)
 
     def pinned(self, call: cst.Call) -> bool:
         """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
@@ -514,10 +549,47 @@ class LoaderFacts:
 
     def unsuited_to_workers(self, call: cst.Call) -> bool:
         """Iterable datasets (each worker would replay the stream) and in-memory datasets
-        (tensor datasets, Python sequences)."""
+        (tensor datasets, Python sequences, a class of the file that only indexes what it holds)."""
         if self.file_streams_data or self._python_sequence_dataset(call):
             return True
-        return self.in_memory_tensors(call)
+        return self.in_memory_tensors(call) or self.indexes_memory(call)
+
+    def indexes_memory(self, call: cst.Call) -> bool:
+        """The loader's dataset is a class of the file whose ``__getitem__`` only indexes or slices
+        data it holds (``self.data[i : i + n].long()``), with no I/O, decoding or transform: each
+        item costs a few tensor operations, which worker processes would only add to."""
+        ctx = self.ctx
+        dataset = ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return False
+        sources = self.dataset_sources(dataset) or ()
+        classes = [local_class(ctx, s.func) for s in sources if isinstance(s, cst.Call)]
+        if not classes or any(cls is None for cls in classes):
+            return False
+        for cls in classes:
+            getters = class_methods(ctx, cls, ("__getitem__", "__getitems__"))  # type: ignore[arg-type]
+            if not getters or not all(self._only_indexes(getter) for getter in getters):
+                return False
+        return True
+
+    def _only_indexes(self, getter: cst.FunctionDef) -> bool:
+        ctx = self.ctx
+        if not any(
+            isinstance(sub.value, cst.Attribute) and dotted_name(sub.value.value) == "self"
+            for sub in ctx.walk(getter, cst.Subscript)
+        ):
+            return False
+        for inner in ctx.walk(getter, cst.Call):
+            func = inner.func
+            qualname = ctx.qualname(func) or ""
+            if qualname.startswith("torch.") and qualname.split(".")[1] not in ("load", "hub", "from_file"):
+                continue
+            if isinstance(func, cst.Name) and func.value in _CHEAP_BUILTINS and not ctx.lookup(func.value, func):
+                continue
+            if isinstance(func, cst.Attribute) and func.attr.value in _CHEAP_TENSOR_METHODS:
+                continue
+            return False
+        return True
 
     def dataset_sources(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
         """The expressions a dataset argument can be, seen through names bound once, the
@@ -640,6 +712,9 @@ class LoaderFacts:
             return self.runs_device_move(expr.body)
         if isinstance(expr, cst.Call):
             if ctx.qualname(expr.func) == "functools.partial" and expr.args:
+                device = ctx.keyword_arg(expr, "device")
+                if device is not None and ctx.facts.devices.where(device.value) is not Where.CPU:
+                    return True  # ``partial(collate, device=device)``: it is told where to put the batch
                 return self.callable_moves_to_device(expr.args[0].value, depth + 1)
             cls = local_class(ctx, expr.func)
             return cls is not None and any(
@@ -647,11 +722,20 @@ class LoaderFacts:
             )
         if isinstance(expr, cst.Name):
             bindings = ctx.lookup(expr.value, expr)
+            if len(bindings) > 1:  # chosen in branches: every choice moves the batch
+                return all(
+                    b.value is not None and self.callable_moves_to_device(b.value, depth + 1) for b in bindings
+                )
             if len(bindings) != 1:
                 return False
             binding = bindings[0]
             if isinstance(binding.node, cst.FunctionDef):
                 return self.runs_device_move(binding.node)
+            if isinstance(binding.node, cst.ImportFrom) and ctx.project is not None:
+                found = ctx.project.binding(expr)  # a collate function of another project module
+                if found is not None and isinstance(found[1].node, cst.FunctionDef):
+                    return found[0].facts.loaders.runs_device_move(found[1].node)
+                return False
             return binding.value is not None and self.callable_moves_to_device(binding.value, depth + 1)
         if isinstance(expr, cst.Attribute):
             owner = expr.value

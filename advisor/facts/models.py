@@ -271,6 +271,31 @@ def _factory_owners(ctx: FileContext, call: cst.Call) -> list[tuple[str, cst.CST
     """The models whose parameters a factory function's returned optimizer updates, as the
     caller spells them: ``model`` for ``set_optimizer(opt, model)`` returning
     ``optim.SGD(model.parameters(), ...)``."""
+    owners = _factory_owners_of_function(ctx, call)
+    if owners:
+        return owners
+    # The parameters handed to it (``Lion(model.parameters())``, ``instantiate_optimizer(name, model.parameters())``).
+    found: list[tuple[str, cst.CSTNode]] = []
+    for arg in call.args:
+        if any(
+            isinstance(c.func, cst.Attribute) and c.func.attr.value in ("parameters", "named_parameters")
+            for c in ctx.walk(arg.value, cst.Call)
+        ):
+            found.extend(o for o in _parameter_owners(ctx, arg.value) if all(o[0] != k for k, _ in found))
+    if found:
+        return found
+    # A library factory (timm's ``create_optimizer(args, model)``): its model argument.
+    if ctx.loops.callee(call) is not None or "optim" not in (dotted_name(call.func) or "").split(".")[-1].lower():
+        return []
+    return [
+        (spelling, call)
+        for arg in call.args
+        if arg.keyword is None and (spelling := dotted_name(arg.value)) is not None and "." not in spelling
+    ]
+
+
+def _factory_owners_of_function(ctx: FileContext, call: cst.Call) -> list[tuple[str, cst.CSTNode]]:
+    """The owners a factory of the file or the project returns an optimizer for."""
     function: cst.FunctionDef | None = ctx.loops.callee(call)
     other = ctx
     if function is None and ctx.project is not None:
@@ -278,14 +303,7 @@ def _factory_owners(ctx: FileContext, call: cst.Call) -> list[tuple[str, cst.CST
         if found is not None and isinstance(found[1].node, cst.FunctionDef):
             other, function = found[0], found[1].node
     if function is None:
-        # A library factory (timm's ``create_optimizer(args, model)``): its model argument.
-        if "optim" not in (dotted_name(call.func) or "").split(".")[-1].lower():
-            return []
-        return [
-            (spelling, call)
-            for arg in call.args
-            if arg.keyword is None and (spelling := dotted_name(arg.value)) is not None and "." not in spelling
-        ]
+        return []
     params = [p.name.value for p in function.params.params]
     owners: list[tuple[str, cst.CSTNode]] = []
     for statement in other.walk(function, cst.Return):

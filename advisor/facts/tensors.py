@@ -98,7 +98,10 @@ class StepFacts:
             ):
                 return False
             if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
-                return False
+                # ``f"{loss.item():.2f}" if a else f"{loss.item():.4f}"``: one of them runs.
+                branches = (ancestor.body, ancestor.orelse)
+                if not (together and all(any(t is b or self.ctx.is_descendant(t, b) for t in together) for b in branches)):
+                    return False
             if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
                 return False
             child = ancestor
@@ -410,8 +413,37 @@ class TensorFacts:
         if isinstance(binding, cst.NamedExpr):
             return self.on_device(binding.value, depth + 1)
         if isinstance(binding, (cst.For, cst.CompFor)):
-            return self._gpu_parameter(binding, name.value)
+            return self._gpu_parameter(binding, name.value) or self._prepared_batch(binding, name.value)
         return False
+
+    def _prepared_batch(self, loop: cst.For | cst.CompFor, name: str) -> bool:
+        """A batch drawn from a loader Accelerate or Fabric prepared (``fabric.setup_dataloaders``,
+        ``accelerator.prepare``): the framework has put it on the device."""
+        if not isinstance(loop, cst.For):
+            return False
+        loaders = self.ctx.facts.loaders
+        source, indexed = loaders.unwrap(loop.iter)
+        spellings = {dotted_name(source)}
+        spellings |= {loaders.name(call) for call in loaders.behind(source) or ()}
+        if not any(loaders.handed_to_framework(spelling) for spelling in spellings if spelling):
+            if not self._prepared_directly(source):
+                return False
+        from advisor.facts.loaders import batch_target, target_names
+
+        target = batch_target(loop.target, indexed)
+        return target is not None and name in target_names(target)
+
+    def _prepared_directly(self, source: cst.BaseExpression) -> bool:
+        """``train_dataloader = fabric.setup_dataloaders(...)`` / ``loader = accelerator.prepare(loader)``."""
+        if not isinstance(source, cst.Name):
+            return False
+        value = self.ctx.single_assignment(source)
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("setup_dataloaders", "prepare", "prepare_data_loader")
+            and self.ctx.loops.is_framework(value.func.value)
+        )
 
     def _gpu_parameter(self, loop: cst.For | cst.CompFor, name: str) -> bool:
         """``for p in model.parameters()`` (through ``list``/``filter``/``sorted``) or

@@ -6,6 +6,7 @@ from ``../shared/RULES.md`` alone before advisor ran on them (PROTOCOL.md). Only
 live in this repository: the code is fetched.
 
     python bench/recall/run.py --out docs/recall.md
+    python bench/recall/run.py --from-findings bench/recall/results/final.json   # rescore a saved run
 
 For each project the pinned commit's Python files are written to a scratch folder (from a
 local mirror of the repository, ``--mirror``, or a clone from GitHub into ``--cache``), a
@@ -172,6 +173,11 @@ def match(labels: list[Label], findings: list[Finding]) -> tuple[dict[Label, Fin
         matched[label] = finding
         capacity[index] -= 1
         used.add(index)
+    # Labels are one per line: a second finding of the code on a matched line is the same label's.
+    matched_lines = {(label.path, label.code, label.line) for label in matched}
+    for index, finding in enumerate(findings):
+        if index not in used and any((finding.path, finding.code, line) in matched_lines for line in finding.lines):
+            used.add(index)
     rest = [f for i, f in enumerate(findings) if i not in used]
     return matched, rest
 
@@ -221,10 +227,14 @@ def score(projects: list[Project], findings: dict[str, list[Finding]], adjudicat
                 misses.append(label)
         for finding in found:
             result.findings[finding.code] += 1
-        for finding in set(matched.values()):
-            result.correct[finding.code] += 1
+        rest_ids = {id(f) for f in rest}
+        for finding in found:
+            if id(finding) not in rest_ids:
+                result.correct[finding.code] += 1
         for finding in rest:
             verdict = adjudication.get(key_of(finding))
+            if isinstance(verdict, dict):
+                verdict = verdict.get("verdict")
             if verdict == "correct":
                 result.correct[finding.code] += 1
             elif verdict == "wrong":
@@ -274,15 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--misses", type=Path, help="write the labels not found here (JSON)")
     parser.add_argument("--out", type=Path, help="write the report (Markdown) here")
     parser.add_argument("--keep", type=Path, help="write the projects' files here and keep them (default: a scratch folder)")
+    parser.add_argument("--from-findings", type=Path, help="score the findings a --findings run wrote (results/*.json) instead of running advisor")
     args = parser.parse_args(argv)
 
     projects = [p for p in load_projects(args.labels) if not args.only or p.repo in args.only]
     adjudication = json.loads(args.adjudication.read_text()) if args.adjudication.exists() else {}
     mirror = args.mirror if args.mirror.exists() else None
     command = args.advisor.split()
-    findings: dict[str, list[Finding]] = {}
+    findings: dict[str, list[Finding]] = defaultdict(list)
+    if args.from_findings:
+        for item in json.loads(args.from_findings.read_text())["findings"]:
+            findings[item["repo"]].append(Finding(**item))
     with tempfile.TemporaryDirectory(prefix="advisor-recall-") as scratch:
-        for project in projects:
+        for project in [] if args.from_findings else projects:
             folder = materialize(project, git_dir(project.repo, mirror, args.cache), args.keep or Path(scratch))
             raw = run_advisor(folder, command, args.gpu, not args.no_project)
             findings[project.repo] = [
