@@ -474,6 +474,44 @@ class ProjectView:
             project._in_progress.discard(self.path)
         return None
 
+    def calls_from_importers(self, name: str) -> list[tuple["FileContext", cst.Call]]:
+        """The calls of this module's function ``name`` in the project files that import it
+        (``engine.train(model, train_dataloader, ...)`` in ``train.py``), each with its file's
+        context. Only files whose text names ``name(`` are parsed."""
+        project = self.project
+        self.asked_importers = True
+        if project.importer_depth >= _IMPORTER_DEPTH or self.path in project._in_progress:
+            return []
+        calling = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*\(")
+        found: list[tuple[FileContext, cst.Call]] = []
+        project._in_progress.add(self.path)
+        project.importer_depth += 1
+        try:
+            for path in project.importers.get(self.path, []):
+                self.consulted.add(path)
+                if not calling.search(project.text(path)):
+                    continue
+                other = self._context(path)
+                if other is None or other.project is None:
+                    continue
+                for call in other.nodes(cst.Call):
+                    func = call.func
+                    spelled = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+                    if spelled != name:
+                        continue
+                    bound = other.project.binding(func)
+                    if bound is not None and os.path.abspath(bound[0].path) == self.path and isinstance(bound[1].node, cst.FunctionDef):
+                        found.append((other, call))
+        finally:
+            project.importer_depth -= 1
+            project._in_progress.discard(self.path)
+        return found
+
+    def imported(self) -> bool:
+        """Whether another file of the project imports this one."""
+        self.asked_importers = True
+        return bool(self.project.importers.get(self.path))
+
     def used_by_importers(self, name: str) -> bool:
         """Whether a project file that imports this module uses ``name`` of it: imports it by name
         (or with ``*``), or reads ``<module>.name``."""

@@ -798,13 +798,20 @@ class DataLoaderSyncLoading(Rule):
         return append_args(updated, added)
 
 
+# Methods that return a view of a contiguous tensor: the same (pinned) memory.
+_VIEWS = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze"})
+
+
 class _BatchScope:
     """The names in one loop body that hold (parts of) the batch the loop draws."""
 
-    def __init__(self, ctx: FileContext, loop: cst.For | cst.FunctionDef, names: set[str]) -> None:
+    def __init__(
+        self, ctx: FileContext, loop: cst.For | cst.While | cst.FunctionDef, names: set[str], drawn: cst.Call | None = None
+    ) -> None:
         self.ctx = ctx
         self.loop = loop  # the loop drawing the batch, or a helper it hands the batch to
         self.names = names
+        self.drawn = drawn  # ``next(loader)`` used in place: the batch is that expression
         # ``x, y = batch`` / ``inputs = batch["input_ids"]``: still host tensors of the batch.
         assignments = [a for a in ctx.walk(loop.body, cst.Assign) if not self.outside(a)]
         for _ in range(2):
@@ -829,8 +836,15 @@ class _BatchScope:
 
     def holds_batch(self, expr: cst.BaseExpression, at: cst.CSTNode | None) -> bool:
         """``batch``, ``batch[0]``, ``batch["x"]``, ``batch.x``, or ``v`` of ``for k, v in batch.items()``."""
-        while isinstance(expr, (cst.Subscript, cst.Attribute)):
-            expr = expr.value
+        while True:
+            if isinstance(expr, (cst.Subscript, cst.Attribute)):
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
+                expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
+            else:
+                break
+        if self.drawn is not None and expr is self.drawn:
+            return True
         if not isinstance(expr, cst.Name):
             return False
         if expr.value in self.names:
@@ -923,7 +937,8 @@ class BlockingHostToDeviceCopy(Rule):
           not CUDA (`.to("cpu")`, a `device` that resolves to `"cpu"`), or to something
           that is not visibly a device (`x.to(other_tensor)`);
         - the tensor is not the batch itself (a model, a tensor computed in the loop,
-          `batch[0].float().to(device)`);
+          `batch[0].float().to(device)`; a view of it, `x.reshape(-1, 784)` / `.view` /
+          `.flatten` / `.unsqueeze` / `.squeeze`, is the same pinned memory and is reported);
         - `non_blocking` is already passed, or passed a value that cannot be read;
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there).
     """
@@ -998,6 +1013,83 @@ class BlockingHostToDeviceCopy(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+            data_iter = iter(loader)
+            for step in range(max_steps):
+                try:
+                    batch = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(loader)
+                    batch = next(data_iter)
+                x, y = [t.to("cuda") for t in batch]
+                model(x, y).backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+            data_iter = iter(loader)
+            for step in range(max_steps):
+                try:
+                    batch = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(loader)
+                    batch = next(data_iter)
+                x, y = [t.to("cuda", non_blocking=True) for t in batch]
+                model(x, y).backward()
+            """,
+            note="batches drawn with `next()` from an iterator over the loader (minGPT's trainer)",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = cycle(DataLoader(train_set, batch_size=4, pin_memory=True))
+            while True:
+                data = next(loader).to("cuda")
+                model(data).backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = cycle(DataLoader(train_set, batch_size=4, pin_memory=True))
+            while True:
+                data = next(loader).to("cuda", non_blocking=True)
+                model(data).backward()
+            """,
+            note="`next(loader)` copied as it is drawn",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda")
+            loader = DataLoader(mnist, batch_size=100, shuffle=True, pin_memory=True)
+            for images, labels in loader:
+                images = images.reshape(-1, 28 * 28).to(device)
+                model(images).sum().backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda")
+            loader = DataLoader(mnist, batch_size=100, shuffle=True, pin_memory=True)
+            for images, labels in loader:
+                images = images.reshape(-1, 28 * 28).to(device, non_blocking=True)
+                model(images).sum().backward()
+            """,
+            note="a reshaped batch is a view of the same pinned memory",
+        ),
         Invalid(
             """
             import torch
@@ -1104,27 +1196,10 @@ class BlockingHostToDeviceCopy(Rule):
             return
         facts = ctx.facts.loaders
         reported: set[cst.Call] = set()
-        for loop in ctx.nodes(cst.For):
-            source, indexed = facts.unwrap(loop.iter)
-            loaders = facts.behind(source)
-            if not loaders:
+        for scope, source in self._batches(ctx):
+            unpinned = self._unpinned(ctx, source)
+            if unpinned is None:
                 continue
-            if all(facts.pinned(c) for c in loaders):
-                unpinned = False
-            elif all(facts.pin_unset(c) and facts.pinnable(c) for c in loaders):
-                unpinned = True  # ADV101 pins it: the copies go with it, in the same run
-            else:
-                continue
-            if any(facts.dataset_on_gpu(c) for c in loaders):
-                continue  # the batch is on the GPU already: its ``.to()`` copies nothing
-            spellings = {dotted_name(source), *(facts.name(c) for c in loaders)}
-            if any(facts.handed_to_framework(spelling) for spelling in spellings):
-                continue
-            target = batch_target(loop.target, indexed)
-            names = target_names(target) if target is not None else set()
-            if not names:
-                continue
-            scope = _BatchScope(ctx, loop, names)
             for call, scope in self._batch_copies(ctx, scope):
                 func = call.func
                 if call in reported or not _blocking_copy(ctx, call):
@@ -1145,6 +1220,56 @@ class BlockingHostToDeviceCopy(Rule):
                     )
                 yield self.report(call, message, fix)
 
+
+    @staticmethod
+    def _batches(ctx: FileContext) -> Iterator[tuple["_BatchScope", cst.BaseExpression]]:
+        """Where the code holds a batch drawn from a loader, and the expression it draws from:
+        ``for x, y in loader:``, and ``batch = next(data_iter)`` (``data_iter = iter(loader)``)
+        in a loop, as in minGPT's trainer; ``next(loader).to(device)`` is a batch on its own."""
+        facts = ctx.facts.loaders
+        for loop in ctx.nodes(cst.For):
+            source, indexed = facts.unwrap(loop.iter)
+            target = batch_target(loop.target, indexed)
+            names = target_names(target) if target is not None else set()
+            if names:
+                yield _BatchScope(ctx, loop, names), source
+        for call in ctx.nodes(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == "next") or ctx.lookup("next", call):
+                continue
+            if len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
+                continue
+            loop = ctx.enclosing(call, cst.While, cst.For)
+            if loop is None or ctx.enclosing(call, cst.FunctionDef) is not ctx.enclosing(loop, cst.FunctionDef):
+                continue
+            parent = ctx.parent.get(call)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                names = target_names(parent.targets[0].target)
+                if names:
+                    yield _BatchScope(ctx, loop, names), call.args[0].value
+            else:
+                yield _BatchScope(ctx, loop, set(), drawn=call), call.args[0].value
+
+    @staticmethod
+    def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> bool | None:
+        """False when every loader behind ``source`` pins its batches, True when none sets
+        ``pin_memory`` and ADV101 pins them (in this file or the one that builds it), None
+        otherwise (a choice made, batches already on the GPU, a framework placing them)."""
+        facts = ctx.facts.loaders
+        loaders = facts.feeding(source)
+        if not loaders:
+            return None
+        if all(owner.pinned(c) for owner, c in loaders):
+            unpinned = False
+        elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
+            unpinned = True  # ADV101 pins it: the copies go with it, in the same run
+        else:
+            return None
+        if any(owner.dataset_on_gpu(c) for owner, c in loaders):
+            return None  # the batch is on the GPU already: its ``.to()`` copies nothing
+        spellings = {dotted_name(source), *(owner.name(c) for owner, c in loaders if owner is facts)}
+        if any(facts.handed_to_framework(spelling) for spelling in spellings):
+            return None
+        return unpinned
 
     @staticmethod
     def _batch_copies(ctx: FileContext, scope: "_BatchScope", depth: int = 0) -> Iterator[tuple[cst.Call, "_BatchScope"]]:

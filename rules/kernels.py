@@ -20,6 +20,7 @@ from advisor.facts.models import (
     framework_hand_over,
     handed_to_deepspeed,
     local_module_classes,
+    project_class,
     model_build_kind,
     params_clearly_on_cpu,
     strip_same_module_methods,
@@ -743,6 +744,29 @@ class NoTorchCompile(Rule):
         Valid(
             """
             import torch
+            from torch import nn
+
+            class LinearClassifier(nn.Module):
+                def __init__(self, dim, num_labels=1000):
+                    super().__init__()
+                    self.linear = nn.Linear(dim, num_labels)
+                    self.linear.weight.data.normal_(mean=0.0, std=0.01)
+
+                def forward(self, x):
+                    return self.linear(x.view(x.size(0), -1))
+
+            classifier = LinearClassifier(1536).cuda()
+            optimizer = torch.optim.SGD(classifier.parameters(), lr=0.01)
+            for feats, y in loader:
+                loss = nn.functional.cross_entropy(classifier(feats.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a class whose only layer is one `nn.Linear` (DINO's linear evaluation): a probe",
+        ),
+        Valid(
+            """
+            import torch
             model = Net().cuda()
             model = torch.compile(model)
             optimizer = torch.optim.AdamW(model.parameters())
@@ -1176,16 +1200,16 @@ class NoTorchCompile(Rule):
                 continue
             if all(_single_layer(ctx, b) for b in model.builds):
                 continue  # one ``nn.Linear`` probe: one matmul, nothing for a compiler to fuse
-            # The last build: earlier ones are usually the special cases (a tiny test model).
-            build = max(model.builds, key=lambda b: ctx.order[b.binding])
+            build = _reported_build(ctx, model.builds)
             name = build.name or model.name
+            shown = _wrapped_build(ctx, model.builds, build)
             if accelerate_only:
                 message = (
                     f"`{name}` is trained on CUDA through Accelerate without `torch.compile`: it runs eagerly, one "
                     f"kernel per operation; unless your `accelerate config` sets a dynamo backend, pass "
                     f'`dynamo_backend="inductor"` to `Accelerator(...)` (guide: {COMPILE_GUIDE})'
                 )
-                yield self.report(build.call, message)
+                yield self.report(_wrapped_network(ctx, shown), message)
                 continue
             anchor = compile_anchor(ctx, build)
             in_place = _reaches_into_module(ctx, name, ctx.end_order[anchor] if anchor else ctx.order[build.binding])
@@ -1198,7 +1222,7 @@ class NoTorchCompile(Rule):
                 f"operation; {advice} once it is built and moved (guide: {COMPILE_GUIDE})"
             )
             fix = self._fix(ctx, name, anchor, in_place) if anchor is not None else None
-            yield self.report(build.call, message, fix)
+            yield self.report(_wrapped_network(ctx, shown), message, fix)
 
     @staticmethod
     def _accelerator_leaves_dynamo(ctx: FileContext) -> bool:
@@ -1247,10 +1271,125 @@ CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
 _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile\s*=")
 
 
+def _reported_build(ctx: FileContext, builds: list[ModelBuild]) -> ModelBuild:
+    """The build that runs with the script's defaults: where the builds are branches of one
+    ``if``/``elif`` chain whose tests the defaults decide (``if args.test_mode:`` / ``elif
+    args.model == "bert":``), the one in the branch taken; otherwise the last (earlier ones are
+    usually special cases, a tiny test model, that it replaces)."""
+    last = max(builds, key=lambda b: ctx.order[b.binding])
+    if len(builds) == 1:
+        return last
+    first = min(builds, key=lambda b: ctx.order[b.binding])
+    for head in _if_chain_heads(ctx, first.binding):
+        branches = {id(b): _branch_of(ctx, head, b.binding) for b in builds}
+        if None in branches.values():
+            continue
+        taken = _taken_branch(ctx, head)
+        chosen = [b for b in builds if branches[id(b)] == taken]
+        if taken is not None and chosen:
+            return max(chosen, key=lambda b: ctx.order[b.binding])
+        break
+    return last
+
+
+def _taken_branch(ctx: FileContext, head: cst.If) -> int | None:
+    """Which branch of an ``if``/``elif`` chain runs when every test resolves (command-line
+    defaults included); None when one cannot be told."""
+    branch: cst.CSTNode | None = head
+    index = 0
+    while isinstance(branch, cst.If):
+        value = ctx.values.resolve(branch.test)
+        if value is None or not isinstance(value.value, (bool, int, str, type(None))):
+            return None
+        if value.value:
+            return index
+        branch = branch.orelse
+        index += 1
+    return index if isinstance(branch, cst.Else) else None
+
+
+def _if_chain_heads(ctx: FileContext, node: cst.CSTNode) -> Iterator[cst.If]:
+    """The ``if``/``elif`` chains around ``node``, innermost first, each by its first ``if``."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return
+        if isinstance(ancestor, cst.If) and not isinstance(ctx.parent.get(ancestor), cst.If):
+            yield ancestor
+
+
+def _branch_of(ctx: FileContext, head: cst.If, node: cst.CSTNode) -> int | None:
+    """Which branch of the chain starting at ``head`` holds ``node`` (None: outside the chain)."""
+    branch: cst.CSTNode | None = head
+    index = 0
+    while isinstance(branch, (cst.If, cst.Else)):
+        orelse = branch.orelse if isinstance(branch, cst.If) else None
+        if ctx.is_descendant(node, branch) and not (orelse is not None and ctx.is_descendant(node, orelse)):
+            return index
+        branch = orelse
+        index += 1
+    return None
+
+
+def _wrapped_build(ctx: FileContext, builds: list[ModelBuild], build: ModelBuild) -> ModelBuild:
+    """The build a finding points at: ``build``, or, when it only wraps an earlier one
+    (``model = AutoregressiveWrapper(model)``), the network it wraps, where the user defines it."""
+    seen = {id(build)}
+    while build.name is not None:
+        reads = any(
+            dotted_name(arg.value) == build.name or any(n.value == build.name for n in ctx.walk(arg.value, cst.Name))
+            for arg in build.call.args
+        )
+        earlier = [
+            b for b in builds
+            if id(b) not in seen and b.name == build.name and ctx.order[b.binding] < ctx.order[build.binding]
+        ]
+        if not reads or not earlier:
+            break
+        build = max(earlier, key=lambda b: ctx.order[b.binding])
+        seen.add(id(build))
+    return build
+
+
+def _wrapped_network(ctx: FileContext, build: ModelBuild) -> cst.Call:
+    """Where the network a build wraps is built: ``model = AutoregressiveWrapper(base_model)``
+    points at ``base_model = TransformerWrapper(...)``; other builds at themselves."""
+    positional = [arg.value for arg in build.call.args if arg.keyword is None and not arg.star]
+    if positional and isinstance(positional[0], cst.Name):
+        bindings = ctx.lookup(positional[0].value, positional[0])
+        value = bindings[0].value if len(bindings) == 1 else None
+        if isinstance(value, cst.Call) and model_build_kind(ctx, value) is not None:
+            return value
+    return build.call
+
+
+_ONE_LAYER = ("Linear", "Conv1d", "Conv2d", "Embedding", "Bilinear")
+
+
 def _single_layer(ctx: FileContext, build: ModelBuild) -> bool:
-    """A model that is one ``torch.nn`` layer (``nn.Linear(d, classes)``), not a container."""
+    """A model that is one ``torch.nn`` layer (``nn.Linear(d, classes)``), or a class (of the
+    file or the project) whose only layer is one (DINO's ``LinearClassifier``): a linear probe."""
     qualname = ctx.qualname(build.call.func) or ""
-    return build.kind == "torch.nn" and qualname.rsplit(".", 1)[-1] in ("Linear", "Conv1d", "Conv2d", "Embedding", "Bilinear")
+    if build.kind == "torch.nn":
+        return qualname.rsplit(".", 1)[-1] in _ONE_LAYER
+    if build.kind == "local" and isinstance(build.call.func, cst.Name):
+        owner, cls = ctx, local_module_classes(ctx).get(build.call.func.value)
+    elif build.kind == "imported":
+        found = project_class(ctx, build.call.func)
+        owner, cls = found if found is not None else (ctx, None)
+    else:
+        return False
+    if cls is None or any(not _plain_module_base(base.value) for base in cls.bases):
+        return False
+    layers = [
+        call for call in owner.walk(cls, cst.Call)
+        if (owner.qualname(call.func) or "").startswith("torch.nn.") and (owner.qualname(call.func) or "")[9:10].isupper()
+    ]
+    return len(layers) == 1 and (owner.qualname(layers[0].func) or "").rsplit(".", 1)[-1] in _ONE_LAYER
+
+
+def _plain_module_base(base: cst.BaseExpression) -> bool:
+    """``nn.Module`` / ``torch.nn.Module``: a class with no layers inherited from a base of its own."""
+    return (dotted_name(base) or "").rsplit(".", 1)[-1] == "Module"
 
 
 def _compile_commented_out(ctx: FileContext) -> bool:
@@ -1517,6 +1656,58 @@ class CudnnBenchmark(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            from torchvision.datasets import CIFAR10
+            from models import UNet
+
+            class DDPM(nn.Module):
+                def __init__(self, eps_model, n_T):
+                    super().__init__()
+                    self.eps_model = eps_model
+                    self.n_T = n_T
+
+                def forward(self, x):
+                    return self.eps_model(x).pow(2).mean()
+
+            dataset = CIFAR10("data", train=True, download=True)
+            ddpm = DDPM(eps_model=UNet(3, 3), n_T=1000).cuda()
+            optim = torch.optim.Adam(ddpm.parameters(), lr=2e-4)
+            for x, _ in torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True):
+                loss = ddpm(x.cuda())
+                loss.backward()
+                optim.step()
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+            from torchvision.datasets import CIFAR10
+            from models import UNet
+
+            torch.backends.cudnn.benchmark = True
+
+            class DDPM(nn.Module):
+                def __init__(self, eps_model, n_T):
+                    super().__init__()
+                    self.eps_model = eps_model
+                    self.n_T = n_T
+
+                def forward(self, x):
+                    return self.eps_model(x).pow(2).mean()
+
+            dataset = CIFAR10("data", train=True, download=True)
+            ddpm = DDPM(eps_model=UNet(3, 3), n_T=1000).cuda()
+            optim = torch.optim.Adam(ddpm.parameters(), lr=2e-4)
+            for x, _ in torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True):
+                loss = ddpm(x.cuda())
+                loss.backward()
+                optim.step()
+            """,
+            unsafe=True,
+            note="a diffusion wrapper of the file around a UNet, on CIFAR-10 (one image size): a conv net",
+        ),
         Invalid(
             """
             import torch

@@ -27,7 +27,7 @@ from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
-from advisor.facts.models import KNOWN_LIBRARIES
+from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
     AMP_SCALER,
     AUTOCAST,
@@ -48,6 +48,7 @@ from advisor.facts.precision import (
     half_weights,
     in_inference_function,
     known_setting,
+    precision_left_to_launcher,
     parameter_owners,
     precision_reassigned,
     resolve_dtype,
@@ -1608,11 +1609,14 @@ class Tf32Disabled(Rule):
         - the training is not known to run in fp32: any autocast, bf16/fp16 setting, GradScaler,
           `.half()`, half-precision or quantized weights, apex, DeepSpeed, or a precision that
           is decided outside the file (`TrainingArguments(**vars(args))`, `HfArgumentParser`,
-          `Accelerator()` left to `accelerate launch`, `LightningCLI`). Under mixed precision
-          the matmuls already run in bf16/fp16, so TF32 adds little (ADV203 is the advice for
-          fp32 training);
-        - Accelerate: its launcher config can turn on `torch.compile`, which enables TF32;
-          the Trainer with `torch_compile=True` enables it too;
+          `LightningCLI`, an `Accelerator()` in a script that says it runs under `accelerate
+          launch`). Under mixed precision the matmuls already run in bf16/fp16, so TF32 adds
+          little (ADV203 is the advice for fp32 training). An `Accelerator()` that does not
+          set `mixed_precision` in a script that does not name the launcher trains in fp32
+          under plain `python`: it is reported, the message saying that a launcher config
+          with mixed precision or a dynamo backend would make the line unnecessary;
+        - Accelerate with a dynamo backend set in the file (`Accelerator(dynamo_backend=...)`)
+          turns TF32 on itself for fp32 training; the Trainer with `torch_compile=True` too;
         - the model has no fp32 matmuls to speak of: a conv net with a linear head, a model
           the file does not build (imported from elsewhere), a toy whose layers are at most 64
           wide, reinforcement learning or meta-learning networks (gym, learn2learn, ...);
@@ -1759,6 +1763,7 @@ class Tf32Disabled(Rule):
         ),
         Valid(
             """
+            \"\"\"Run with `accelerate launch train.py` after `accelerate config`.\"\"\"
             import torch
             from accelerate import Accelerator
             accelerator = Accelerator()
@@ -1768,7 +1773,7 @@ class Tf32Disabled(Rule):
                 accelerator.backward(loss)
                 optimizer.step()
             """,
-            note="accelerate launch decides the precision",
+            note="the file says it runs under `accelerate launch`: its config decides the precision",
         ),
         Valid(
             """
@@ -1791,14 +1796,14 @@ class Tf32Disabled(Rule):
             """
             import torch
             from accelerate import Accelerator
-            accelerator = Accelerator(mixed_precision="no")
+            accelerator = Accelerator(mixed_precision="no", dynamo_backend="inductor")
             model, optimizer, loader = accelerator.prepare(torch.nn.Linear(1024, 1024), optimizer, loader)
             for x, y in loader:
                 loss = (model(x) - y).pow(2).mean()
                 accelerator.backward(loss)
                 optimizer.step()
             """,
-            note="Accelerate's launcher config may compile the model, which turns TF32 on",
+            note="Accelerate turns TF32 on itself for fp32 training with a dynamo backend",
         ),
         Valid(
             """
@@ -1826,6 +1831,58 @@ class Tf32Disabled(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer, loader = accelerator.prepare(torch.nn.Linear(1024, 1024), optimizer, loader)
+            for x, y in loader:
+                loss = (model(x) - y).pow(2).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from accelerate import Accelerator
+
+            torch.set_float32_matmul_precision("high")
+            accelerator = Accelerator()
+            model, optimizer, loader = accelerator.prepare(torch.nn.Linear(1024, 1024), optimizer, loader)
+            for x, y in loader:
+                loss = (model(x) - y).pow(2).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+            """,
+            unsafe=True,
+            note="`Accelerator()` without `mixed_precision`: fp32 under plain `python` (harmless under a launcher that sets bf16)",
+        ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="no")
+            model, optimizer, loader = accelerator.prepare(torch.nn.Linear(1024, 1024), optimizer, loader)
+            for x, y in loader:
+                loss = (model(x) - y).pow(2).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from accelerate import Accelerator
+
+            torch.set_float32_matmul_precision("high")
+            accelerator = Accelerator(mixed_precision="no")
+            model, optimizer, loader = accelerator.prepare(torch.nn.Linear(1024, 1024), optimizer, loader)
+            for x, y in loader:
+                loss = (model(x) - y).pow(2).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+            """,
+            unsafe=True,
+            note="fp32 through Accelerate with no dynamo backend in the file (with one, Accelerate enables TF32 itself)",
+        ),
         Invalid(
             """
             import torch
@@ -1996,12 +2053,17 @@ class Tf32Disabled(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not ctx.target.tf32 or not ctx.facts.frameworks.gpu_sites or tf32_configured(ctx):
             return
+        if ctx.facts.devices.library_module and not any(model.builds for model in trained_models(ctx)):
+            return  # the model comes from the scripts importing this module: the process-wide setting goes there
         if not fp32_matmul_model(ctx) or small_network_training(ctx):
             return
         reported_torch = False
         for site in ctx.facts.frameworks.gpu_sites:
-            if site.kind == ACCELERATE or not trains_in_fp32(ctx, site):
-                continue  # Accelerate: the launcher's dynamo config may turn TF32 on
+            launcher = site.kind == ACCELERATE and precision_left_to_launcher(ctx, site)
+            if not launcher and not trains_in_fp32(ctx, site):
+                continue
+            if site.kind == ACCELERATE and _accelerate_compiles(ctx, site):
+                continue  # Accelerate turns TF32 on itself for fp32 training with a dynamo backend
             if site.kind == HF_TRAINER:
                 assert site.config is not None
                 if trainer_compiles(ctx, site.config):
@@ -2018,6 +2080,12 @@ class Tf32Disabled(Rule):
                     f"fp32 matmuls trained on {ctx.target.name} with TF32 never enabled: add "
                     '`torch.set_float32_matmul_precision("high")` to use the TF32 tensor cores (up to 3x faster)'
                 )
+                if site.kind == ACCELERATE:
+                    message = (
+                        f"fp32 matmuls trained through Accelerate on {ctx.target.name} with TF32 never enabled in "
+                        "the file (unless `accelerate launch` is configured for mixed precision or a dynamo backend): "
+                        'add `torch.set_float32_matmul_precision("high")` to use the TF32 tensor cores (up to 3x faster)'
+                    )
                 yield self.report(site.anchor, _message(message), self._torch_fix(ctx))
 
     def _torch_fix(self, ctx: FileContext):
@@ -2348,8 +2416,9 @@ class NoMixedPrecision(Rule):
           DeepSpeed, FSDP `MixedPrecision`, or an `--amp` / `--fp16` / `--bf16` option;
         - the precision is decided outside the file: `TrainingArguments` from
           `HfArgumentParser` or `**vars(args)`, `bf16=args.bf16` (a command-line flag),
-          `Accelerator()` with no `mixed_precision` (`accelerate launch` / `accelerate config`
-          decide), `LightningCLI`, a DeepSpeed config, TRL configs (recent TRL turns bf16 on
+          `Accelerator()` with no `mixed_precision` in a script that says it runs under
+          `accelerate launch` / `accelerate config` (elsewhere it trains in fp32 under plain
+          `python`, and is reported), `LightningCLI`, a DeepSpeed config, TRL configs (recent TRL turns bf16 on
           when neither flag is set), precision set after construction (`args.bf16 = ...`);
         - nothing is trained on CUDA in the file: CPU-only scripts (`device = "cpu"`,
           `use_cpu=True`, `Accelerator(cpu=True)`, Lightning `accelerator="cpu"` or left to
@@ -2438,6 +2507,7 @@ class NoMixedPrecision(Rule):
         ),
         Valid(
             """
+            # accelerate config  # then: accelerate launch train.py
             import torch
             from accelerate import Accelerator
             accelerator = Accelerator(gradient_accumulation_steps=4)
@@ -2447,7 +2517,7 @@ class NoMixedPrecision(Rule):
                 accelerator.backward(loss)
                 optimizer.step()
             """,
-            note="accelerate launch / accelerate config decides",
+            note="the file says it runs under `accelerate launch`: its config decides",
         ),
         Valid(
             """
@@ -2619,6 +2689,44 @@ class NoMixedPrecision(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=4)
+            model, optimizer, loader = accelerator.prepare(Net(), optimizer, loader)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+                def forward(self, x):
+                    return self.body(x)
+            """,
+            fixed="""
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision="bf16")
+            model, optimizer, loader = accelerator.prepare(Net(), optimizer, loader)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+                def forward(self, x):
+                    return self.body(x)
+            """,
+            unsafe=True,
+            note="`Accelerator()` without `mixed_precision`, in a script that does not say it runs under `accelerate launch`",
+        ),
         Invalid(
             """
             import lightning as L
@@ -2940,7 +3048,8 @@ class NoMixedPrecision(Rule):
         if not sites or small_network_training(ctx):
             return
         for site in sites:
-            if not trains_in_fp32(ctx, site):
+            launcher = precision_left_to_launcher(ctx, site)
+            if not launcher and not trains_in_fp32(ctx, site):
                 continue
             if site.kind == LOOP:
                 yield self._loop(ctx, site.loops[0])
@@ -2949,7 +3058,7 @@ class NoMixedPrecision(Rule):
             if site.kind == HF_TRAINER:
                 finding = self._trainer(ctx, site.config)
             elif site.kind == ACCELERATE:
-                finding = self._accelerator(ctx, site.config)
+                finding = self._accelerator(ctx, site.config, launcher)
             elif site.kind in (LIGHTNING_FIT, FABRIC_LOOP):
                 finding = self._lightning(ctx, site.config)
             if finding is not None:
@@ -2999,8 +3108,15 @@ class NoMixedPrecision(Rule):
         fix = self.fix(f"Pass `{flag}=True`", edit) if edit is not None else None
         return self.report(call, _message(message), fix)
 
-    def _accelerator(self, ctx: FileContext, call: cst.Call) -> Finding:
+    def _accelerator(self, ctx: FileContext, call: cst.Call, launcher: bool) -> Finding:
         choice = "bf16" if ctx.target.bf16 else "fp16"
+        if launcher:
+            message = (
+                "`Accelerator()` without `mixed_precision` trains in full fp32 under plain `python` and unless "
+                f'`accelerate config` chose mixed precision: pass `mixed_precision="{choice}"`'
+            )
+            fix = self.fix(f'Pass `mixed_precision="{choice}"`', Edit(call, set_keyword(call, "mixed_precision", f'"{choice}"')))
+            return self.report(call, _message(message), fix)
         message = f'`Accelerator(mixed_precision="no")` trains in full fp32: use `"{choice}"`'
         value = known_setting(ctx, call, "mixed_precision")
         fix = None
@@ -3021,6 +3137,17 @@ class NoMixedPrecision(Rule):
                 replacement = string_like(value.node, choice)
                 fix = self.fix(f'Use `precision="{choice}"`', Edit(value.node, replacement))
         return self.report(call, _message(message), fix)
+
+
+def _accelerate_compiles(ctx: FileContext, site: TrainingSite) -> bool:
+    """``Accelerator(dynamo_backend=...)`` set in the file to anything but ``"no"``."""
+    if not isinstance(site.config, cst.Call):
+        return False
+    backend = ctx.argument(site.config, "dynamo_backend")
+    if backend is MISSING:
+        return False
+    value = known_setting(ctx, site.config, "dynamo_backend")
+    return value is None or str(value.value).lower() != "no"
 
 
 _HAND_OVER_METHODS = ("prepare", "prepare_model", "setup", "setup_module")

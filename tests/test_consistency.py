@@ -254,6 +254,95 @@ def test_loader_factories_of_a_module_count_only_when_training_uses_them(tmp_pat
     assert not {finding for finding in lines if finding[0] == "data.py" and finding[2] == 9}
 
 
+def test_batches_of_a_loader_built_in_another_module_are_copied_without_blocking(tmp_path):
+    """The loader comes from a factory of ``data_setup.py``; the loop that copies its batches is
+    in ``engine.py``, called from ``train.py`` (the going_modular layout)."""
+    files = {
+        "data_setup.py": """
+            from torch.utils.data import DataLoader
+
+            def create_dataloaders(train_set, test_set, batch_size):
+                train = DataLoader(train_set, batch_size=batch_size, shuffle=True, num_workers=4, pin_memory=True)
+                test = DataLoader(test_set, batch_size=batch_size, num_workers=4, pin_memory=True)
+                return train, test
+            """,
+        "engine.py": """
+            import torch
+
+            def train(model, train_dataloader, optimizer, device):
+                for X, y in train_dataloader:
+                    X, y = X.to(device), y.to(device)
+                    loss = torch.nn.functional.cross_entropy(model(X), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "train.py": """
+            import torch
+            import data_setup, engine
+
+            device = "cuda"
+            train_dataloader, test_dataloader = data_setup.create_dataloaders(train_set, test_set, 32)
+            model = Net().to(device)
+            engine.train(model, train_dataloader, torch.optim.SGD(model.parameters(), lr=0.1), device)
+            """,
+        "loop.py": """
+            import torch
+            from data_setup import create_dataloaders
+
+            train_loader, _ = create_dataloaders(train_set, test_set, 32)
+            model = Net().cuda()
+            for images, labels in train_loader:
+                loss = model(images.cuda(), labels.cuda())
+                loss.backward()
+            """,
+    }
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    settings = Settings(codes=frozenset({"ADV103"}), target=ASSUMED)
+    results = check_paths([str(tmp_path / name) for name in sorted(files)], settings, jobs=1)
+    lines = sorted((Path(r.path).name, d.line) for r in results for d in r.diagnostics)
+    assert lines == [("engine.py", 6), ("engine.py", 6), ("loop.py", 8), ("loop.py", 8)]
+    alone = Settings(codes=frozenset({"ADV103"}), target=ASSUMED, project_scope=False)
+    assert not any(r.diagnostics for r in check_paths([str(tmp_path / n) for n in sorted(files)], alone, jobs=1))
+
+
+def test_tf32_is_reported_in_the_script_that_builds_the_model_not_in_its_library(tmp_path):
+    library = """
+        import torch
+
+        def train_model_simple(model, train_loader, optimizer, device, num_epochs):
+            for epoch in range(num_epochs):
+                for input_batch, target_batch in train_loader:
+                    loss = torch.nn.functional.cross_entropy(model(input_batch.to(device)), target_batch.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+        """
+    script = """
+        import torch
+        from previous_chapters import train_model_simple
+
+        class GPTModel(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.Sequential(torch.nn.Linear(768, 3072), torch.nn.GELU(), torch.nn.Linear(3072, 768))
+
+            def forward(self, x):
+                return self.layers(x)
+
+        if __name__ == "__main__":
+            device = torch.device("cuda")
+            model = GPTModel().to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            train_model_simple(model, train_loader, optimizer, device, num_epochs=10)
+        """
+    found = project_codes(tmp_path, {"previous_chapters.py": library, "gpt_train.py": script})
+    assert "ADV202" in found["gpt_train.py"]
+    assert "ADV202" not in found["previous_chapters.py"] and "ADV203" in found["previous_chapters.py"]
+
+
 def test_each_file_alone_without_project_scope(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "config.py").write_text('import torch\nDEVICE = torch.device("cuda")\n')

@@ -756,3 +756,44 @@ def test_else_branch_of_a_main_process_test_is_not_every_step():
                 torch.cuda.synchronize()
         """
     assert findings(source, "ADV706") == []
+
+
+def test_batches_of_a_fabric_prepared_loader_drawn_with_next_are_on_the_gpu():
+    """litgpt's finetune loop: the loaders come prepared from a helper, the batch is drawn with
+    ``next()`` from a ``CycleIterator`` over a parameter, and its token counts are read back."""
+    source = textwrap.dedent(
+        """
+        import torch
+        import lightning as L
+        from litgpt.utils import CycleIterator
+
+        def main(devices):
+            fabric = L.Fabric(devices=devices, precision="bf16-true")
+            model = fabric.setup(GPT(config))
+            optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), fused=True))
+            train_dataloader, val_dataloader = get_dataloaders(fabric, data)
+            fit(fabric, model, optimizer, train_dataloader=train_dataloader)
+
+        def fit(fabric, model, optimizer, train_dataloader):
+            train_iterator = CycleIterator(train_dataloader)
+            tokens = 0
+            for step in range(1000):
+                batch = next(train_iterator)
+                loss = model(batch["input_ids"]).mean()
+                fabric.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                tokens += batch["token_counts"].sum().item()
+
+        def get_dataloaders(fabric, data):
+            train_dataloader = data.train_dataloader()
+            val_dataloader = data.val_dataloader()
+            train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)
+            return train_dataloader, val_dataloader
+        """
+    )
+    assert [(d.code, d.line) for d in lint(source, codes=["ADV701"])] == [("ADV701", 22)]
+    unprepared = source.replace(
+        "train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)", "pass"
+    )
+    assert lint(unprepared, codes=["ADV701"]) == []

@@ -156,3 +156,67 @@ def test_adv605_lightning_gpus_argument_means_gpu_training():
     assert lint(no_gpus, codes=["ADV605"]) == []
     unreadable = source.replace("gpus=1, ", "")
     assert lint(unreadable, codes=["ADV605"]) == []
+
+
+def test_no_compile_points_at_the_network_a_wrapper_wraps():
+    source = textwrap.dedent(
+        """
+        import torch
+        from models import TransformerWrapper, AutoregressiveWrapper
+        model = TransformerWrapper(num_tokens=256, depth=6)
+        model = AutoregressiveWrapper(model).cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            model(x.cuda()).backward()
+            optimizer.step()
+        """
+    )
+    found = [d for d in lint(source, codes=["ADV602"]) if d.code == "ADV602"]
+    assert [d.line for d in found] == [4]
+    assert "model = torch.compile(model)" in fix(source, codes=["ADV602"], unsafe=True).fixed.decode().splitlines()[5]
+
+
+def test_no_compile_points_at_the_base_network_of_a_differently_named_wrapper():
+    source = textwrap.dedent(
+        """
+        import torch
+        from models import TransformerWrapper, AutoregressiveWrapper
+        base_model = TransformerWrapper(num_tokens=256, depth=6)
+        model = AutoregressiveWrapper(base_model, pad_value=0).cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            model(x.cuda()).backward()
+            optimizer.step()
+        """
+    )
+    assert [d.line for d in lint(source, codes=["ADV602"]) if d.code == "ADV602"] == [4]
+
+
+@pytest.mark.parametrize(
+    "choice,line",
+    [
+        ('parser.add_argument("--test_mode", action="store_true")', 11),  # the else branch runs by default
+        ('parser.add_argument("--test_mode", action="store_false")', 9),
+    ],
+)
+def test_no_compile_points_at_the_build_the_defaults_run(choice, line):
+    source = textwrap.dedent(
+        f"""
+        import argparse
+        import torch
+        from models import GPTModel
+        parser = argparse.ArgumentParser()
+        {choice}
+        args = parser.parse_args()
+        if args.test_mode:
+            model = GPTModel(TINY)
+        else:
+            model = GPTModel(GPT2_SMALL)
+        model.cuda()
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+        for x in loader:
+            model(x.cuda()).backward()
+            optimizer.step()
+        """
+    )
+    assert [d.line for d in lint(source, codes=["ADV602"]) if d.code == "ADV602"] == [line]

@@ -637,6 +637,13 @@ class DeviceFacts:
         return Answer(Tri.UNKNOWN, None, "nothing in the file says where it runs")
 
     @cached_property
+    def library_module(self) -> bool:
+        """A module of the project that other files import and that has no ``__main__`` guard:
+        process-wide settings (TF32, the cuDNN autotuner) belong in the scripts that run it."""
+        ctx = self.ctx
+        return ctx.project is not None and not ctx.has_main_guard and ctx.project.imported()
+
+    @cached_property
     def runs(self) -> bool:
         """Whether the file is a script that does something when run (a ``__main__`` guard, a
         training loop, top-level loops or calls), not only definitions."""

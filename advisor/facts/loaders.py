@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 _TRAINING_NAME = re.compile(r"train", re.I)
 _EVALUATION_NAME = re.compile(r"val|eval|test|dev(?!ice)|infer|pred|score|calib", re.I)
 _PROGRESS_WRAPPERS = ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.rich.tqdm", "rich.progress.track")
-_ITERATION_WRAPPERS = {"enumerate", "tqdm", "iter", "track", "progress_bar", "skip_first_batches"}
+# ``cycle(loader)``: itertools' or the usual ``def cycle(dl): while True: yield from dl``.
+_ITERATION_WRAPPERS = {"enumerate", "tqdm", "iter", "cycle", "track", "progress_bar", "skip_first_batches"}
+# A module whose text has no DataLoader cannot return one: not parsed for that question.
+_BUILDS_LOADERS = re.compile(rb"DataLoader\(")
 # Datasets that must not get workers blindly: iterable ones yield every sample once per
 # worker unless they shard themselves; in-memory tensors are indexed faster in-process.
 _ITERABLE_PREFIXES = ("webdataset.", "torchdata.", "torch.utils.data.datapipes.", "streaming.")
@@ -87,6 +90,23 @@ def class_methods(ctx: "FileContext", cls: cst.ClassDef, names: tuple[str, ...],
 class LoaderFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
+        # While ``feeding`` runs: factory functions of other project modules are followed, and
+        # the loaders found there are kept with the facts of the file that builds them.
+        self._across = False
+        self._foreign: dict[cst.Call, LoaderFacts] = {}
+
+    def feeding(self, expr: cst.BaseExpression) -> list[tuple["LoaderFacts", cst.Call]] | None:
+        """The DataLoaders an iterated expression can be, each with the facts of the file that
+        builds it: as :meth:`behind`, and through factory functions of other project modules
+        (``data_loader = get_loader(...)`` with ``get_loader`` in ``data_loader.py``)."""
+        self._across, self._foreign = True, {}
+        try:
+            calls = self.behind(expr)
+        finally:
+            self._across = False
+        if calls is None:
+            return None
+        return [(self._foreign.get(call, self), call) for call in calls]
 
     # -- which loader -----------------------------------------------------------------------
     def unwrap(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
@@ -201,8 +221,27 @@ class LoaderFacts:
         element of the tuple it returns (``train_loader, val_loader = set_loader(opt)``)."""
         ctx = self.ctx
         function = ctx.loops.callee(call)
+        if function is None and self._across and ctx.project is not None:
+            return self._returned_by_module(call, index)
         if function is None or id(function) in visiting:
             return None
+        return self._returns_of(function, index, depth, visiting)
+
+    def _returned_by_module(self, call: cst.Call, index: int | None) -> list[cst.Call] | None:
+        """The loaders a function of another project module returns (one module away)."""
+        found = self.ctx.project.binding(call.func, _BUILDS_LOADERS)  # type: ignore[union-attr]
+        if found is None or not isinstance(found[1].node, cst.FunctionDef):
+            return None
+        other = found[0].facts.loaders
+        calls = other._returns_of(found[1].node, index, 0, frozenset())
+        for built in calls or ():
+            self._foreign[built] = other
+        return calls
+
+    def _returns_of(
+        self, function: cst.FunctionDef, index: int | None, depth: int, visiting: frozenset[int]
+    ) -> list[cst.Call] | None:
+        ctx = self.ctx
         returns = [r for r in ctx.walk(function, cst.Return) if ctx.scope_of.get(r) is function and r.value is not None]
         if not returns:
             return None
@@ -245,10 +284,13 @@ class LoaderFacts:
         if not any(p is param for p in positional):
             return None
         callers = ctx.loops.callers(function)
-        if not callers:
-            return None
         position = next(i for i, p in enumerate(positional) if p is param)
-        if isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):  # def -> body -> class
+        method = isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef)  # def -> body -> class
+        if not callers:
+            if self._across and not method and ctx.project is not None and ctx.enclosing(function, cst.FunctionDef) is None:
+                return self._passed_by_importers(function, param, position)
+            return None
+        if method:
             position -= 1  # ``self.train(loader)``: ``self`` is not passed
         found: list[cst.Call] = []
         for call in callers:
@@ -259,6 +301,26 @@ class LoaderFacts:
             if inner is None:
                 return None
             found.extend(c for c in inner if c not in found)
+        return found
+
+    def _passed_by_importers(self, function: cst.FunctionDef, param: cst.Param, position: int) -> list[cst.Call] | None:
+        """The loaders the project files importing this module pass for ``param`` of its function
+        (``engine.train(model, train_dataloader, ...)`` in ``train.py``)."""
+        calls = self.ctx.project.calls_from_importers(function.name.value)  # type: ignore[union-attr]
+        if not calls:
+            return None
+        found: list[cst.Call] = []
+        for other_ctx, call in calls:
+            passed = other_ctx.argument(call, param.name.value, position)
+            if passed is None or passed is MISSING:
+                return None
+            pairs = other_ctx.facts.loaders.feeding(passed)
+            if pairs is None:
+                return None
+            for facts, built in pairs:
+                self._foreign[built] = facts
+                if built not in found:
+                    found.append(built)
         return found
 
     def _assigned_by_name(self, name: str) -> list[cst.Call] | None:
@@ -277,6 +339,81 @@ class LoaderFacts:
                     return None
                 calls.append(value)
         return calls or None
+
+    def prepared(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether iterating ``expr`` yields batches a framework has put on the device: a loader
+        returned by ``fabric.setup_dataloaders(...)`` / ``accelerator.prepare(...)`` (directly,
+        unpacked, or handed in as a parameter by every caller of the file), seen through
+        ``iter`` / ``cycle`` / ``CycleIterator`` / ``enumerate`` / ``tqdm``."""
+        ctx = self.ctx
+        if depth > 6:
+            return False
+        if isinstance(expr, cst.Call):
+            func_name = (dotted_name(expr.func) or "").split(".")[-1]
+            if func_name in _PREPARE_METHODS and isinstance(expr.func, cst.Attribute):
+                return ctx.loops.is_framework(expr.func.value) and not any(
+                    ctx.keyword_arg(expr, keyword) is not None for keyword in ("move_to_device", "device_placement")
+                )
+            wrapper = func_name in _ITERATION_WRAPPERS or func_name == "CycleIterator"
+            if wrapper:
+                return bool(expr.args) and not expr.args[0].star and self.prepared(expr.args[0].value, depth + 1)
+            return self._returns_prepared(expr, None, depth)
+        if not isinstance(expr, cst.Name):
+            return False
+        bindings = ctx.lookup(expr.value, expr)
+        if len(bindings) > 1:  # rebound in straight-line code: the last binding before this use
+            before = [b for b in bindings if ctx.order[b.node] < ctx.order[expr] and not isinstance(b.node, cst.Param)]
+            blocks = {id(ctx.parent.get(ctx.statement_of(b.node))) for b in bindings}
+            bindings = before[-1:] if len(blocks) == 1 else []
+        if len(bindings) != 1:
+            return False
+        binding = bindings[0]
+        if isinstance(binding.node, cst.Param):
+            return self._prepared_by_callers(binding.node, depth)
+        if binding.value is not None:
+            return self.prepared(binding.value, depth + 1)
+        assign = binding.node
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Tuple):
+            # ``train_dl, val_dl = fabric.setup_dataloaders(train_dl, val_dl)``
+            value = assign.value
+            names = [dotted_name(e.value) for e in assign.targets[0].target.elements]
+            if expr.value not in names or not isinstance(value, cst.Call):
+                return False
+            if self.prepared(value, depth + 1):
+                return True
+            return self._returns_prepared(value, names.index(expr.value), depth)  # ``= get_dataloaders(...)``
+        return False
+
+    def _returns_prepared(self, call: cst.Call, index: int | None, depth: int) -> bool:
+        """A function of the file whose every ``return`` gives (at ``index`` of its tuple) a prepared loader."""
+        ctx = self.ctx
+        function = ctx.loops.callee(call)
+        if function is None:
+            return False
+        returns = [r for r in ctx.walk(function, cst.Return) if ctx.scope_of.get(r) is function and r.value is not None]
+        for statement in returns:
+            value = statement.value
+            if index is not None:
+                if not isinstance(value, cst.Tuple) or len(value.elements) <= index:
+                    return False
+                value = value.elements[index].value
+            if not self.prepared(value, depth + 1):  # type: ignore[arg-type]
+                return False
+        return bool(returns)
+
+    def _prepared_by_callers(self, param: cst.Param, depth: int) -> bool:
+        ctx = self.ctx
+        function = ctx.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or not any(p is param for p in function.params.params):
+            return False
+        callers = ctx.loops.callers(function)
+        position = next(i for i, p in enumerate(function.params.params) if p is param)
+        if isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef):
+            position -= 1
+        passed = [ctx.argument(call, param.name.value, position if position >= 0 else None) for call in callers]
+        return bool(passed) and all(
+            isinstance(arg, cst.BaseExpression) and arg is not MISSING and self.prepared(arg, depth + 1) for arg in passed
+        )
 
     def name(self, call: cst.Call) -> str | None:
         """What the file calls a DataLoader: the name it is assigned to (``train_loader``,

@@ -742,6 +742,17 @@ def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
         dotted_name(call.func) in model.spellings for call in ctx.nodes(cst.Call) if not isinstance(call.func, cst.Call)
     ):
         return True
+    # Wrapped by a module the file calls (``ar = AutoregressiveWrapper(model)``, then ``ar(x)``).
+    wrappers = set()
+    for call in ctx.nodes(cst.Call):
+        parent = ctx.parent.get(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and any(
+            dotted_name(arg.value) in model.spellings for arg in call.args
+        ):
+            wrappers.add(dotted_name(parent.targets[0].target))
+    wrappers.discard(None)
+    if wrappers and any(dotted_name(call.func) in wrappers for call in ctx.nodes(cst.Call)):
+        return True
     # Handed to a function every training step (``diffusion.training_losses(model, x, t)``), which runs it.
     for loop in ctx.loops.training_loops:
         for call in ctx.walk(loop.node.body, cst.Call):
@@ -808,10 +819,20 @@ def _cnn_name(text: str) -> bool:
     return bool(_CNN_NAME.search(text)) and not _NOT_CNN_NAME.search(text)
 
 
+# torchvision data sets whose images all have one size.
+_FIXED_SIZE_DATASETS = frozenset(
+    f"torchvision.datasets.{name}"
+    for name in ("MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN", "STL10")
+)
+
+
 def fixed_input_size(ctx: FileContext) -> bool:
-    """Whether the file resizes or crops its images to one size: ``Resize((256, 256))``,
-    ``RandomCrop(224)``, albumentations' ``A.Resize(256, 256)`` (torchvision's ``Resize(256)``
-    only fixes the shorter side)."""
+    """Whether the file's images have one size: it resizes or crops them to one
+    (``Resize((256, 256))``, ``RandomCrop(224)``, albumentations' ``A.Resize(256, 256)``;
+    torchvision's ``Resize(256)`` only fixes the shorter side), or trains on a torchvision data
+    set of one image size (MNIST, CIFAR-10, SVHN, ...)."""
+    if ctx.calls(*_FIXED_SIZE_DATASETS):
+        return True
     for call in ctx.nodes(cst.Call):
         name = (dotted_name(call.func) or "").rsplit(".", 1)[-1]
         if name not in _FIXED_SIZE_TRANSFORMS:
@@ -869,6 +890,8 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
                 return False
             root = local_module_classes(ctx)[call.func.value]  # type: ignore[attr-defined]
         _layers_under(ctx, root, found, set())
+        if not found and build.kind == "local":  # a wrapper (``DDPM(eps_model=DummyEpsModel(1))``)
+            return _wraps_conv_net(ctx, call)
         return "conv" in found and "sequence" not in found
     return False
 

@@ -490,6 +490,29 @@ def trains_in_fp32(ctx: FileContext, site: TrainingSite) -> bool:
     return False
 
 
+# Accelerator arguments that bring their own precision (a DeepSpeed / FSDP / Megatron plugin).
+_NAMES_THE_LAUNCHER = re.compile(r"accelerate\s+(launch|config)\b")
+_ACCELERATE_PRECISION_CARRIERS = ("fp16", "deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin")
+
+
+def precision_left_to_launcher(ctx: FileContext, site: TrainingSite) -> bool:
+    """An ``Accelerator(...)`` that does not say ``mixed_precision``, in a file that touches no
+    reduced precision: ``accelerate launch`` and its config decide, and a plain ``python
+    train.py`` (or a config answering "no") trains in full fp32."""
+    if site.kind != ACCELERATE or not isinstance(site.config, cst.Call):
+        return False
+    call = site.config
+    if any(arg.star for arg in call.args) or ctx.argument(call, "mixed_precision") is not MISSING:
+        return False
+    if any(ctx.argument(call, keyword) is not MISSING for keyword in _ACCELERATE_PRECISION_CARRIERS):
+        return False
+    if "ACCELERATE_MIXED_PRECISION" in ctx.source:
+        return False  # set through the environment, by the script itself
+    if _NAMES_THE_LAUNCHER.search(ctx.source):
+        return False  # "run with `accelerate launch`": the author relies on its config
+    return not reduced_precision_in_file(ctx) and not _double_precision(ctx)
+
+
 def _double_precision(ctx: FileContext) -> bool:
     """A model trained in float64 (scientific code): ``torch.set_default_dtype(...)`` /
     ``set_default_tensor_type(...)`` chosen in the file, or ``.double()`` /

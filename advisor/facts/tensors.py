@@ -426,24 +426,12 @@ class TensorFacts:
         spellings = {dotted_name(source)}
         spellings |= {loaders.name(call) for call in loaders.behind(source) or ()}
         if not any(loaders.handed_to_framework(spelling) for spelling in spellings if spelling):
-            if not self._prepared_directly(source):
+            if not loaders.prepared(source):
                 return False
         from advisor.facts.loaders import batch_target, target_names
 
         target = batch_target(loop.target, indexed)
         return target is not None and name in target_names(target)
-
-    def _prepared_directly(self, source: cst.BaseExpression) -> bool:
-        """``train_dataloader = fabric.setup_dataloaders(...)`` / ``loader = accelerator.prepare(loader)``."""
-        if not isinstance(source, cst.Name):
-            return False
-        value = self.ctx.single_assignment(source)
-        return (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in ("setup_dataloaders", "prepare", "prepare_data_loader")
-            and self.ctx.loops.is_framework(value.func.value)
-        )
 
     def _gpu_parameter(self, loop: cst.For | cst.CompFor, name: str) -> bool:
         """``for p in model.parameters()`` (through ``list``/``filter``/``sorted``) or
@@ -496,6 +484,8 @@ class TensorFacts:
                 return True  # a tensor method: ``loss.detach()``, ``outputs.argmax(1)``
         if self._is_model(func, call):
             return True
+        if isinstance(func, cst.Name) and func.value == "next" and len(call.args) == 1 and not ctx.lookup("next", call):
+            return ctx.facts.loaders.prepared(call.args[0].value)  # ``batch = next(train_iterator)``
         function = self._local_function(call)
         if function is not None:
             return self._returns_on_device(function, depth)
