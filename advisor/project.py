@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat as stat_module
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,6 +56,24 @@ _IMPORT_LINE = re.compile(
 )
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _TOP_LEVEL_NAME = re.compile(rb"^(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of a regular file; nothing for a FIFO or socket named ``*.py`` (reading one
+    would block) or a file that cannot be read."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return b""
+    try:
+        if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
+            return b""
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError:
+        return b""
+    finally:
+        os.close(descriptor)
 
 
 def find_root(path: str) -> str:
@@ -163,11 +182,7 @@ class Project:
         return None
 
     def _imports_of(self, path: str) -> list[_Import]:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            return []
+        data = self._texts.get(path) or _read_regular(path)
         found = []
         for match in _IMPORT_LINE.finditer(data):
             try:
@@ -246,11 +261,7 @@ class Project:
         """The file's bytes (once per process)."""
         found = self._texts.get(path)
         if found is None:
-            try:
-                with open(path, "rb") as handle:
-                    found = handle.read()
-            except OSError:
-                found = b""
+            found = _read_regular(path)
             self._texts[path] = found
         return found
 
@@ -267,8 +278,9 @@ class Project:
             return cached[1]
         ctx = None
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            if not stat_module.S_ISREG(stat.st_mode):
+                raise OSError("not a regular file")
+            data = self.text(path) if path in self._texts else _read_regular(path)
             ctx = self._parse(path, data, self.target)
         except Exception:  # a sibling that cannot be read or parsed answers nothing
             ctx = None

@@ -14,6 +14,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.facts.branches import run_by_default
 from advisor.facts.precision import autocasts, half_weights, scaler_calls
 from advisor.values import Value
 
@@ -1122,18 +1123,43 @@ def _feeds_pretrained(ctx: FileContext, node: cst.CSTNode, name: str | None = No
     return False
 
 
-def _consumers(ctx: FileContext, node: cst.CSTNode, name: str | None) -> list[cst.Call]:
-    """The calls that take the config built at ``node`` or held by ``name``."""
+def _consumers(ctx: FileContext, node: cst.CSTNode, name: str | None, depth: int = 0) -> list[cst.Call]:
+    """The calls that take the config built at ``node`` or held by ``name``, also inside the
+    file's functions it is handed to (``main(GPT_CONFIG_124M)`` then ``GPTModel(gpt_config)``)."""
     holders: list[cst.CSTNode] = [node]
     if name is not None:
         holders += [n for n in ctx.nodes(cst.Name) if n.value == name]
+    return _calls_taking(ctx, holders, depth)
+
+
+def _calls_taking(ctx: FileContext, holders: list[cst.CSTNode], depth: int) -> list[cst.Call]:
     found = []
     for holder in holders:
         arg = ctx.parent.get(holder)
         call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) and arg.value is holder else None
-        if isinstance(call, cst.Call):
-            found.append(call)
+        if not isinstance(call, cst.Call):
+            continue
+        found.append(call)
+        function = ctx.loops.callee(call) if depth < 2 else None
+        param = _parameter_for(function, call, arg) if function is not None else None  # type: ignore[arg-type]
+        if param is not None:
+            inside = [n for n in ctx.walk(function, cst.Name) if n.value == param and ctx.is_read(n)]
+            found += [c for c in _calls_taking(ctx, inside, depth + 1) if c not in found]
     return found
+
+
+def _parameter_for(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
+    """The name of the parameter of ``function`` that ``arg`` of ``call`` binds."""
+    if arg.keyword is not None:
+        return arg.keyword.value
+    if arg.star:
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in positional[: positional.index(arg) + 1]):
+        return None
+    params = list(function.params.posonly_params) + list(function.params.params)
+    index = positional.index(arg)
+    return params[index].name.value if index < len(params) else None
 
 
 def _assigned_name(ctx: FileContext, node: cst.CSTNode) -> str | None:
@@ -1161,9 +1187,17 @@ def _builds_language_model(ctx: FileContext, node: cst.CSTNode, name: str | None
 
 
 def _vocabulary_head_in_file(ctx: FileContext) -> bool:
+    """An ``nn.Linear`` of the file projecting onto a vocabulary (``vocab_size``,
+    ``cfg["vocab_size"]``)."""
     for call in ctx.calls(LINEAR):
         out = ctx.argument(call, "out_features", 1)
-        if out is not None and out is not MISSING and "vocab" in (dotted_name(out) or "").split(".")[-1].lower():
+        if out is None or out is MISSING:
+            continue
+        if isinstance(out, cst.Subscript) and len(out.slice) == 1 and isinstance(out.slice[0].slice, cst.Index):
+            key = ctx.values.value_of(out.slice[0].slice.value)
+            if isinstance(key, str) and "vocab" in key.lower():
+                return True
+        if "vocab" in (dotted_name(out) or "").split(".")[-1].lower():
             return True
     return False
 
@@ -1219,8 +1253,7 @@ _LOADS_WEIGHTS = re.compile(r"load_state_dict|load_weights|load_checkpoint|from_
 def _dict_config_sites(ctx: FileContext) -> Iterator[VocabSite]:
     """``GPT_CONFIG = {"vocab_size": 50257, ...}`` handed to a language model class
     (``GPTModel(GPT_CONFIG)``), in a file that trains it from scratch (no weights loaded)."""
-    if any(_LOADS_WEIGHTS.search(dotted_name(call.func) or "") for call in ctx.nodes(cst.Call)):
-        return
+    loads = [call for call in ctx.nodes(cst.Call) if _LOADS_WEIGHTS.search(dotted_name(call.func) or "")]
     for element in ctx.nodes(cst.DictElement):
         key = ctx.values.value_of(element.key) if isinstance(element.key, (cst.SimpleString, cst.Name)) else None
         if key not in _VOCAB_KEYS or not isinstance(element.value, cst.Integer):
@@ -1228,8 +1261,22 @@ def _dict_config_sites(ctx: FileContext) -> Iterator[VocabSite]:
         literal = ctx.parent.get(element)
         if not isinstance(literal, cst.Dict) or not _builds_language_model(ctx, literal, _assigned_name(ctx, literal)):
             continue
+        if loads and not _built_without_weights(ctx, _consumers(ctx, literal, _assigned_name(ctx, literal)), loads):
+            continue
         value = Value(element.value.evaluated_value, element.value)
         yield VocabSite(value.value, element, value)
+
+
+def _built_without_weights(ctx: FileContext, consumers: list[cst.Call], loads: list[cst.Call]) -> bool:
+    """Some model build among ``consumers`` sits in a function (or the module level) that loads
+    no weights: that one trains from scratch (gpt_train.py's ``main()``), whatever a later block
+    loads for inference."""
+    def scope(node: cst.CSTNode) -> cst.CSTNode:
+        return ctx.enclosing(node, cst.FunctionDef) or ctx.module
+
+    loading = {id(scope(call)) for call in loads}
+    builds = [call for call in consumers if ctx.loops.callee(call) is None]  # not the file's helper functions
+    return any(id(scope(call)) not in loading for call in builds)
 
 
 def _resized_to_tokenizer(ctx: FileContext) -> Iterator[cst.Call]:
@@ -1620,6 +1667,70 @@ class DimsNotTensorCoreFriendly(Rule):
         ),
         Invalid(
             """
+            import torch
+            from torch import nn
+
+            class Model(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+                    self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+                def forward(self, idx):
+                    return self.out_head(self.tok_emb(idx))
+
+            def main(gpt_config):
+                model = Model(gpt_config).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+                for x, y in train_loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()).flatten(0, 1), y.cuda().flatten())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                return model
+
+            if __name__ == "__main__":
+                CONFIG = {"vocab_size": 50257, "emb_dim": 768}
+                model = main(CONFIG)
+                torch.save(model.state_dict(), "model.pth")
+                model = Model(CONFIG)
+                model.load_state_dict(torch.load("model.pth"))
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+            class Model(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+                    self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+                def forward(self, idx):
+                    return self.out_head(self.tok_emb(idx))
+
+            def main(gpt_config):
+                model = Model(gpt_config).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+                for x, y in train_loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()).flatten(0, 1), y.cuda().flatten())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                return model
+
+            if __name__ == "__main__":
+                CONFIG = {"vocab_size": 50304, "emb_dim": 768}
+                model = main(CONFIG)
+                torch.save(model.state_dict(), "model.pth")
+                model = Model(CONFIG)
+                model.load_state_dict(torch.load("model.pth"))
+            """,
+            unsafe=True,
+            note="handed to the function that builds and trains the model from scratch; the weights loaded afterwards are its own",
+        ),
+        Invalid(
+            """
             import transformers
             tokenizer.add_special_tokens({"pad_token": "[PAD]"})
             model.resize_token_embeddings(len(tokenizer))
@@ -1818,7 +1929,11 @@ class DimsNotTensorCoreFriendly(Rule):
 
     def _vocab_finding(self, ctx: FileContext, size: int, sites: list[VocabSite], multiple: int) -> Finding:
         padded = _next_multiple(size, VOCAB_MULTIPLE)
-        first = min(sites, key=lambda site: ctx.order[site.report_at])
+        # The site the defaults run (``if args.debug:`` a tiny config, ``else:`` the real one), else the first.
+        chosen = run_by_default(ctx, [site.report_at for site in sites])
+        first = next((site for site in sites if site.report_at is chosen), None) or min(
+            sites, key=lambda site: ctx.order[site.report_at]
+        )
         message = (
             f"Vocabulary size {size} is not a multiple of {multiple}: the output matmul over the "
             f"vocabulary misses tensor-core-friendly shapes; pad it to {padded} (a multiple of "

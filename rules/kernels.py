@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
+from advisor.facts.branches import run_by_default
 from advisor.facts.models import (
     JIT,
     PEFT_WRAPPERS,
@@ -1272,62 +1273,11 @@ _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile
 
 
 def _reported_build(ctx: FileContext, builds: list[ModelBuild]) -> ModelBuild:
-    """The build that runs with the script's defaults: where the builds are branches of one
-    ``if``/``elif`` chain whose tests the defaults decide (``if args.test_mode:`` / ``elif
-    args.model == "bert":``), the one in the branch taken; otherwise the last (earlier ones are
-    usually special cases, a tiny test model, that it replaces)."""
+    """The build that runs with the script's defaults (``if args.test_mode:`` / ``else:``),
+    else the last (earlier ones are usually special cases, a tiny test model, that it replaces)."""
     last = max(builds, key=lambda b: ctx.order[b.binding])
-    if len(builds) == 1:
-        return last
-    first = min(builds, key=lambda b: ctx.order[b.binding])
-    for head in _if_chain_heads(ctx, first.binding):
-        branches = {id(b): _branch_of(ctx, head, b.binding) for b in builds}
-        if None in branches.values():
-            continue
-        taken = _taken_branch(ctx, head)
-        chosen = [b for b in builds if branches[id(b)] == taken]
-        if taken is not None and chosen:
-            return max(chosen, key=lambda b: ctx.order[b.binding])
-        break
-    return last
-
-
-def _taken_branch(ctx: FileContext, head: cst.If) -> int | None:
-    """Which branch of an ``if``/``elif`` chain runs when every test resolves (command-line
-    defaults included); None when one cannot be told."""
-    branch: cst.CSTNode | None = head
-    index = 0
-    while isinstance(branch, cst.If):
-        value = ctx.values.resolve(branch.test)
-        if value is None or not isinstance(value.value, (bool, int, str, type(None))):
-            return None
-        if value.value:
-            return index
-        branch = branch.orelse
-        index += 1
-    return index if isinstance(branch, cst.Else) else None
-
-
-def _if_chain_heads(ctx: FileContext, node: cst.CSTNode) -> Iterator[cst.If]:
-    """The ``if``/``elif`` chains around ``node``, innermost first, each by its first ``if``."""
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            return
-        if isinstance(ancestor, cst.If) and not isinstance(ctx.parent.get(ancestor), cst.If):
-            yield ancestor
-
-
-def _branch_of(ctx: FileContext, head: cst.If, node: cst.CSTNode) -> int | None:
-    """Which branch of the chain starting at ``head`` holds ``node`` (None: outside the chain)."""
-    branch: cst.CSTNode | None = head
-    index = 0
-    while isinstance(branch, (cst.If, cst.Else)):
-        orelse = branch.orelse if isinstance(branch, cst.If) else None
-        if ctx.is_descendant(node, branch) and not (orelse is not None and ctx.is_descendant(node, orelse)):
-            return index
-        branch = orelse
-        index += 1
-    return None
+    chosen = run_by_default(ctx, [b.binding for b in builds])
+    return next((b for b in builds if b.binding is chosen), last)
 
 
 def _wrapped_build(ctx: FileContext, builds: list[ModelBuild], build: ModelBuild) -> ModelBuild:

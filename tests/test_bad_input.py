@@ -203,6 +203,19 @@ def test_fifo_named_like_python_is_skipped_not_waited_on(tmp_path, capsys):
     assert code == 2 and error_lines(out) == ["pipe.py:1:1: ADV000 not a regular file or a folder"]
 
 
+def test_fifo_in_the_project_is_not_read_by_project_scope(tmp_path, capsys):
+    """Project scope reads the siblings' imports (who imports this module?): a FIFO named
+    ``*.py`` among them must not block it."""
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "engine.py").write_text("import torch\n\ndef step(x, device):\n    return torch.zeros(4).to(device)\n")
+    (tmp_path / "train.py").write_text("import pipe\nimport engine\n")
+    completed = subprocess.run(
+        [sys.executable, "-m", "advisor", "check", "--no-cache", "engine.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode in (0, 1), completed.stderr
+
+
 def _without_root_privileges() -> tuple[str, ...]:
     """A command prefix under which file modes bind (root reads everything otherwise)."""
     if os.geteuid() != 0:

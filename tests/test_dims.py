@@ -172,3 +172,29 @@ def test_multiple_of_8_vocabulary_is_reported_only_on_a100_class_targets():
     assert findings(source, gpu="V100") == []
     (finding,) = findings(source, gpu="H100")
     assert "not a multiple of 64" in finding.message and "50304" in finding.message
+
+
+def test_vocabulary_finding_points_at_the_config_the_defaults_run():
+    source = textwrap.dedent(
+        """
+        import argparse
+        import torch
+        from gpt import GPTModel
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--debug", action="store_true")
+        args = parser.parse_args()
+        if args.debug:
+            CONFIG = {"vocab_size": 50257, "emb_dim": 12, "n_layers": 2}
+        else:
+            CONFIG = {"vocab_size": 50257, "emb_dim": 768, "n_layers": 12}
+        model = GPTModel(CONFIG).to("cuda")
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+        for x in loader:
+            model(x.cuda()).mean().backward()
+            optimizer.step()
+        """
+    )
+    found = [d for d in lint(source, codes=["ADV403"]) if d.code == "ADV403"]
+    assert [d.line for d in found] == [11]
+    fixed = fix(source, codes=["ADV403"], unsafe=True).fixed.decode()
+    assert fixed.count('"vocab_size": 50304') == 2
