@@ -59,6 +59,8 @@ ALL_CORPORA = ("fixtures", "packages", "scale")
 TARGET_COLD_RATIO = 10.0
 TARGET_WARM_S = 2.0
 TARGET_RSS_MB = 500.0
+# Issue 11: project scope costs at most this much over analysing each file alone.
+TARGET_PROJECT_OVERHEAD = 0.20
 SCALE_TARGET_FILES = 10_000
 
 # Both advisor and TorchFix skip files that cannot matter to them before parsing; the corpus
@@ -483,6 +485,8 @@ def measure_advisor(tool: Tool, corpus: Corpus, options: argparse.Namespace, col
     command = tool.command(corpus.root)
     if cold:
         rows.append(measure(tool, [*command, "--no-cache"], corpus, "cold", options.runs, options))
+        # The same files each analysed alone: what project scope (issue 11) costs on top.
+        rows.append(measure(tool, [*command, "--no-cache", "--no-project"], corpus, "cold, alone", options.runs, options))
     if warm:
         first = measure(tool, command, corpus, "first run", 1, options, before_each=clear_cache(corpus))
         if corpus.name == "scale" or first.failed:
@@ -617,6 +621,17 @@ def targets(rows: list[Row], corpora: dict[str, Corpus]) -> list[tuple[str, str,
         out.append((f"cold run, {corpus} corpus: at least {TARGET_COLD_RATIO:.0f}x TorchFix's files/s",
                     f"{value:.1f}x ({number(ours.files_per_s)} vs {number(peer.files_per_s, 1)} files/s)",
                     "met" if value >= TARGET_COLD_RATIO else "not met"))
+    for corpus in ("fixtures", "packages"):
+        ours = advisor_cold(rows, corpus)
+        alone = next((r for r in rows if r.tool == "advisor" and r.mode == "cold, alone" and r.corpus == corpus
+                      and not r.failed), None)
+        if ours is None or alone is None or not ours.median or not alone.median:
+            continue
+        overhead = ours.median / alone.median - 1
+        out.append((f"project scope, {corpus} corpus: at most {TARGET_PROJECT_OVERHEAD:.0%} over each file alone "
+                    "(cold, `--no-project`)",
+                    f"{overhead:+.0%} ({seconds(ours.median)} s vs {seconds(alone.median)} s)",
+                    "met" if overhead <= TARGET_PROJECT_OVERHEAD else "not met"))
     scale = corpora.get("scale")
     if scale is None:
         return out
@@ -717,7 +732,8 @@ def render(rows: list[Row], corpora: dict[str, Corpus], tools: dict[str, Tool], 
     lines += ["", "## Method", ""]
     lines += [
         f"- advisor: `{tools['advisor'].invocation}`, every rule enabled ({facts['advisor_rules']} rules). "
-        "**cold** adds `--no-cache`; **first run** starts with no `.advisor_cache/` and fills it; **warm** "
+        "**cold** adds `--no-cache`; **cold, alone** also `--no-project` (each file analysed alone, without "
+        "its project's other modules); **first run** starts with no `.advisor_cache/` and fills it; **warm** "
         "reruns on the unchanged tree with that cache. The corpus root's pyproject.toml says "
         "`[tool.advisor] select = [\"ALL\"]` and holds the cache.",
     ]
