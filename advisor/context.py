@@ -230,6 +230,10 @@ _BINDERS = {
 }
 
 
+# What a context derives from its tree and keeps (cached properties holding a reference back).
+_DERIVED = ("values", "loops", "facts", "_positions")
+
+
 class FileContext:
     """One parsed file, its index and the shared resolvers. Built once per file."""
 
@@ -261,6 +265,14 @@ class FileContext:
             self.imports.add(node)
         _build_index(self, module)
         self._resolve_star_imports()
+
+    def release_caches(self) -> None:
+        """Drop what was derived from the tree (facts, resolvers, memos): they point back at the
+        context, and a context that must wait for the cycle collector to be freed is walked by
+        every full collection until then. Whoever still holds the context gets them recomputed."""
+        self._memo.clear()
+        for name in _DERIVED:
+            self.__dict__.pop(name, None)
 
     def memo(self, key: object, compute: "Callable[[], T]") -> "T":
         """A fact about this file that rules share, computed once. It lives and dies with the

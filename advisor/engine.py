@@ -250,6 +250,9 @@ def analyzable_context(path: str, data: bytes, target: Target, errors: list[File
         return None
 
 
+_OFFERED_BYTES = 16 * 1024
+
+
 def attach_project(ctx: FileContext, settings: Settings, data: bytes | None = None) -> None:
     """Give the file its project (advisor.project). With ``data``, the bytes on disk the context
     was parsed from, the context is offered to its siblings too."""
@@ -265,7 +268,9 @@ def attach_project(ctx: FileContext, settings: Settings, data: bytes | None = No
         stat = os.stat(ctx.path)
     except OSError:
         return
-    if stat.st_size == len(data):
+    # Offered only when small (a config, a dataset module): a checked file is seldom asked for
+    # again, and every tree kept alive is walked by each full garbage collection.
+    if stat.st_size == len(data) and len(data) <= _OFFERED_BYTES:
         project.keep(os.path.abspath(ctx.path), (stat.st_mtime_ns, stat.st_size), ctx)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import stat as stat_module
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
@@ -46,8 +47,11 @@ _SKIPPED = {
 }
 # A project larger than this is a library tree, not a training project: scope stays per folder.
 MAX_PROJECT_FILES = 5000
-# How many parsed sibling modules a process keeps.
-_CONTEXTS_KEPT = 64
+# How many parsed sibling modules a process keeps, and how much source they may add up to.
+_CONTEXTS_KEPT = 16
+_BYTES_KEPT = 256 * 1024
+# A sibling larger than this is not parsed to answer another file's question.
+_SIBLING_BYTES = 192 * 1024
 # How far "who imports this module" is followed (``models/resnet.py`` <- ``models/__init__.py`` <- ``main.py``).
 _IMPORTER_DEPTH = 3
 _IMPORT_LINE = re.compile(
@@ -74,6 +78,37 @@ def _read_regular(path: str) -> bytes:
         return b""
     finally:
         os.close(descriptor)
+
+
+# What a file that says anything about devices names: without any of these, a file's device
+# verdict can only come from the files importing it (advisor.facts.devices).
+_DEVICE_TEXT = re.compile(
+    rb"cuda|device|gpu|\.to\(|accelerat|Trainer|Fabric|rank|nccl|deepspeed|xla|mps|\.fit\(|setup|\bhalf\b",
+    re.IGNORECASE,
+)
+
+
+# What a file that runs shows in its text: a main guard, a training step, a framework's fit or
+# train, a loop or a ``main()`` / ``train()`` call at module level. Library modules (whose
+# module-level calls register things) show none of these.
+_RUNS_TEXT = re.compile(
+    rb"__main__|backward\s*\(|\.fit\(|\.train\(|^(?:for|while)\b|^(?:main|train\w*|run\w*|fit)\s*\(", re.M
+)
+
+
+@dataclass(frozen=True)
+class _PathOnly:
+    """Stands in for a file's context where only its path is needed (its importers' verdict)."""
+
+    path: str
+
+
+def _file_key(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def find_root(path: str) -> str:
@@ -109,6 +144,8 @@ class Project:
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
+        self._gpu_verdicts: dict[str, tuple[tuple[int, int] | None, bool]] = {}
+        self._kept_bytes = 0
         self.importer_depth = 0
 
     @cached_property
@@ -290,10 +327,18 @@ class Project:
         return ctx
 
     def keep(self, path: str, key: tuple[int, int], ctx: "FileContext | None") -> None:
+        old = self._contexts.get(path)
+        if old is not None and old[1] is not None:
+            self._kept_bytes -= len(old[1].source)
         self._contexts[path] = (key, ctx)
         self._contexts.move_to_end(path)
-        while len(self._contexts) > _CONTEXTS_KEPT:
-            self._contexts.popitem(last=False)
+        self._kept_bytes += len(ctx.source) if ctx is not None else 0
+        # Bounded by count and by size: every kept tree is walked by each full garbage collection.
+        while len(self._contexts) > 1 and (len(self._contexts) > _CONTEXTS_KEPT or self._kept_bytes > _BYTES_KEPT):
+            _, (_, dropped) = self._contexts.popitem(last=False)
+            if dropped is not None:
+                self._kept_bytes -= len(dropped.source)
+                dropped.release_caches()  # so that it is freed when the last holder lets go
 
     def cached(self, path: str, data_size: int) -> "FileContext | None":
         """The context already parsed for ``path`` when the file on disk is still what was parsed."""
@@ -314,13 +359,24 @@ class ProjectView:
 
     def __init__(self, project: Project, ctx: "FileContext") -> None:
         self.project = project
-        self.ctx = ctx
+        # Weak: the context holds its view, and a cycle would keep both for the cycle collector.
+        self._ctx = weakref.ref(ctx) if not isinstance(ctx, _PathOnly) else (lambda: ctx)
         self.path = os.path.abspath(ctx.path)
         self.consulted: set[str] = set()
         self.asked_importers = False
+        self._bound: dict[tuple, tuple["FileContext", "Binding"] | None] = {}
+
+    @property
+    def ctx(self) -> "FileContext":
+        ctx = self._ctx()
+        assert ctx is not None, "a project view outlived its file's context"
+        return ctx  # type: ignore[return-value]
 
     def _context(self, path: str) -> "FileContext | None":
         self.consulted.add(path)
+        key = _file_key(path)
+        if key is not None and key[1] > _SIBLING_BYTES:
+            return None  # a library's giant module (torch/nn/functional.py), not a training project's
         return self.project.context(path)
 
     def _defining_context(self, path: str, name: str, needle: "re.Pattern[bytes] | None") -> "FileContext | None":
@@ -382,17 +438,29 @@ class ProjectView:
                 return self._from_star_imports(expr.value, needle)
             if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ImportFrom):
                 return None
-            return self._imported_name(bindings[0].node, expr.value, 0, needle)
+            key = (id(bindings[0].node), expr.value, needle)
+            if key not in self._bound:
+                self._bound[key] = self._imported_name(bindings[0].node, expr.value, 0, needle)
+            return self._bound[key]
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             bindings = ctx.lookup(expr.value.value, expr.value)
             if len(bindings) != 1 or not isinstance(bindings[0].node, (cst.Import, cst.ImportFrom)):
                 return None
-            module = self._module_bound(bindings[0].node, expr.value.value)
-            if module is None:
-                return None
-            other = self._defining_context(module, expr.attr.value, needle)
-            return None if other is None else _lookup_in(self, other, expr.attr.value, 0, needle)
+            # The answer depends on the import statement, the attribute and the question only.
+            key = (id(bindings[0].node), f"{expr.value.value}.{expr.attr.value}", needle)
+            if key not in self._bound:
+                self._bound[key] = self._module_attribute(bindings[0].node, expr.value.value, expr.attr.value, needle)
+            return self._bound[key]
         return None
+
+    def _module_attribute(
+        self, node: cst.Import | cst.ImportFrom, local: str, attribute: str, needle: "re.Pattern[bytes] | None"
+    ) -> tuple["FileContext", "Binding"] | None:
+        module = self._module_bound(node, local)
+        if module is None:
+            return None
+        other = self._defining_context(module, attribute, needle)
+        return None if other is None else _lookup_in(self, other, attribute, 0, needle)
 
     def _module_bound(self, node: cst.Import | cst.ImportFrom, local: str) -> str | None:
         """The project file a local name is bound to as a module (``import config``, ``from . import utils``)."""
@@ -474,17 +542,43 @@ class ProjectView:
         project.importer_depth += 1
         try:
             for path in importers:
-                other = self._context(path)
-                if other is None or other.project is None:
-                    continue
-                verdict = other.facts.devices.gpu
-                if verdict.yes:
+                if self._runs_on_gpu(path):
                     relative = os.path.relpath(path, os.path.dirname(self.path))
                     return Answer(Tri.YES, None, f"imported by `{relative}`, which trains on a GPU")
         finally:
             project.importer_depth -= 1
             project._in_progress.discard(self.path)
         return None
+
+    def _runs_on_gpu(self, path: str) -> bool:
+        """An importer's GPU verdict, kept per process while the file is unchanged (contexts are
+        evicted, verdicts are small). A file whose text names no device, framework or rank says
+        nothing about devices: its verdict is its own importers', found without parsing it."""
+        project = self.project
+        self.consulted.add(path)
+        key = _file_key(path)
+        cached = project._gpu_verdicts.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        text = project.text(path)
+        verdict = False
+        if _DEVICE_TEXT.search(text) and _RUNS_TEXT.search(text):
+            other = self._context(path)
+            # A script or a training engine decides where its modules run; a library module's own
+            # mentions of CUDA (``torch.cuda.is_available()`` in a utility) do not.
+            verdict = (
+                other is not None
+                and other.project is not None
+                and other.facts.devices.runs
+                and other.facts.devices.gpu.yes
+            )
+        if not verdict:
+            other_view = ProjectView(project, _PathOnly(path))  # type: ignore[arg-type]
+            verdict = other_view.importer_gpu() is not None
+            self.consulted |= other_view.consulted
+        if verdict or project.importer_depth <= 1:  # a "no" found deeper may be cut short by the depth limit
+            project._gpu_verdicts[path] = (key, verdict)
+        return verdict
 
     def calls_from_importers(self, name: str) -> list[tuple["FileContext", cst.Call]]:
         """The calls of this module's function ``name`` in the project files that import it

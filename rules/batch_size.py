@@ -598,7 +598,7 @@ class AccumulationSplit(Rule):
     # -- where a batch and its accumulation come from ----------------------------------------------
     def _splits(self, ctx: FileContext) -> Iterator[Split]:
         yield from self._trainer_splits(ctx)
-        if not ctx.facts.devices.gpu.yes:
+        if not (ctx.loops.training_loops or ctx.calls(ACCELERATOR, LIGHTNING_TRAINER)) or not ctx.facts.devices.gpu.yes:
             return
         yield from self._accelerator_splits(ctx)
         yield from self._lightning_splits(ctx)
@@ -753,7 +753,7 @@ def training_batches(ctx: FileContext) -> Iterator[TrainingBatch]:
             batch = ctx.values.attribute(name, "per_device_train_batch_size")
             if batch is not None:
                 yield TrainingBatch(batch, ctx.statement_of(batch.node) or batch.node, _field_true(ctx, name, "fp16"))
-    if not ctx.facts.devices.gpu.yes:
+    if not (ctx.loops.training_loops or ctx.calls(LIGHTNING_TRAINER)) or not ctx.facts.devices.gpu.yes:
         return
     fp16 = _loop_fp16(ctx)
     loaders = ctx.facts.loaders.of_training_loops if ctx.loops.training_loops else None
@@ -1900,7 +1900,7 @@ class DimsNotTensorCoreFriendly(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not (ctx.facts.devices.gpu.yes and ctx.facts.frameworks.trains):
+        if not (ctx.facts.frameworks.trains and ctx.facts.devices.gpu.yes):
             return
         by_size: dict[int, list[VocabSite]] = {}
         for site in [*_config_sites(ctx), *_tied_head_sites(ctx)]:

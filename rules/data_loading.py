@@ -305,7 +305,7 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.facts.devices.gpu.yes:
+        if not ctx.calls(DATALOADER) or not ctx.facts.devices.gpu.yes:
             return
         loaders = ctx.facts.loaders
         for call in ctx.calls(DATALOADER):
@@ -733,7 +733,7 @@ class DataLoaderSyncLoading(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.facts.devices.gpu.yes:
+        if not ctx.calls(DATALOADER) or not ctx.facts.devices.gpu.yes:
             return
         loaders = ctx.facts.loaders
         for call in ctx.calls(DATALOADER):
@@ -1192,8 +1192,8 @@ class BlockingHostToDeviceCopy(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.facts.devices.gpu.yes:
-            return
+        if not ctx.method_calls("to", "cuda", "type") or not ctx.facts.devices.gpu.yes:
+            return  # no copy to report
         facts = ctx.facts.loaders
         reported: set[cst.Call] = set()
         for scope, source in self._batches(ctx):

@@ -294,7 +294,7 @@ class AdamNotFused(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if ctx.facts.devices.gpu.yes:
+        if ctx.calls(*TORCH_ADAM) and ctx.facts.devices.gpu.yes:
             yield from self._check_torch_adam(ctx)
         yield from self._check_trainer(ctx)
 
@@ -1807,6 +1807,8 @@ class CudnnBenchmark(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not (ctx.facts.frameworks.trains or ctx.facts.frameworks.delegated_training):
+            return  # nothing trains here, or from here: no model to report
         if not ctx.facts.devices.gpu.yes or cudnn_choice_made(ctx):
             return
         for trainer in ctx.calls(LIGHTNING_TRAINER):

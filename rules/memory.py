@@ -634,7 +634,7 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression) -> list[cst.
 
 
 def _loop_fine_tunes(ctx: FileContext, read: dict) -> Iterator[FullFineTune]:
-    if not ctx.facts.devices.gpu.yes or not ctx.loops.training_loops:
+    if not ctx.loops.training_loops or not ctx.facts.devices.gpu.yes:
         return  # no GPU shown: the state lives in host memory
     mixed = any(site.fp16 or site.bf16 for site in autocasts(ctx))
     for constructor in _optimizer_constructors(ctx):

@@ -57,7 +57,7 @@ def test_quick_run_measures_cold_and_warm_on_fixtures_and_first_and_warm_on_scal
     # the first run (filling the cache) is reported on the scale corpus only, where it is the
     # cold side of the memory target
     assert set(rows) == {
-        ("advisor", "cold", "fixtures"), ("advisor", "warm", "fixtures"),
+        ("advisor", "cold", "fixtures"), ("advisor", "cold, alone", "fixtures"), ("advisor", "warm", "fixtures"),
         ("advisor", "first run", "scale"), ("advisor", "warm", "scale"),
     }
     # --quick: one copy of the fixtures, and two for the scale corpus
@@ -72,6 +72,7 @@ def test_quick_run_measures_cold_and_warm_on_fixtures_and_first_and_warm_on_scal
     cold = rows[("advisor", "cold", "fixtures")]["findings"]
     assert cold > 0
     assert rows[("advisor", "warm", "fixtures")]["findings"] == cold
+    assert rows[("advisor", "cold, alone", "fixtures")]["findings"] == cold  # the fixtures import no sibling
     assert rows[("advisor", "first run", "scale")]["findings"] == 2 * cold
     assert rows[("advisor", "warm", "scale")]["findings"] == 2 * cold
     corpus = report["corpora"]["fixtures"]
@@ -88,6 +89,7 @@ def test_quick_run_writes_the_table_the_machine_and_the_command(quick_run):
     table = [line for line in markdown.splitlines() if line.startswith("| advisor ")]
     assert [line.split(" | ")[1:4] for line in table] == [
         ["cold", "fixtures", f"{len(fixture_scripts())}"],
+        ["cold, alone", "fixtures", f"{len(fixture_scripts())}"],
         ["warm", "fixtures", f"{len(fixture_scripts())}"],
         ["first run", "scale", f"{2 * len(fixture_scripts())}"],
         ["warm", "scale", f"{2 * len(fixture_scripts())}"],

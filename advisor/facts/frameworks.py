@@ -36,7 +36,16 @@ DELEGATED = "delegated"  # a call to a function of another project module that r
 _HF_TRAINER_QUALNAME = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
 LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
 # What a module that runs a training loop must say somewhere (a text test before parsing it).
-_TRAINS = re.compile(rb"backward\s*\(|scaler\w*\s*\(")
+# A module that can hold a training loop shows a backward pass and an optimizer step (or a
+# timm-style loss scaler, which does both) somewhere in its text.
+_TRAINS = re.compile(
+    rb"\A(?=[\s\S]*?(?:backward\s*\(|scaler\w*\s*\())(?=[\s\S]*?(?:\.step\s*\(|scaler\w*\s*\())"
+)
+
+
+# What a file that hands training to another module names: an optimizer or a trainer to pass,
+# a ``train...(`` / ``fit(`` / ``run(`` call. Files without any of these are not parsed for it.
+_HANDS_OVER_TRAINING = re.compile(r"optim|[Tt]rainer|\btrain\w*\(|\bfit\(|\.run\(")
 
 
 def is_hf_trainer_class(qualname: str | None) -> bool:
@@ -237,13 +246,18 @@ class FrameworkFacts:
         (``engine.train_step(model, loader, loss_fn, optimizer, device)``): the call, the other
         module's context and the function."""
         project = self.ctx.project
-        if project is None:
-            return []
+        if project is None or not _HANDS_OVER_TRAINING.search(self.ctx.source) or not self.ctx.facts.devices.runs:
+            return []  # only a file that runs hands its training over
         found = []
+        # One resolution per spelling and scope: a file calls the same few names many times.
+        resolutions: dict[tuple[str | None, int], object] = {}
         for call in self.ctx.nodes(cst.Call):
             if not isinstance(call.func, (cst.Name, cst.Attribute)):
                 continue
-            resolved = project.binding(call.func, _TRAINS)
+            key = (dotted_name(call.func), id(self.ctx.scope_of.get(call)))
+            if key[0] is None or key not in resolutions:
+                resolutions[key] = project.binding(call.func, _TRAINS)
+            resolved = resolutions[key]
             if resolved is None:
                 resolved = self._project_method(call)
                 if resolved is None:

@@ -191,7 +191,7 @@ def trained_models(ctx: FileContext) -> list[TrainedModel]:
     """The models this file builds and trains in a file that trains on a GPU: an optimizer
     stepped in a training loop updates their parameters. One entry per model; whether it is
     really on the GPU (``on_cuda``) and what it is handed to are left to the rules."""
-    return ctx.memo(trained_models, lambda: _find_trained_models(ctx) if ctx.facts.devices.gpu.yes else [])
+    return ctx.memo(trained_models, lambda: _find_trained_models(ctx))
 
 
 def trace_builds(ctx: FileContext, spelling: str, at: cst.CSTNode) -> list["ModelBuild"]:
@@ -202,6 +202,8 @@ def trace_builds(ctx: FileContext, spelling: str, at: cst.CSTNode) -> list["Mode
 
 
 def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
+    if not _stepped_optimizer_names(ctx) or not ctx.facts.devices.gpu.yes:  # the cheap question first
+        return []
     models: list[TrainedModel] = []
     for optimizer, owners in _stepped_optimizers(ctx):
         for owner, at in owners:
