@@ -37,6 +37,7 @@ from advisor.names import dotted_name
 if TYPE_CHECKING:
     from advisor.context import Binding, FileContext
     from advisor.facts import Answer
+    from advisor.facts.devices import DeviceFacts
     from advisor.targets import Target
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
@@ -54,6 +55,8 @@ _BYTES_KEPT = 256 * 1024
 _SIBLING_BYTES = 192 * 1024
 # How far "who imports this module" is followed (``models/resnet.py`` <- ``models/__init__.py`` <- ``main.py``).
 _IMPORTER_DEPTH = 3
+# How many of a module's importers are asked for their verdict.
+_IMPORTERS_ASKED = 6
 _IMPORT_LINE = re.compile(
     rb"^[ \t]*(?:from[ \t]+(?P<from>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\(?[^#\n]*)|import[ \t]+(?P<modules>[^#\n]+))",
     re.M,
@@ -94,6 +97,15 @@ _DEVICE_TEXT = re.compile(
 _RUNS_TEXT = re.compile(
     rb"__main__|backward\s*\(|\.fit\(|\.train\(|^(?:for|while)\b|^(?:main|train\w*|run\w*|fit)\s*\(", re.M
 )
+
+
+# A CUDA placement written out: ``.cuda()``, ``"cuda"``.
+_PLACES_TEXT = re.compile(rb"\.cuda\(|[\"']cuda")
+
+
+def _placed_on_cuda(devices: "DeviceFacts") -> bool:
+    """The module itself puts work on a CUDA device (not only names an API or a string)."""
+    return any(kind.gpu for kind, _ in devices.placements)
 
 
 @dataclass(frozen=True)
@@ -540,8 +552,12 @@ class ProjectView:
             return None
         project._in_progress.add(self.path)
         project.importer_depth += 1
+        # Scripts first: they decide. A library module imported from dozens of places is asked
+        # of its first few importers only (the verdict of a training project's module comes from
+        # one or two scripts).
+        ordered = sorted(importers, key=lambda path: not _RUNS_TEXT.search(project.text(path)))
         try:
-            for path in importers:
+            for path in ordered[:_IMPORTERS_ASKED]:
                 if self._runs_on_gpu(path):
                     relative = os.path.relpath(path, os.path.dirname(self.path))
                     return Answer(Tri.YES, None, f"imported by `{relative}`, which trains on a GPU")
@@ -562,16 +578,13 @@ class ProjectView:
             return cached[1]
         text = project.text(path)
         verdict = False
-        if _DEVICE_TEXT.search(text) and _RUNS_TEXT.search(text):
+        if _DEVICE_TEXT.search(text) and (_RUNS_TEXT.search(text) or _PLACES_TEXT.search(text)):
             other = self._context(path)
-            # A script or a training engine decides where its modules run; a library module's own
-            # mentions of CUDA (``torch.cuda.is_available()`` in a utility) do not.
-            verdict = (
-                other is not None
-                and other.project is not None
-                and other.facts.devices.runs
-                and other.facts.devices.gpu.yes
-            )
+            # A script, or a module that puts its work on CUDA itself (``self.model.cuda()``),
+            # decides where the modules it imports run; a library module's mere mention of CUDA
+            # (``torch.cuda.is_available()`` in a utility) does not.
+            devices = other.facts.devices if other is not None and other.project is not None else None
+            verdict = devices is not None and devices.gpu.yes and (devices.runs or _placed_on_cuda(devices))
         if not verdict:
             other_view = ProjectView(project, _PathOnly(path))  # type: ignore[arg-type]
             verdict = other_view.importer_gpu() is not None
