@@ -6,11 +6,13 @@ enough of them to pay for the workers. Rules are instantiated once per process.
 from __future__ import annotations
 
 import fnmatch
+import gc
 import io
 import os
 import re
 import tokenize
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
@@ -407,15 +409,40 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# Allocations between two young-generation garbage collections while files are analysed
+# (CPython's default is 700). A parse allocates hundreds of thousands of nodes that all stay
+# alive until the file is done; collecting every 700 of them re-examines the same live trees
+# over and over (a sixth of a check's time on bench/analyzer's corpora). The garbage they
+# leave is collected all the same, later: peak memory moves by a few per cent.
+_YOUNG_COLLECTION_EVERY = 50_000
+
+
+def _collect_less_often() -> None:
+    threshold = gc.get_threshold()
+    if threshold[0] and threshold[0] < _YOUNG_COLLECTION_EVERY:  # 0: the host turned collection off
+        gc.set_threshold(_YOUNG_COLLECTION_EVERY, *threshold[1:])
+
+
+@contextmanager
+def _collecting_less_often() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    _collect_less_often()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+
+
 def map_files(func, paths: Sequence[str], settings: Settings, jobs: int | None = None) -> Iterator:
     """Apply ``func(chunk, settings)`` over files, in a process pool when it pays."""
     jobs = default_jobs() if jobs is None else jobs
     if jobs <= 1 or len(paths) < PARALLEL_THRESHOLD:
-        yield from func((list(paths), settings))
+        with _collecting_less_often():
+            yield from func((list(paths), settings))
         return
     chunk_size = max(1, min(64, len(paths) // (jobs * 4) or 1))
     chunks = [(list(paths[i : i + chunk_size]), settings) for i in range(0, len(paths), chunk_size)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_collect_less_often) as pool:
         for results in pool.map(func, chunks):
             yield from results
 

@@ -60,16 +60,27 @@ def canonical(qualname: str) -> str:
     return qualname
 
 
+_NAME, _ATTRIBUTE = cst.Name, cst.Attribute
+
+
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a chain of names and attributes, else None."""
+    # Class identity, not isinstance: LibCST's node classes are ABCs, whose failed isinstance
+    # checks run in Python, and this is asked about every call of every file (neither class
+    # has subclasses).
+    node_type = node.__class__
+    if node_type is _NAME:
+        return node.value  # type: ignore[attr-defined]
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
+    while node_type is _ATTRIBUTE:
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+        node_type = node.__class__
+    if node_type is not _NAME:
         return None
-    parts.append(node.value)
-    return ".".join(reversed(parts))
+    parts.append(node.value)  # type: ignore[attr-defined]
+    parts.reverse()
+    return ".".join(parts)
 
 
 def _module_name(node: cst.BaseExpression) -> str:

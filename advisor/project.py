@@ -93,14 +93,32 @@ _DEVICE_TEXT = re.compile(
 
 # What a file that runs shows in its text: a main guard, a training step, a framework's fit or
 # train, a loop or a ``main()`` / ``train()`` call at module level. Library modules (whose
-# module-level calls register things) show none of these.
-_RUNS_TEXT = re.compile(
-    rb"__main__|backward\s*\(|\.fit\(|\.train\(|^(?:for|while)\b|^(?:main|train\w*|run\w*|fit)\s*\(", re.M
-)
+# module-level calls register things) show none of these; nor do their autograd functions
+# (``def backward(ctx, grad)``) or docstring examples (``>>> loss.backward()``).
+_RUNS_TEXT = re.compile(rb"__main__|^(?:for|while)\b|^(?:main|train\w*|run\w*|fit)\s*\(|\.(?:backward|fit|train)\s*\(", re.M)
+_EXAMPLE_OR_COMMENT = re.compile(rb"[ \t]*(?:>>>|\.\.\.|#)")
+
+
+def _runs(text: bytes) -> bool:
+    for match in _RUNS_TEXT.finditer(text):
+        if match.group(0)[:1] != b".":
+            return True
+        line_start = text.rfind(b"\n", 0, match.start()) + 1
+        if not _EXAMPLE_OR_COMMENT.match(text, line_start):
+            return True
+    return False
 
 
 # A CUDA placement written out: ``.cuda()``, ``"cuda"``.
 _PLACES_TEXT = re.compile(rb"\.cuda\(|[\"']cuda")
+
+
+def _names_devices(text: bytes) -> bool:
+    return _DEVICE_TEXT.search(text) is not None
+
+
+def _places_on_cuda_text(text: bytes) -> bool:
+    return _PLACES_TEXT.search(text) is not None
 
 
 def _placed_on_cuda(devices: "DeviceFacts") -> bool:
@@ -157,6 +175,7 @@ class Project:
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
         self._gpu_verdicts: dict[str, tuple[tuple[int, int] | None, bool]] = {}
+        self._matches: dict[tuple[str, Callable[[bytes], bool]], bool] = {}
         self._kept_bytes = 0
         self.importer_depth = 0
 
@@ -312,6 +331,15 @@ class Project:
         if found is None:
             found = _read_regular(path)
             self._texts[path] = found
+        return found
+
+    def matches(self, path: str, test: Callable[[bytes], bool]) -> bool:
+        """``test`` of the file's text, once per process: a library module's importers are
+        asked about by each module it imports, and their texts can be large."""
+        key = (path, test)
+        found = self._matches.get(key)
+        if found is None:
+            found = self._matches[key] = test(self.text(path))
         return found
 
     def context(self, path: str) -> "FileContext | None":
@@ -555,7 +583,7 @@ class ProjectView:
         # Scripts first: they decide. A library module imported from dozens of places is asked
         # of its first few importers only (the verdict of a training project's module comes from
         # one or two scripts).
-        ordered = sorted(importers, key=lambda path: not _RUNS_TEXT.search(project.text(path)))
+        ordered = sorted(importers, key=lambda path: not project.matches(path, _runs))
         try:
             for path in ordered[:_IMPORTERS_ASKED]:
                 if self._runs_on_gpu(path):
@@ -576,9 +604,8 @@ class ProjectView:
         cached = project._gpu_verdicts.get(path)
         if cached is not None and cached[0] == key:
             return cached[1]
-        text = project.text(path)
         verdict = False
-        if _DEVICE_TEXT.search(text) and (_RUNS_TEXT.search(text) or _PLACES_TEXT.search(text)):
+        if project.matches(path, _names_devices) and (project.matches(path, _runs) or project.matches(path, _places_on_cuda_text)):
             other = self._context(path)
             # A script, or a module that puts its work on CUDA itself (``self.model.cuda()``),
             # decides where the modules it imports run; a library module's mere mention of CUDA

@@ -55,8 +55,9 @@ DEFAULT_PACKAGES = ("accelerate", "transformers", "torch")
 DEFAULT_VENV_DIR = Path.home() / ".cache" / "advisor-bench" / "venvs"
 ALL_CORPORA = ("fixtures", "packages", "scale")
 
-# Issue 5's targets.
-TARGET_COLD_RATIO = 10.0
+# Issue 5's targets; issue 11 raised the cold ratio from 10x to "stays at or above 12x" (what
+# advisor had reached before project scope).
+TARGET_COLD_RATIO = 12.0
 TARGET_WARM_S = 2.0
 TARGET_RSS_MB = 500.0
 # Issue 11: project scope costs at most this much over analysing each file alone.
@@ -610,7 +611,7 @@ def runs_text(row: Row) -> str:
 
 
 def targets(rows: list[Row], corpora: dict[str, Corpus]) -> list[tuple[str, str, str]]:
-    """(target, result, verdict) for each of issue 5's targets that this run measured."""
+    """(target, result, verdict) for each of issue 5's and issue 11's targets that this run measured."""
     out = []
     for corpus in ("fixtures", "packages"):
         peer = next((r for r in rows if r.tool == "TorchFix" and r.corpus == corpus and not r.failed), None)
