@@ -10,6 +10,7 @@ import gc
 import io
 import os
 import re
+import stat as stat_module
 import tokenize
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -107,6 +108,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
     seen: set[str] = set()
 
     def excluded(path: str) -> bool:
+        if not exclude:
+            return False
         relative = _relative(path, root)
         name = os.path.basename(path.rstrip(os.sep))
         return any(
@@ -125,7 +128,7 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
             errors.append(FileError(given, "no such file or directory" + broken_link))
             continue
         if os.path.isfile(given):
-            key = os.path.realpath(given)
+            key = _identity(given)
             if key not in seen:
                 seen.add(key)
                 files.append(given)  # named explicitly: checked even if it would be excluded
@@ -142,14 +145,28 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
                 if not filename.endswith((".py", ".pyi")):
                     continue
                 path = os.path.join(directory, filename)
-                key = os.path.realpath(path)
+                try:
+                    status = os.stat(path)
+                except OSError:  # a broken link: reading it reports the error
+                    status = None
+                key = (status.st_dev, status.st_ino) if status is not None else path
                 if key in seen or excluded(path):
                     continue
-                if not os.path.isfile(path) and os.path.exists(path):
+                if status is not None and not stat_module.S_ISREG(status.st_mode):
                     continue  # a FIFO or socket named *.py: reading it could block forever
                 seen.add(key)
                 files.append(path)
     return files, errors
+
+
+def _identity(path: str) -> "tuple[int, int] | str":
+    """The file a path leads to, whatever links and spellings lead there (one stat, where
+    ``realpath`` takes one per path component)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return status.st_dev, status.st_ino
 
 
 def _relative(path: str, root: str) -> str:

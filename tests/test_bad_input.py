@@ -194,6 +194,15 @@ def test_symlink_loops_are_errors_not_hangs(tmp_path, capsys):
     assert (tmp_path / "a.py").is_symlink()
 
 
+def test_a_file_reached_by_several_names_is_checked_once(tmp_path, capsys):
+    (tmp_path / "train.py").write_bytes(HEADER + LOADER + TAIL)
+    (tmp_path / "alias.py").symlink_to("train.py")
+    os.link(tmp_path / "train.py", tmp_path / "hardlink.py")
+    code, out, _ = run(["check", ".", "train.py"], capsys, tmp_path)
+    assert code == 1
+    assert out.count(":3:10: ADV101") == 1
+
+
 def test_fifo_named_like_python_is_skipped_not_waited_on(tmp_path, capsys):
     os.mkfifo(tmp_path / "pipe.py")
     (tmp_path / "train.py").write_bytes(HEADER + LOADER + TAIL)
