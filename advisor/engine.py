@@ -105,7 +105,7 @@ class FileResult:
 def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".") -> tuple[list[str], list[FileError]]:
     files: list[str] = []
     errors: list[FileError] = []
-    seen: set[str] = set()
+    seen: set[tuple[int, int] | str] = set()
 
     def excluded(path: str) -> bool:
         if not exclude:
@@ -128,7 +128,7 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
             errors.append(FileError(given, "no such file or directory" + broken_link))
             continue
         if os.path.isfile(given):
-            key = _identity(given)
+            key, _ = _identity(given)
             if key not in seen:
                 seen.add(key)
                 files.append(given)  # named explicitly: checked even if it would be excluded
@@ -145,11 +145,7 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
                 if not filename.endswith((".py", ".pyi")):
                     continue
                 path = os.path.join(directory, filename)
-                try:
-                    status = os.stat(path)
-                except OSError:  # a broken link: reading it reports the error
-                    status = None
-                key = (status.st_dev, status.st_ino) if status is not None else path
+                key, status = _identity(path)
                 if key in seen or excluded(path):
                     continue
                 if status is not None and not stat_module.S_ISREG(status.st_mode):
@@ -159,14 +155,15 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
     return files, errors
 
 
-def _identity(path: str) -> "tuple[int, int] | str":
+def _identity(path: str) -> "tuple[tuple[int, int] | str, os.stat_result | None]":
     """The file a path leads to, whatever links and spellings lead there (one stat, where
-    ``realpath`` takes one per path component)."""
+    ``realpath`` takes one per path component), and its status; a broken link (reading it
+    reports the error) is known by where it points."""
     try:
         status = os.stat(path)
     except OSError:
-        return os.path.realpath(path)
-    return status.st_dev, status.st_ino
+        return os.path.realpath(path), None
+    return (status.st_dev, status.st_ino), status
 
 
 def _relative(path: str, root: str) -> str:

@@ -343,11 +343,14 @@ class Project:
         return found
 
     def context(self, path: str) -> "FileContext | None":
-        """The parsed file (once per process while it is unchanged), or None when it cannot be analyzed."""
+        """The parsed file (once per process while it is unchanged), or None when it cannot be
+        analyzed or is larger than a training project's module (``_SIBLING_BYTES``)."""
         try:
             stat = os.stat(path)
         except OSError:
             return None
+        if stat.st_size > _SIBLING_BYTES:
+            return None  # a library's giant module (torch/nn/functional.py), not a training project's
         key = (stat.st_mtime_ns, stat.st_size)
         cached = self._contexts.get(path)
         if cached is not None and cached[0] == key:
@@ -414,9 +417,6 @@ class ProjectView:
 
     def _context(self, path: str) -> "FileContext | None":
         self.consulted.add(path)
-        key = _file_key(path)
-        if key is not None and key[1] > _SIBLING_BYTES:
-            return None  # a library's giant module (torch/nn/functional.py), not a training project's
         return self.project.context(path)
 
     def _defining_context(self, path: str, name: str, needle: "re.Pattern[bytes] | None") -> "FileContext | None":
