@@ -6,7 +6,7 @@ are kept, so a fix changes only what it must.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
 
@@ -176,7 +176,121 @@ class ReplaceNodes(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         replacement = self.replacements.get(original_node)
-        return updated_node if replacement is None else replacement
+        if replacement is None:
+            return updated_node
+        return replacement(updated_node) if callable(replacement) else replacement
+
+
+def keep_removed_comments(ctx: "FileContext", replacements: dict[cst.CSTNode, object]) -> dict[cst.CSTNode, object]:
+    """``replacements`` with the comment lines above each removed statement carried down to the
+    next statement of its block that stays, so that no fix, and no combination of fixes, loses
+    a comment the author wrote on its own line. A trailing comment on the removed line goes
+    with it (it describes that line); comments a fix moved elsewhere itself are not carried."""
+    removed = [
+        node for node, new in replacements.items()
+        if isinstance(new, cst.RemovalSentinel) and getattr(node, "leading_lines", None)
+    ]
+    if not removed:
+        return replacements
+    placed: set[int] = set()
+    for new in replacements.values():
+        for root in (new.nodes if isinstance(new, cst.FlattenSentinel) else (new,)):
+            if isinstance(root, cst.CSTNode):
+                placed.update(id(line) for line in _empty_lines(root))
+    result = dict(replacements)
+    for node in sorted(removed, key=lambda n: ctx.order.get(n, 0)):
+        lines = list(node.leading_lines)  # type: ignore[attr-defined]
+        first = next((i for i, line in enumerate(lines) if line.comment is not None and id(line) not in placed), None)
+        if first is None:
+            continue
+        carried = [line for line in lines[first:] if id(line) not in placed]
+        block = ctx.parent.get(node)
+        body = list(getattr(block, "body", ()))
+        if node not in body:
+            continue
+        following = next((s for s in body[body.index(node) + 1 :] if not isinstance(result.get(s), cst.RemovalSentinel)), None)
+        if following is not None:
+            result[following] = _with_leading(result.get(following, following), carried)
+        elif isinstance(block, (cst.IndentedBlock, cst.Module)) and block not in result:
+            # The last statements of the block go: the comments stay at the block's end.
+            result[block] = _FooterAdded(carried)
+    return result
+
+
+class _FooterAdded:
+    """A replacement applied to the node as the other edits left it: comment lines added to its footer."""
+
+    def __init__(self, lines: list[cst.EmptyLine]) -> None:
+        self.lines = lines
+
+    def __call__(self, updated: cst.IndentedBlock | cst.Module) -> cst.CSTNode:
+        return updated.with_changes(footer=[*self.lines, *updated.footer])
+
+
+def _empty_lines(root: cst.CSTNode) -> Iterator[cst.EmptyLine]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.EmptyLine):
+            yield node
+        stack.extend(node.children)
+
+
+def _with_leading(node: object, carried: list[cst.EmptyLine]) -> object:
+    if isinstance(node, cst.FlattenSentinel) and node.nodes:
+        return cst.FlattenSentinel([_with_leading(node.nodes[0], carried), *node.nodes[1:]])  # type: ignore[list-item]
+    if isinstance(node, cst.CSTNode) and hasattr(node, "leading_lines"):
+        return node.with_changes(leading_lines=[*carried, *node.leading_lines])  # type: ignore[attr-defined]
+    return node
+
+
+def realign_trailing_comments(original: str, fixed: str) -> str:
+    """``fixed`` with the trailing comments of the lines a fix changed put back at the column
+    they had, where the author aligned them (more than two spaces before the ``#``) and the new
+    code leaves room: ``optim="adamw_torch_fused",  # ...`` keeps its comment in the column of
+    its neighbours'."""
+    import difflib
+
+    old_lines = original.splitlines(keepends=True)
+    new_lines = fixed.splitlines(keepends=True)
+    pairs: list[tuple[int, int]] = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            pairs.extend((i1 + k, j1 + k) for k in range(i2 - i1) if "#" in new_lines[j1 + k])
+    if not pairs:
+        return fixed
+    old_comments = _comment_columns(original)
+    new_comments = _comment_columns(fixed)
+    for old_index, new_index in pairs:
+        old_column = old_comments.get(old_index + 1)
+        new_column = new_comments.get(new_index + 1)
+        if old_column is None or new_column is None or old_column == new_column:
+            continue
+        old_line, new_line = old_lines[old_index], new_lines[new_index]
+        # Two spaces is the usual gap; a wider one lines the comment up with its neighbours'.
+        if old_line[old_column:] != new_line[new_column:] or not old_line[old_column - 3 : old_column].isspace():
+            continue
+        code = new_line[:new_column].rstrip()
+        if not code or len(code) + 2 > old_column:
+            continue
+        new_lines[new_index] = code.ljust(old_column) + new_line[new_column:]
+    return "".join(new_lines)
+
+
+def _comment_columns(text: str) -> dict[int, int]:
+    """The column of each trailing comment (after code on the same line), by line number."""
+    import io
+    import tokenize
+
+    columns: dict[int, int] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT and token.line[: token.start[1]].strip():
+                columns[token.start[0]] = token.start[1]
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    return columns
 
 
 def combine_edits(ctx: "FileContext", edits: Sequence[Edit]) -> list[Edit] | None:

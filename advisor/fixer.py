@@ -36,7 +36,7 @@ from advisor.engine import (
     source_encoding,
     to_diagnostic,
 )
-from advisor.edits import ReplaceNodes
+from advisor.edits import ReplaceNodes, keep_removed_comments, realign_trailing_comments
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion
 from advisor.names import ImportTable
 from advisor.rule import Applicability, Finding, Fix
@@ -141,10 +141,10 @@ def apply_fixes(ctx: FileContext, chosen: Sequence[Finding]) -> str:
         for edit in finding.fix.edits:
             replacements[edit.node] = edit.replacement
         imports.extend(finding.fix.imports)
-    module = ctx.module.visit(ReplaceNodes(replacements))
+    module = ctx.module.visit(ReplaceNodes(keep_removed_comments(ctx, replacements)))
     if imports:
         module = add_imports(module, imports)
-    return module.code
+    return realign_trailing_comments(ctx.module.code, module.code)
 
 
 def _compiles(code: str, path: str) -> bool:

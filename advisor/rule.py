@@ -83,7 +83,8 @@ class Invalid:
     fixed: str | None = None
     gpu: str | None = None
     count: int = 1
-    unsafe: bool = False
+    # Whether the fix shown needs ``--unsafe-fixes``; None: as the rule's ``fix_applicability``.
+    unsafe: bool | None = None
     note: str = ""
 
 
@@ -104,6 +105,8 @@ class Rule:
     example: ClassVar[str] = ""
     use_instead: ClassVar[str] = ""
     silent_when: ClassVar[str] = ""
+    # Where one case's fix is safer or riskier than ``fix_applicability`` says.
+    fix_notes: ClassVar[str] = ""
     valid: ClassVar[Sequence[Valid]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
 
@@ -150,6 +153,8 @@ class Rule:
         if cls.use_instead:
             parts += ["## Use instead", "```python", _dedent(cls.use_instead).rstrip("\n"), "```", ""]
         parts += ["## Fix safety", _fix_safety_text(cls.fix_applicability), ""]
+        if cls.fix_notes:
+            parts += [_dedent(cls.fix_notes)]
         if cls.silent_when:
             parts += ["## When it stays silent", _dedent(cls.silent_when)]
         return "\n".join(parts).rstrip("\n") + "\n"

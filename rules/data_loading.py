@@ -67,6 +67,14 @@ class DataLoaderPinMemory(Rule):
     use_instead = """
         loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
     """
+    fix_notes = """
+        An explicit `pin_memory=False` is the author's choice (host RAM may be tight): it is
+        reported, and its fix is **unsafe**. Where the script falls back to the CPU itself
+        (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, Accelerate, Lightning's
+        `"auto"`), the fix writes `pin_memory=torch.cuda.is_available()`, so that CPU runs do
+        not warn that no accelerator is found; `pin_memory=True` where the script always uses
+        CUDA.
+    """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
         - `pin_memory` is passed in a way that cannot be read (`**kwargs` built at run
@@ -247,6 +255,29 @@ class DataLoaderPinMemory(Rule):
             loader = DL(ds, pin_memory=True)
             model.to("cuda:0")
             """,
+            unsafe=True,
+            note="`pin_memory=False` written out is a choice: the fix that reverses it is unsafe",
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            from models import Net
+            import torch as th
+
+            device = th.device("cuda" if th.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from models import Net
+            import torch as th
+
+            device = th.device("cuda" if th.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=th.cuda.is_available())
+            """,
+            note="the script falls back to the CPU: pin only when CUDA is there (no warning on CPU runs)",
         ),
         Invalid(
             """
@@ -312,24 +343,47 @@ class DataLoaderPinMemory(Rule):
             pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
             if pin is None or not loaders.pinnable(call):
                 continue
+            if ctx.facts.devices.always_cuda:
+                pinned, imports = "True", ()
+            else:
+                available, imports = ctx.reference("torch.cuda.is_available", call)
+                pinned = ctx.code(available) + "()"
             if pin is MISSING:
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
-            else:
-                value = ctx.values.resolve(pin)
-                if value is None or value.value is not False or value.origin == "argparse default":
-                    continue
-                message = "DataLoader with `pin_memory=False` on a CUDA script: pinned batches transfer faster"
-                if ctx.keyword_arg(call, "pin_memory") is None:
-                    # Set through a visible ``**kwargs`` dict: the fix edits the dict's own literal;
-                    # a constant it names may serve other code, so that is advice only.
-                    where = f"`pin_memory=False` from `**kwargs` (line {ctx.position(value.node)[0]})"
-                    message = message.replace("`pin_memory=False`", where)
-                    literal = value.origin == "literal" and isinstance(value.node, cst.Name)
-                    fix = self.fix("Set `pin_memory=True`", Edit(value.node, cst.Name("True"))) if literal else None
-                    yield self.report(call, message + " (guide: Data preloading)", fix)
-                    continue
-            fix = self.fix("Set `pin_memory=True`", Edit(call, set_keyword(call, "pin_memory", "True")))
-            yield self.report(call, message + " (guide: Data preloading)", fix)
+                fix = self.fix(f"Set `pin_memory={pinned}`", Edit(call, set_keyword(call, "pin_memory", pinned)), imports=imports)
+                yield self.report(call, message + " (guide: Data preloading)", fix)
+                continue
+            value = ctx.values.resolve(pin)
+            if value is None or value.value is not False or value.origin == "argparse default":
+                continue
+            # ``pin_memory=False`` written out is the author's choice (host RAM may be tight):
+            # overriding it is never a safe fix.
+            message = (
+                "DataLoader with `pin_memory=False` on a CUDA script: pinned batches transfer faster; "
+                "the fix overrides an explicit setting"
+            )
+            description = f"Set `pin_memory={pinned}` (overrides an explicit `pin_memory=False`)"
+            if ctx.keyword_arg(call, "pin_memory") is None:
+                # Set through a visible ``**kwargs`` dict: the fix edits the dict's own literal;
+                # a constant it names may serve other code, so that is advice only.
+                where = f"`pin_memory=False` from `**kwargs` (line {ctx.position(value.node)[0]})"
+                message = message.replace("`pin_memory=False`", where)
+                literal = value.origin == "literal" and isinstance(value.node, cst.Name)
+                replacement = cst.parse_expression(pinned)
+                fix = (
+                    self.fix(description, Edit(value.node, replacement), imports=imports, applicability=Applicability.UNSAFE)
+                    if literal
+                    else None
+                )
+                yield self.report(call, message + " (guide: Data preloading)", fix)
+                continue
+            fix = self.fix(
+                description,
+                Edit(call, set_keyword(call, "pin_memory", pinned)),
+                imports=imports,
+                applicability=Applicability.UNSAFE,
+            )
+            yield self.report(self.at_keyword(call, "pin_memory"), message + " (guide: Data preloading)", fix)
 
 
 class DataLoaderSyncLoading(Rule):
@@ -1502,7 +1556,7 @@ class TrainerDataLoaderSettings(Rule):
 
             args = TrainingArguments(output_dir="out", dataloader_pin_memory=True)
             """,
-            note="no `__main__` guard: pinning is fixed, workers are advice",
+            note="no `__main__` guard: pinning is fixed (unsafe: it reverses an explicit setting), workers are advice",
         ),
         Invalid(
             """
@@ -1558,13 +1612,15 @@ class TrainerDataLoaderSettings(Rule):
             problems: list[str] = []
             advice: list[str] = []
             updated = call
-            workers_changed = False
 
             pin = ctx.argument(call, "dataloader_pin_memory")
             if pin is not None and pin is not MISSING and not _set_elsewhere(ctx, "dataloader_pin_memory"):
                 value = ctx.values.resolve(pin)
                 if value is not None and value.value is False and value.origin != "argparse default":
-                    problems.append("`dataloader_pin_memory=False` copies batches from pageable memory")
+                    problems.append(
+                        "`dataloader_pin_memory=False` copies batches from pageable memory (the fix overrides "
+                        "an explicit setting)"
+                    )
                     if any(arg.value is value.node for arg in call.args):
                         updated = _replace_argument(updated, value.node, "True")
                     else:
@@ -1594,7 +1650,6 @@ class TrainerDataLoaderSettings(Rule):
                             "(worker processes re-import the script)"
                         )
                     else:
-                        workers_changed = True
                         if value is None:
                             added = keyword_arg("dataloader_num_workers", str(SUGGESTED_WORKERS))
                             updated = append_args(updated, [added])
@@ -1609,9 +1664,9 @@ class TrainerDataLoaderSettings(Rule):
             if updated is not call:
                 changed = _settings_changed(call, updated)
                 message += f"; set {changed}"
-                # Pinning alone is ADV101's safe change; workers change the process model.
-                applicability = Applicability.UNSAFE if workers_changed else Applicability.SAFE
-                fix = self.fix(f"Set {changed}", Edit(call, updated), applicability=applicability)
+                # Workers change the process model; pinning memory here reverses an explicit
+                # ``dataloader_pin_memory=False`` (the default pins): the author's choice.
+                fix = self.fix(f"Set {changed}", Edit(call, updated))
             if advice:
                 message += "; " + "; ".join(advice)
             yield self.report(call, f"{message} (guide: {GUIDE})", fix)

@@ -1265,8 +1265,14 @@ class NoTorchCompile(Rule):
             yield self.report(call, message, fix)
 
 
-# ``# cudnn.benchmark = True  # faster, but more memory`` left commented out: a choice made.
-_CUDNN_SETTING_COMMENT = re.compile(r"cudnn\.(benchmark|deterministic)\b|\bbenchmark\s*=\s*(True|False)\b")
+# ``# cudnn.benchmark = True  # faster, but more memory`` or ``# Trainer(benchmark=True)`` left
+# commented out: a choice made. A comment that only mentions the setting (``# TODO: try
+# cudnn.benchmark``) is not one.
+_CUDNN_SETTING_COMMENT = re.compile(
+    r"#\s*(?:[\w.]+\.)?cudnn\.(?:benchmark|deterministic)\s*=(?!=)"
+    r"|#\s*(?:[\w.]+\s*=\s*)?[\w.]+\(.*\bbenchmark\s*=\s*(?:True|False)\b"
+    r"|#\s*(?:cudnn_)?benchmark\s*=\s*(?:True|False)\b"
+)
 CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
 # ``# model = torch.compile(model)`` left commented out: the author tried it and decided.
 _COMPILE_COMMENT = re.compile(r"\btorch\.compile\(|\.compile\(\)|\btorch_compile\s*=")
@@ -1438,7 +1444,7 @@ class CudnnBenchmark(Rule):
           `cudnn.deterministic` or `cudnn.enabled` (whatever value), calls
           `torch.use_deterministic_algorithms`, passes `benchmark=` / `deterministic=`
           (Lightning's `Trainer`, seeding helpers), or leaves such a setting commented out
-          (`# cudnn.benchmark = True`);
+          (`# cudnn.benchmark = True`; a comment that only mentions it, a TODO, does not count);
         - no conv net is trained here on CUDA: CPU-only scripts, models only evaluated, models
           with 1-D convolutions only, or with embeddings or recurrent layers (variable-length
           inputs), transformers (ViT, Swin), models whose class is defined elsewhere with a
@@ -1558,12 +1564,12 @@ class CudnnBenchmark(Rule):
         Valid(
             """
             import torch
-            from unet import UNet
-            net = UNet(n_channels=3, n_classes=1).cuda()
+            import torchvision
+            net = torchvision.models.resnet50().cuda()
             # cudnn.benchmark = True  # faster convolutions, but more memory
-            optimizer = torch.optim.RMSprop(net.parameters(), lr=0.001)
-            for imgs, masks in loader:
-                criterion(net(imgs.cuda()), masks.cuda()).backward()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for images, labels in loader:
+                criterion(net(images.cuda()), labels.cuda()).backward()
                 optimizer.step()
             """,
             note="the setting left commented out: the author decided",
@@ -1606,6 +1612,33 @@ class CudnnBenchmark(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            import torchvision
+
+            # TODO: look at cudnn.benchmark once the input sizes are fixed
+            net = torchvision.models.resnet50().cuda()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for images, labels in loader:
+                criterion(net(images.cuda()), labels.cuda()).backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torchvision
+
+            torch.backends.cudnn.benchmark = True
+
+            # TODO: look at cudnn.benchmark once the input sizes are fixed
+            net = torchvision.models.resnet50().cuda()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for images, labels in loader:
+                criterion(net(images.cuda()), labels.cuda()).backward()
+                optimizer.step()
+            """,
+            note="a comment that only mentions the setting is not a decision",
+        ),
         Invalid(
             """
             import torch

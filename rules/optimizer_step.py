@@ -2455,6 +2455,7 @@ class ZeroGradSetToNoneFalse(Rule):
                 optimizer.step()
                 optimizer.zero_grad()
             """,
+            unsafe=True,
             note="reads .grad after backward: unsafe fix",
         ),
         Invalid(
@@ -2601,10 +2602,16 @@ def _calls_local_unscale(ctx: FileContext, scope: cst.CSTNode, low: int, high: i
 
 
 def _insert_before(line: cst.SimpleStatementLine, new: cst.SimpleStatementLine) -> Edit:
-    """``new`` right above ``line``; the comments and blank lines above ``line`` go above both."""
+    """``new`` above ``line`` and the comments that describe ``line``: the blank lines above
+    them go above ``new``, the comments stay with the line they were written for."""
+    leading = list(line.leading_lines)
+    first_comment = next((i for i, empty in enumerate(leading) if empty.comment is not None), len(leading))
     return Edit(
         line,
-        cst.FlattenSentinel([new.with_changes(leading_lines=line.leading_lines), line.with_changes(leading_lines=())]),
+        cst.FlattenSentinel([
+            new.with_changes(leading_lines=leading[:first_comment]),
+            line.with_changes(leading_lines=leading[first_comment:]),
+        ]),
     )
 
 
@@ -2816,8 +2823,8 @@ class ClipBeforeUnscale(Rule):
                 with torch.autocast("cuda", dtype=torch.float16):
                     loss = criterion(model(x.cuda()), y.cuda())
                 scaler.scale(loss).backward()
-                # keep updates bounded
                 scaler.unscale_(optimizer)
+                # keep updates bounded
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 scaler.step(optimizer)
                 scaler.update()

@@ -481,6 +481,19 @@ def test_a_cudnn_setting_left_commented_out_is_a_choice(comment):
     assert findings(source, "ADV605") == []
 
 
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "# TODO: look at cudnn.benchmark once the input sizes are fixed",
+        "# see https://pytorch.org/docs (torch.backends.cudnn.benchmark) for the autotuner",
+        "# Trainer(benchmark=...) is not used here",
+    ],
+)
+def test_a_comment_that_only_mentions_the_cudnn_setting_is_not_a_choice(comment):
+    source = LOCAL_CONV_NET.format(name="Generator", transforms=comment)
+    assert len(findings(source, "ADV605")) == 1
+
+
 # -- ADV602: step-by-step decoders over the batch's lengths ---------------------------------------
 DECODER = """
 import torch

@@ -46,3 +46,18 @@ def test_every_rule_has_examples_and_docs():
         assert rule.invalid, f"{rule.code} has no invalid examples"
         for attribute in ("name", "summary", "guide", "why", "example", "use_instead", "silent_when"):
             assert getattr(rule, attribute), f"{rule.code} lacks {attribute}"
+
+
+@pytest.mark.parametrize("rule,example", [c for c in _cases("invalid") if c.values[1].fixed is not None])
+def test_invalid_example_fix_safety(rule, example):
+    """An example of an unsafe fix (the rule's, or one marked ``unsafe``) is not fixed without
+    ``--unsafe-fixes``; any other is fixed in full by the safe fixes alone (what the pre-commit
+    hook applies)."""
+    from advisor.rule import Applicability
+
+    safe = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=False).fixed.decode()
+    unsafe = example.unsafe if example.unsafe is not None else rule.fix_applicability is Applicability.UNSAFE
+    if unsafe:
+        assert safe != textwrap.dedent(example.fixed), f"{rule.code}: marked unsafe, but the safe fixes make the change"
+    else:
+        assert safe == textwrap.dedent(example.fixed), f"{rule.code}: the safe fixes alone do not give the fixed code"

@@ -660,6 +660,28 @@ class DeviceFacts:
         return False
 
     @cached_property
+    def always_cuda(self) -> bool:
+        """The file puts work on a CUDA device with no CPU fallback of its own: a placement that
+        is CUDA whatever the machine (``.cuda()``, ``"cuda"``), not under a test for a GPU. A fix
+        that is only right with a GPU (``pin_memory=True`` warns on every CPU run) is written
+        plainly here, and conditioned on ``torch.cuda.is_available()`` elsewhere."""
+        for kind, node in self.placements:
+            if kind is Where.CUDA and not self._under_gpu_test(node):
+                return True
+        return False
+
+    def _under_gpu_test(self, node: cst.CSTNode) -> bool:
+        ctx = self.ctx
+        for ancestor in ctx.ancestors(node):
+            if isinstance(ancestor, cst.If) and ctx.is_descendant(node, ancestor.body):
+                if self.gpu_test(ancestor.test, switches=True) is Tri.YES:
+                    return True
+            elif isinstance(ancestor, cst.IfExp) and ctx.is_descendant(node, ancestor.body):
+                if self.gpu_test(ancestor.test, switches=True) is Tri.YES:
+                    return True
+        return False
+
+    @cached_property
     def runs_without_gpu(self) -> bool:
         """A script that runs with no GPU shown: the verdict is no, or the script runs and
         where it runs is chosen at run time. A module that only defines things is neither: it
