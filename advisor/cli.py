@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -22,7 +23,7 @@ from advisor.cache import clean as cache_clean
 from advisor.config import Config, ConfigError, find_pyproject, load_config
 from advisor.engine import Settings, check_paths, discover
 from advisor.registry import select_codes, unknown_selectors
-from advisor.report import FORMATS, explain, render_text, rules_table, to_github, to_json, to_sarif
+from advisor.report import FORMATS, explain, render_text, rules_json, rules_table, statistics, to_github, to_json, to_sarif
 from advisor.targets import UnknownGPU, resolve_target
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -45,9 +46,33 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
-        sub.add_argument("--select", type=_codes_list, help="codes or prefixes to enable, comma separated (e.g. ADV1,ADV201)")
-        sub.add_argument("--ignore", type=_codes_list, default=[], help="codes or prefixes to disable")
+        sub.add_argument(
+            "paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .); - reads stdin"
+        )
+        sub.add_argument(
+            "--select", type=_codes_list, action="extend",
+            help="codes or prefixes to enable, comma separated (e.g. ADV1,ADV201); repeated, they add up; "
+            "replaces [tool.advisor] select",
+        )
+        sub.add_argument(
+            "--extend-select", type=_codes_list, action="extend", default=[], help="codes to enable on top of the selection"
+        )
+        sub.add_argument("--ignore", type=_codes_list, action="extend", default=[], help="codes or prefixes to disable")
+        sub.add_argument(
+            "--extend-ignore", type=_codes_list, action="extend", default=[], help="the same as --ignore (ruff's spelling)"
+        )
+        sub.add_argument(
+            "--force-exclude", action="store_true",
+            help="apply [tool.advisor] exclude to files named on the command line too (pre-commit names them)",
+        )
+        sub.add_argument("-q", "--quiet", action="store_true", help="print the findings and nothing else")
+        sub.add_argument("--stdin-filename", help="the path of the code read from stdin, for config and the report")
+        sub.add_argument(
+            "--show-fixes", action="store_true", help="list the fixes applied, by file and rule"
+        )
+        sub.add_argument(
+            "--exit-non-zero-on-fix", action="store_true", help="exit 1 when a fix was applied, even if nothing remains"
+        )
         sub.add_argument("--gpu", help="target GPU (e.g. A100, H100, V100, T4, RTX4090); default: config, then local GPU")
         sub.add_argument("--config", type=Path, help="pyproject.toml to read [tool.advisor] from")
         sub.add_argument("--jobs", "-j", type=int, help="worker processes (default: one per core)")
@@ -60,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="report findings")
     common(check)
-    check.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    check.add_argument("--output-format", "--format", dest="format", choices=FORMATS, default="text", help="output format")
+    check.add_argument("--fix", action="store_true", help="apply the safe fixes, then report what remains")
+    check.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff: the unsafe fixes too")
+    check.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
+    check.add_argument("--statistics", action="store_true", help="count the findings per rule instead of listing them")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
     check.add_argument("--output", "-o", type=Path, help="write the report to a file")
     check.add_argument("--no-cache", action="store_true", help=f"neither read nor write {CACHE_DIR_NAME}/")
@@ -76,21 +105,31 @@ def build_parser() -> argparse.ArgumentParser:
     clean = commands.add_parser("clean", help=f"remove the results cache ({CACHE_DIR_NAME}/ at the project root)")
     clean.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="where to find the project (default: .)")
     clean.add_argument("--config", type=Path, help="pyproject.toml whose folder holds the cache")
-    commands.add_parser("rules", help="list the rules")
+    rules = commands.add_parser("rules", help="list the rules")
+    rules.add_argument("--output-format", "--format", dest="format", choices=("text", "json"), default="text")
     explain_parser = commands.add_parser("explain", help="show a rule's documentation")
-    explain_parser.add_argument("code", help="rule code or name, e.g. ADV101")
+    explain_parser.add_argument("code", help="rule code or name, e.g. ADV101, or ADV000 (files that cannot be analyzed)")
     return parser
 
 
 def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
-    config_path = args.config or find_pyproject(Path(args.paths[0]) if args.paths else Path.cwd())
+    named = args.stdin_filename if _reads_stdin(args) and args.stdin_filename else (args.paths[0] if args.paths else None)
+    config_path = args.config or find_pyproject(Path(named) if named and named != "-" else Path.cwd())
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"config file not found: {args.config}")
     config = load_config(config_path)
-    select = args.select if args.select is not None else config.select
-    ignore = list(config.ignore) + list(args.ignore or [])
-    sources = [("--select", args.select or []), ("--ignore", args.ignore or [])]
-    sources += [(f"[tool.advisor] select ({config.path})", config.select or []), (f"[tool.advisor] ignore ({config.path})", config.ignore)]
+    select = args.select if args.select else config.select
+    extend = list(config.extend_select) + list(args.extend_select)
+    ignore = list(config.ignore) + list(args.ignore) + list(args.extend_ignore)
+    sources = [
+        ("--select", args.select or []), ("--extend-select", args.extend_select), ("--ignore", args.ignore),
+        ("--extend-ignore", args.extend_ignore),
+    ]
+    sources += [
+        (f"[tool.advisor] select ({config.path})", config.select or []),
+        (f"[tool.advisor] extend-select ({config.path})", config.extend_select),
+        (f"[tool.advisor] ignore ({config.path})", config.ignore),
+    ]
     sources += [(f"[tool.advisor] per-file-ignores[{pattern!r}] ({config.path})", codes) for pattern, codes in config.per_file_ignores.items()]
     for origin, selectors in sources:
         unknown = unknown_selectors(selectors)
@@ -98,8 +137,11 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
             raise UsageError(f"unknown rule code(s) in {origin}: {', '.join(unknown)}")
     target = resolve_target(args.gpu, config.gpu)
     per_file = tuple((pattern, frozenset(c.upper() for c in codes)) for pattern, codes in config.per_file_ignores.items())
+    codes = set(select_codes(select, ignore))
+    if extend:
+        codes |= set(select_codes(extend, ignore))
     settings = Settings(
-        codes=frozenset(select_codes(select, ignore)),
+        codes=frozenset(codes),
         target=target,
         per_file_ignores=per_file,
         root=str(config.root),
@@ -119,42 +161,101 @@ def _warn_if_no_python(args: argparse.Namespace, files: list[str], errors: list)
         print(f"advisor: warning: no Python files found under {', '.join(args.paths)}", file=sys.stderr)
 
 
+def _reads_stdin(args: argparse.Namespace) -> bool:
+    return list(getattr(args, "paths", [])) == ["-"]
+
+
+def _stdin_name(args: argparse.Namespace) -> str:
+    return args.stdin_filename or "-"
+
+
+def _files(args: argparse.Namespace, config: Config) -> tuple[list[str], list]:
+    if "-" in args.paths:
+        raise UsageError("`-` (stdin) must be the only path")
+    files, errors = discover(args.paths, config.exclude, str(config.root), force_exclude=args.force_exclude)
+    named = set(args.paths)
+    missing = [e for e in errors if e.path in named and e.message.startswith("no such file or directory")]
+    for error in missing:  # a usage error, as a mistyped path is, not a finding in a file that is not there
+        print(f"advisor: error: {error.path}: {error.message}", file=sys.stderr)
+    args.usage_errors = bool(missing)
+    errors = [e for e in errors if e not in missing]
+    if not args.force_exclude and not missing:
+        _warn_if_no_python(args, files, errors)
+    return files, errors
+
+
+def _stdin_excluded(args: argparse.Namespace, config: Config) -> bool:
+    """``--force-exclude`` with a ``--stdin-filename`` that ``exclude`` matches: nothing to do."""
+    from advisor.engine import is_excluded
+
+    return bool(args.force_exclude and args.stdin_filename and is_excluded(args.stdin_filename, config.exclude, str(config.root)))
+
+
 def run_check(args: argparse.Namespace) -> int:
+    if args.fix or args.diff:
+        return _run_fixes(args, unsafe=args.unsafe_fixes, diff=args.diff)
     settings, config = _settings(args)
-    files, errors = discover(args.paths, config.exclude, str(config.root))
-    _warn_if_no_python(args, files, errors)
-    cache = None if args.no_cache else Cache(config.root, settings)
-    with _progress(args, len(files)) as advance:
-        results = check_paths(files, settings, args.jobs, cache=cache, progress=advance)
+    if _reads_stdin(args):
+        from advisor.engine import check_file
+
+        data = sys.stdin.buffer.read()
+        if _stdin_excluded(args, config):
+            return EXIT_CLEAN
+        if not args.stdin_filename:
+            settings = replace(settings, project_scope=False)
+        results = [check_file(_stdin_name(args), settings, data=data)]
+        errors: list = []
+    else:
+        files, errors = _files(args, config)
+        cache = None if args.no_cache else Cache(config.root, settings)
+        with _progress(args, len(files)) as advance:
+            results = check_paths(files, settings, args.jobs, cache=cache, progress=advance)
     diagnostics = sorted((d for r in results for d in r.diagnostics), key=lambda d: d.sort_key())
     errors += [e for r in results for e in r.errors]
-    if args.format == "text" and args.output is None:
-        render_text(_console(args), diagnostics, errors, settings.target)
-    else:
-        if args.format == "json":
-            text = to_json(diagnostics, errors, settings.target)
-        elif args.format == "sarif":
-            text = to_sarif(diagnostics, errors, settings.target)
-        elif args.format == "github":
-            text = to_github(diagnostics, errors)
-        else:
-            import io
-
-            buffer = io.StringIO()
-            render_text(Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, emoji=False), diagnostics, errors, settings.target)
-            text = buffer.getvalue().rstrip("\n")
-        if args.output is not None:
-            try:
-                args.output.write_text(text + "\n", encoding="utf-8")
-            except OSError as error:
-                raise UsageError(f"cannot write the report to {args.output}: {error.strerror or error}") from error
-        else:
-            sys.stdout.write(text + ("\n" if text else ""))
-    if errors:
+    _report(args, diagnostics, errors, settings)
+    if errors or getattr(args, "usage_errors", False):
         return EXIT_ERROR
     if diagnostics and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _report(
+    args: argparse.Namespace, diagnostics: list, errors: list, settings: Settings, stream=None, footer: bool = True
+) -> None:
+    """The findings in the chosen format, to ``--output`` or ``stream`` (stdout); text ends with
+    a count unless ``footer`` is off (after fixes, the fix summary says it)."""
+    quiet = args.quiet
+    if args.statistics:
+        text = statistics(diagnostics, errors, as_json=args.format == "json")
+    elif args.format == "text" and args.output is None:
+        render_text(
+            _console(args, stream), diagnostics, errors, settings.target, show_header=not quiet,
+            show_footer=footer and not quiet,
+        )
+        return
+    elif args.format == "json":
+        text = to_json(diagnostics, errors, settings.target)
+    elif args.format == "sarif":
+        text = to_sarif(diagnostics, errors, settings.target)
+    elif args.format == "github":
+        text = to_github(diagnostics, errors)
+    else:
+        import io
+
+        buffer = io.StringIO()
+        render_text(
+            Console(file=buffer, no_color=True, highlight=False, soft_wrap=True, emoji=False),
+            diagnostics, errors, settings.target, show_header=not quiet, show_footer=footer and not quiet,
+        )
+        text = buffer.getvalue().rstrip("\n")
+    if args.output is not None:
+        try:
+            args.output.write_text(text + "\n", encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write the report to {args.output}: {error.strerror or error}") from error
+    else:
+        (stream or sys.stdout).write(text + ("\n" if text else ""))
 
 
 PROGRESS_MIN_FILES = 50
@@ -196,7 +297,6 @@ def _report_dropped(console: Console, results) -> None:
 
 
 def run_fix(args: argparse.Namespace) -> int:
-    from advisor.fixer import fix_paths
     from advisor.verify import command as verify_command
 
     if args.verify is not None:
@@ -207,35 +307,87 @@ def run_fix(args: argparse.Namespace) -> int:
     stray = verify_command.stray_options(args)
     if stray:
         raise UsageError(f"{', '.join(stray)} only with --verify SCRIPT")
+    args.format, args.output, args.statistics = "text", None, False
+    return _run_fixes(args, unsafe=args.unsafe_fixes, diff=args.diff)
+
+
+def _run_fixes(args: argparse.Namespace, unsafe: bool, diff: bool) -> int:
+    """``advisor fix`` and ``advisor check --fix`` / ``--diff``: fix, then report what remains."""
+    from advisor.fixer import fix_paths, fix_source
+
     settings, config = _settings(args)
-    files, errors = discover(args.paths, config.exclude, str(config.root))
-    _warn_if_no_python(args, files, errors)
-    results = fix_paths(files, settings, unsafe=args.unsafe_fixes, write=not args.diff, jobs=args.jobs)
-    console = _console(args)
+    if _reads_stdin(args):
+        data = sys.stdin.buffer.read()
+        if _stdin_excluded(args, config):
+            sys.stdout.buffer.write(b"" if diff else data)
+            return EXIT_CLEAN
+        if not args.stdin_filename:
+            settings = replace(settings, project_scope=False)
+        results = [fix_source(_stdin_name(args), data, settings, unsafe)]
+        errors: list = []
+        if not diff:
+            sys.stdout.buffer.write(results[0].fixed)  # the fixed code is the output; the report goes to stderr
+    else:
+        files, errors = _files(args, config)
+        results = fix_paths(files, settings, unsafe=unsafe, write=not diff, jobs=args.jobs)
+    report_stream = sys.stderr if _reads_stdin(args) and not diff else None
+    console = _console(args, report_stream)
     errors += [e for r in results for e in r.errors]
     remaining = sorted((d for r in results for d in r.remaining), key=lambda d: d.sort_key())
-    applied = sum(len(r.applied) for r in results)
-    if args.diff:
+    applied = [(r.path, a) for r in results for a in r.applied]
+    if diff:
         for result in results:
             if result.changed:
                 sys.stdout.write(result.diff())
         _report_dropped(console, results)
-        console.print(f"{applied} fix{'es' if applied != 1 else ''} would be applied.", style="dim")
-        if errors:
+        if not args.quiet:
+            console.print(f"{len(applied)} fix{'es' if len(applied) != 1 else ''} would be applied.", style="dim")
+        if errors or getattr(args, "usage_errors", False):
             return EXIT_ERROR
         return EXIT_FINDINGS if any(r.changed for r in results) else EXIT_CLEAN
-    render_text(console, remaining, errors, settings.target, show_footer=False)
+    _report(args, remaining, errors, settings, stream=report_stream, footer=False)
     _report_dropped(console, results)
-    files_changed = sum(1 for r in results if r.written)
-    message = f"Fixed {applied} finding{'s' if applied != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}"
-    unsafe = sum(1 for d in remaining if d.fix_applicability == "unsafe")
-    message += f"; {len(remaining)} remaining"
-    if unsafe and not args.unsafe_fixes:
-        message += f" ({unsafe} fixable with --unsafe-fixes)"
-    console.print(message + ".")
-    if errors:
+    if args.show_fixes and applied:
+        _show_fixes(console, applied)
+    if not args.quiet:
+        console.print(_fixed_summary(args, results, applied, remaining, unsafe), markup=False)
+    if errors or getattr(args, "usage_errors", False):
         return EXIT_ERROR
-    return EXIT_FINDINGS if remaining else EXIT_CLEAN
+    if remaining and not getattr(args, "exit_zero", False):
+        return EXIT_FINDINGS
+    return EXIT_FINDINGS if applied and args.exit_non_zero_on_fix else EXIT_CLEAN
+
+
+def _fixed_summary(args: argparse.Namespace, results, applied, remaining, unsafe: bool) -> str:
+    files_changed = sum(1 for r in results if r.written or (r.changed and _reads_stdin(args)))
+    message = f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}"
+    follow_on = sum(1 for _, a in applied if a.round > 0)
+    if follow_on:
+        # ``check`` counts what it sees now; a fix can make another possible (a pinned loader's
+        # copies become non-blocking), so the two counts differ by these.
+        message += f" ({follow_on} of them made possible by the others)"
+    message += f"; {len(remaining)} remaining"
+    pending_unsafe = sum(1 for d in remaining if d.fix_applicability == "unsafe")
+    if pending_unsafe and not unsafe:
+        message += f" ({pending_unsafe} fixable with --unsafe-fixes)"
+    return message + "."
+
+
+def _show_fixes(console: Console, applied) -> None:
+    """As ruff's ``--show-fixes``: per file, how many fixes of each rule."""
+    from collections import Counter
+
+    from advisor.registry import rule_by_code
+
+    console.print(f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''}:", markup=False)
+    by_file: dict[str, Counter] = {}
+    for path, fix in applied:
+        by_file.setdefault(path, Counter())[fix.code] += 1
+    for path, counts in by_file.items():
+        console.print(f"- {path}:", markup=False)
+        for code, count in sorted(counts.items()):
+            rule = rule_by_code(code)
+            console.print(f"    {count} × {code} ({rule.name if rule else code})", markup=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,7 +422,10 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     if args.command == "clean":
         return run_clean(args)
     if args.command == "rules":
-        rules_table(Console(highlight=False, emoji=False))
+        if args.format == "json":
+            sys.stdout.write(rules_json() + "\n")
+        else:
+            rules_table(Console(highlight=False, emoji=False))
         return EXIT_CLEAN
     if args.command == "explain":
         if not explain(Console(highlight=False, soft_wrap=True, emoji=False), args.code):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-KNOWN_KEYS = {"select", "ignore", "per-file-ignores", "gpu", "exclude", "extend-exclude"}
+KNOWN_KEYS = {
+    "select", "extend-select", "ignore", "extend-ignore", "per-file-ignores", "gpu", "exclude", "extend-exclude",
+}
+_CAPABILITY = re.compile(r"^\d{1,2}\.\d$")
+# A GPU advisor has no profile for, described in config: ``gpu = { name = "...",
+# compute-capability = "8.6", memory-gb = 48 }``.
+GPU_KEYS = {"name", "compute-capability", "memory-gb"}
 
 
 class ConfigError(ValueError):
@@ -21,9 +28,10 @@ class ConfigError(ValueError):
 @dataclass
 class Config:
     select: list[str] | None = None
-    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)  # ``ignore`` and ``extend-ignore`` together
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
-    gpu: str | None = None
+    gpu: str | dict | None = None
     exclude: list[str] = field(default_factory=list)
     path: Path | None = None  # the pyproject.toml it came from
 
@@ -83,13 +91,32 @@ def load_config(path: Path | None) -> Config:
     ):
         raise ConfigError(f"{path}: [tool.advisor] per-file-ignores must map globs to lists of codes")
     gpu = section.get("gpu")
-    if gpu is not None and not isinstance(gpu, str):
-        raise ConfigError(f"{path}: [tool.advisor] gpu must be a string")
+    if isinstance(gpu, dict):
+        _check_gpu_table(path, gpu)
+    elif gpu is not None and not isinstance(gpu, str):
+        raise ConfigError(f"{path}: [tool.advisor] gpu must be a GPU's name or a table (name, compute-capability, memory-gb)")
     return Config(
         select=str_list("select"),
-        ignore=str_list("ignore") or [],
+        extend_select=str_list("extend-select") or [],
+        ignore=(str_list("ignore") or []) + (str_list("extend-ignore") or []),
         per_file_ignores=per_file,
         gpu=gpu,
         exclude=(str_list("exclude") or []) + (str_list("extend-exclude") or []),
         path=path,
     )
+
+
+def _check_gpu_table(path: Path, gpu: dict) -> None:
+    where = f"{path}: [tool.advisor] gpu"
+    unknown = set(gpu) - GPU_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(GPU_KEYS))})")
+    if not isinstance(gpu.get("name"), str) or not gpu["name"].strip():
+        raise ConfigError(f"{where}: `name` must be a non-empty string")
+    capability = gpu.get("compute-capability")
+    if not isinstance(capability, str) or not _CAPABILITY.match(capability):
+        raise ConfigError(f"{where}: `compute-capability` must be a string like \"8.6\"")
+    memory = gpu.get("memory-gb")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
+        raise ConfigError(f"{where}: `memory-gb` must be a positive number")
+

@@ -12,6 +12,7 @@ import os
 import re
 import stat as stat_module
 import tokenize
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ SKIPPED_DIRS = {
 }
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 _ADVISOR_IGNORE = re.compile(r"#\s*advisor:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
+# ``# advisor: noqa`` / ``# advisor: noqa: ADV101, ADV102`` on a line of its own: the whole file.
+_FILE_NOQA = re.compile(r"#\s*advisor:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?\s*$", re.I)
+_FILE_NOQA_MENTION = re.compile(r"#\s*advisor:\s*noqa", re.I)
+_OWN_LINE_FILE_NOQA = re.compile(r"^[ \t]*(#[ \t]*advisor:[ \t]*noqa[^\n]*)$", re.I | re.M)
 PARALLEL_THRESHOLD = 8
 
 
@@ -102,22 +107,31 @@ class FileResult:
 
 
 # -- files ------------------------------------------------------------------------------
-def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".") -> tuple[list[str], list[FileError]]:
+def is_excluded(path: str, exclude: Sequence[str], root: str) -> bool:
+    """Whether ``exclude`` (globs relative to the project root, or file and folder names) matches ``path``."""
+    if not exclude:
+        return False
+    relative = _relative(path, root)
+    name = os.path.basename(path.rstrip(os.sep))
+    return any(
+        fnmatch.fnmatch(relative, pattern)
+        or fnmatch.fnmatch(name, pattern)
+        or relative.startswith(pattern.rstrip("/") + "/")
+        for pattern in exclude
+    )
+
+
+def discover(
+    paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".", force_exclude: bool = False
+) -> tuple[list[str], list[FileError]]:
+    """The Python files under ``paths``. A file named explicitly is checked even where
+    ``exclude`` matches it, unless ``force_exclude`` (pre-commit names files one by one)."""
     files: list[str] = []
     errors: list[FileError] = []
     seen: set[tuple[int, int] | str] = set()
 
     def excluded(path: str) -> bool:
-        if not exclude:
-            return False
-        relative = _relative(path, root)
-        name = os.path.basename(path.rstrip(os.sep))
-        return any(
-            fnmatch.fnmatch(relative, pattern)
-            or fnmatch.fnmatch(name, pattern)
-            or relative.startswith(pattern.rstrip("/") + "/")
-            for pattern in exclude
-        )
+        return is_excluded(path, exclude, root)
 
     def unreadable(error: OSError) -> None:  # a folder that cannot be listed is an error, not silently empty
         errors.append(FileError(error.filename or str(error), f"cannot read: {error.strerror or error}"))
@@ -128,6 +142,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".")
             errors.append(FileError(given, "no such file or directory" + broken_link))
             continue
         if os.path.isfile(given):
+            if force_exclude and excluded(given):
+                continue
             key, _ = _identity(given)
             if key not in seen:
                 seen.add(key)
@@ -248,11 +264,30 @@ def parse(path: str, data: bytes, target: Target) -> FileContext:
     try:
         module = _parse_module(source)
     except cst.ParserSyntaxError as error:
+        python = _python_syntax_error(source, path)
+        if python is not None:  # Python's message and position, as the user's editor shows them
+            raise AnalysisError(*python) from error
         first_line = error.message.splitlines()[0] if error.message else "invalid syntax"
         raise AnalysisError(f"syntax error: {first_line}", error.raw_line, error.raw_column + 1) from error
     except (RecursionError, MemoryError) as error:
         raise AnalysisError(f"cannot parse: {type(error).__name__}") from error
     return FileContext(path, source, module, target)
+
+
+def _python_syntax_error(source: str, path: str) -> tuple[str, int, int] | None:
+    """What Python's compiler says of a file LibCST rejects (compiled only, never run), or None
+    where Python accepts it (syntax newer than LibCST's grammar: LibCST's message stands)."""
+    import ast
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source, path)
+    except SyntaxError as error:
+        return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 def analyzable_context(path: str, data: bytes, target: Target, errors: list[FileError]) -> FileContext | None:
@@ -327,12 +362,31 @@ def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]
     return found, (sorted(importers) if importers is not None else None)
 
 
+def file_suppressions(ctx: FileContext) -> frozenset[str] | None:
+    """The codes a file-level directive turns off (``ALL`` for a bare one), None without one.
+    Only a comment on a line of its own counts, as ruff's ``# ruff: noqa``."""
+    if "advisor" not in ctx.source:
+        return None
+    own_lines = {m.group(1).rstrip() for m in _OWN_LINE_FILE_NOQA.finditer(ctx.source)}
+    found: set[str] = set()
+    for comment in ctx.comments_matching(_FILE_NOQA_MENTION):  # a real comment, not text in a string
+        match = _FILE_NOQA.match(comment.value)
+        if match is None or comment.value.rstrip() not in own_lines:
+            continue
+        codes = match.group("codes")
+        found |= {"ALL"} if codes is None else {c.strip().upper() for c in codes.split(",")}
+    return frozenset(found) if found else None
+
+
 def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], list[FileError]]:
     """Every enabled rule over one context; findings positioned and filtered by suppressions."""
     findings: list[Finding] = []
     errors: list[FileError] = []
     instances = rule_instances()
     lines: list[str] | None = None
+    off = file_suppressions(ctx)
+    if off is not None:
+        codes = [] if "ALL" in off else [c for c in codes if c not in off]
     for code in sorted(codes):
         rule = instances.get(code)
         if rule is None:

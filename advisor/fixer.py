@@ -49,6 +49,9 @@ class AppliedFix:
     code: str
     line: int
     description: str
+    # 0: a finding the check reported; later rounds: a fix the earlier ones made possible
+    # (``non_blocking=True`` once the loader pins its memory).
+    round: int = 0
 
 
 @dataclass
@@ -202,7 +205,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
     encoding = source_encoding(data)
     codes = settings.codes_for(path)
     blocked: set[tuple[str, str]] = set()  # fixes that broke the code: reported, never retried
-    for _ in range(MAX_ROUNDS):
+    for round_number in range(MAX_ROUNDS):
         findings, errors = run_rules(ctx, codes)
         result.errors = errors
         chosen = choose_fixes(ctx, findings, unsafe, blocked)
@@ -223,7 +226,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
             if not _compiles(code, path):
                 blocked.update(_key(f) for f in good)
                 continue
-        result.applied.extend(AppliedFix(f.code, f.line, f.fix.description) for f in chosen)  # type: ignore[union-attr]
+        result.applied.extend(AppliedFix(f.code, f.line, f.fix.description, round_number) for f in chosen)  # type: ignore[union-attr]
         try:
             ctx = FileContext.from_source(path, code, settings.target)
         except cst.ParserSyntaxError:

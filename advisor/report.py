@@ -42,8 +42,10 @@ def render_text(
     errors: Sequence[FileError],
     target: Target,
     show_footer: bool = True,
+    show_header: bool = True,
 ) -> None:
-    console.print(f"[dim]target: {escape(target.describe())}[/dim]")
+    if show_header:
+        console.print(f"[dim]target: {escape(target.describe())}[/dim]")
     for error in errors:
         console.print(f"[bold]{escape(error.path)}[/bold]:{error.line}:{error.column}: [bold red]{error.code}[/bold red] {escape(error.message)}")
     for d in diagnostics:
@@ -226,6 +228,54 @@ def to_github(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) ->
     return "\n".join(lines)
 
 
+def statistics(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], as_json: bool = False) -> str:
+    """ruff's ``--statistics``: one row per rule, most frequent first: count, code, ``[*]`` when
+    every finding of it has a safe fix, name."""
+    from collections import Counter
+
+    counts = Counter(d.code for d in diagnostics)
+    counts.update(e.code for e in errors)
+    safe = {d.code for d in diagnostics if d.fix_applicability == "safe"} - {
+        d.code for d in diagnostics if d.fix_applicability != "safe"
+    }
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    names = {d.code: d.name for d in diagnostics}
+    names.update({e.code: "file-not-analyzed" for e in errors})
+    if as_json:
+        return indented_json([
+            {"code": code, "name": names[code], "count": count, "fixable": code in safe} for code, count in rows
+        ])
+    width = max((len(str(count)) for _, count in rows), default=1)
+    return "\n".join(
+        f"{count:>{width}}\t{code}\t{'[*] ' if code in safe else '    '}{names[code]}" for code, count in rows
+    )
+
+
+def rules_json() -> str:
+    return indented_json([
+        {
+            "code": rule.code,
+            "name": rule.name,
+            "summary": rule.summary,
+            "fix": rule.fix_applicability.value,
+            "guide": rule.guide,
+        }
+        for rule in all_rules()
+    ])
+
+
+ADV000_DOC = """# ADV000 file-not-analyzed
+
+A file advisor could not analyze: a syntax error (reported at the line and column Python
+gives, with Python's message), bytes that do not decode in the file's declared encoding, a file
+that cannot be read, or code nested too deeply for the parser. It is reported as an error, and
+`advisor check` exits 2.
+
+## Fix safety
+No automatic fix: correct the file, or exclude it (`[tool.advisor] exclude`).
+"""
+
+
 def rules_table(console: Console) -> None:
     from rich.table import Table
 
@@ -238,13 +288,17 @@ def rules_table(console: Console) -> None:
 
 
 def explain(console: Console, code: str) -> bool:
-    rule = rule_by_code(code)
-    if rule is None:
-        return False
+    if code.strip().upper() == "ADV000":
+        documentation = ADV000_DOC
+    else:
+        rule = rule_by_code(code)
+        if rule is None:
+            return False
+        documentation = rule.documentation()
     if console.is_terminal:
         from rich.markdown import Markdown
 
-        console.print(Markdown(rule.documentation()))
+        console.print(Markdown(documentation))
     else:
-        console.print(rule.documentation(), markup=False, highlight=False, soft_wrap=True)
+        console.print(documentation, markup=False, highlight=False, soft_wrap=True)
     return True

@@ -28,9 +28,12 @@ class Target:
         return self.compute_capability >= (8, 0)
 
     def describe(self) -> str:
+        """One short line: what the checks assume, and where that came from."""
+        if self is ASSUMED or self.source == ASSUMED.source:
+            return "Ampere or newer, assumed (no --gpu, no [tool.advisor] gpu, no local GPU)"
         memory = f", {self.memory_gb:g} GB" if self.memory_gb else ""
         cc = ".".join(map(str, self.compute_capability))
-        return f"{self.name} (sm {cc}{memory}, bf16 {'yes' if self.bf16 else 'no'}), from {self.source}"
+        return f"{self.name} (sm {cc}{memory}{', bf16' if self.bf16 else ', no bf16'}), from {self.source}"
 
 
 def _profile(name: str, cc: tuple[int, int], memory: float | None, multiple: int = 8, tflops: float | None = None) -> Target:
@@ -43,6 +46,9 @@ def _profile(name: str, cc: tuple[int, int], memory: float | None, multiple: int
 # Peaks from NVIDIA's datasheets and architecture whitepapers, halved where a sheet quotes
 # sparsity: V100 SXM2 (fp16), T4 (fp16), A10, A100, L4, GA102 (RTX 3090, fp32 accumulate),
 # Ada (RTX 4090, fp32 accumulate), H100 SXM5, H200 SXM, HGX B200. NVIDIA publishes no A10G sheet.
+# The workstation and data-centre cards people rent (A6000, A40, L40S, ...) carry their compute
+# capability and memory, which is what the rules read; their peaks are left out (None) rather
+# than guessed. AMD's MI300X is not here: the rules speak of CUDA, cuDNN and TF32 as NVIDIA has them.
 PROFILES: dict[str, Target] = {
     t.name: t
     for t in (
@@ -50,13 +56,25 @@ PROFILES: dict[str, Target] = {
         _profile("T4", (7, 5), 16, tflops=65),
         _profile("A10", (8, 6), 24, tflops=125),
         _profile("A10G", (8, 6), 24),
+        _profile("A4000", (8, 6), 16),
+        _profile("A5000", (8, 6), 24),
+        _profile("A6000", (8, 6), 48),
+        _profile("A40", (8, 6), 48),
         _profile("A100-40GB", (8, 0), 40, 64, tflops=312),
         _profile("A100-80GB", (8, 0), 80, 64, tflops=312),
         _profile("L4", (8, 9), 24, tflops=121),
+        _profile("L40", (8, 9), 48),
+        _profile("L40S", (8, 9), 48),
+        _profile("RTX6000-Ada", (8, 9), 48),
+        _profile("RTX3080", (8, 6), 10),
         _profile("RTX3090", (8, 6), 24, tflops=71),
+        _profile("RTX4080", (8, 9), 16),
         _profile("RTX4090", (8, 9), 24, tflops=165),
+        _profile("RTX5090", (12, 0), 32),
         _profile("H100", (9, 0), 80, 64, tflops=989),
         _profile("H200", (9, 0), 141, 64, tflops=989),
+        _profile("GH200", (9, 0), 96, 64),
+        _profile("B100", (10, 0), 192, 64),
         _profile("B200", (10, 0), 180, 64, tflops=2250),
     )
 }
@@ -82,13 +100,31 @@ def lookup(name: str, memory_gb: float | None = None) -> Target | None:
     if "a100" in key:
         forty = re.search(r"40 ?gb", key) or (memory_gb is not None and memory_gb < 60)
         return PROFILES["A100-40GB" if forty else "A100-80GB"]
-    for profile in ("h200", "h100", "b200", "v100", "t4", "l4", "a10g", "a10"):
+    if re.search(r"(rtx ?)?6000 ?ada", key):  # "NVIDIA RTX 6000 Ada Generation"
+        return PROFILES["RTX6000-Ada"]
+    profiles = ("gh200", "h200", "h100", "b200", "b100", "v100", "t4", "l40s", "l40", "l4", "a10g", "a10",
+                "a4000", "a5000", "a6000", "a40")
+    for profile in profiles:  # (?<!...) keeps "gh200" from reading as "h200", "a40" from "a4000"
         if re.search(rf"(?<![a-z0-9]){profile}(?![0-9a-z])", key):
             return PROFILES[profile.upper()]
-    for profile in ("3090", "4090"):
-        if profile in key:
+    for profile in ("3080", "3090", "4080", "4090", "5090"):
+        if re.search(rf"(?<![0-9]){profile}(?![0-9])", key):
             return PROFILES[f"RTX{profile}"]
     return None
+
+
+def described(table: dict, source: str) -> Target:
+    """A GPU the user describes in config (``name``, ``compute-capability``, ``memory-gb``)."""
+    major, minor = (int(part) for part in table["compute-capability"].split("."))
+    memory = table.get("memory-gb")
+    return Target(
+        name=table["name"].strip(),
+        compute_capability=(major, minor),
+        memory_gb=float(memory) if memory is not None else None,
+        bf16=(major, minor) >= (8, 0),
+        tf32=(major, minor) >= (8, 0),
+        source=source,
+    )
 
 
 def detect_local() -> Target | None:
@@ -138,9 +174,11 @@ class UnknownGPU(ValueError):
     pass
 
 
-def resolve_target(cli_gpu: str | None, config_gpu: str | None, detect: bool = True) -> Target:
+def resolve_target(cli_gpu: str | None, config_gpu: "str | dict | None", detect: bool = True) -> Target:
+    if not cli_gpu and isinstance(config_gpu, dict):
+        return described(config_gpu, "[tool.advisor] gpu")
     for name, source in ((cli_gpu, "--gpu"), (config_gpu, "[tool.advisor] gpu")):
-        if name:
+        if name and isinstance(name, str):
             profile = lookup(name)
             if profile is None:
                 known = ", ".join(PROFILES)

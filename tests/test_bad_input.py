@@ -62,7 +62,7 @@ UNANALYZABLE = {
     "undecodable.py": (HEADER + b"name = '\xe9t\xe9'\n" + LOADER, "cannot decode: 'utf-8' codec can't decode byte 0xe9"),
     "unknown_cookie.py": (b"# -*- coding: klingon -*-\n" + HEADER + LOADER, "cannot decode: unknown encoding: klingon"),
     "bom_and_cookie.py": (b"\xef\xbb\xbf# coding: latin-1\n" + HEADER + LOADER, "cannot decode: encoding problem"),
-    "mixed_indentation.py": (HEADER + b"if True:\n        x = 1\n\ty = 2\n" + LOADER, "inconsistent mixing of tabs and spaces"),
+    "mixed_indentation.py": (HEADER + b"if True:\n        x = 1\n\ty = 2\n" + LOADER, "inconsistent use of tabs and spaces in indentation"),
 }
 
 
@@ -158,9 +158,11 @@ def test_very_large_file_and_very_long_line(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["check", "fix"])
 def test_missing_path_is_an_error_naming_it(tmp_path, capsys, command):
     (tmp_path / "good.py").write_bytes(HEADER + LOADER + TAIL)
-    code, out, _ = run([command, "nope.py", "good.py"], capsys, tmp_path)
+    code, out, err = run([command, "nope.py", "good.py"], capsys, tmp_path)
     assert code == 2
-    assert error_lines(out) == ["nope.py:1:1: ADV000 no such file or directory"]
+    # A usage error (issue 14), not a finding at 1:1 of a file that is not there; the rest is checked.
+    assert err == "advisor: error: nope.py: no such file or directory\n"
+    assert error_lines(out) == [] and "nope.py" not in out
 
 
 @pytest.mark.parametrize("command", ["check", "fix"])
@@ -188,9 +190,9 @@ def test_symlink_loops_are_errors_not_hangs(tmp_path, capsys):
         "dangling.py:1:1: ADV000 cannot read: No such file or directory",
     ]
     assert out.count("train.py:3:10: ADV101") == 1
-    code, out, _ = run(["fix", "a.py"], capsys, tmp_path)
+    code, out, err = run(["fix", "a.py"], capsys, tmp_path)
     assert code == 2
-    assert error_lines(out) == ["a.py:1:1: ADV000 no such file or directory (a broken symbolic link or a loop of them)"]
+    assert err == "advisor: error: a.py: no such file or directory (a broken symbolic link or a loop of them)\n"
     assert (tmp_path / "a.py").is_symlink()
 
 
@@ -293,7 +295,12 @@ def test_file_that_does_not_compile_is_not_fixed(tmp_path, capsys):
     "pyproject, message",
     [
         ('[tool.advisor]\nselect = "ADV1"\n', "[tool.advisor] select must be a list of strings"),
-        ("[tool.advisor]\ngpu = 80\n", "[tool.advisor] gpu must be a string"),
+        ("[tool.advisor]\ngpu = 80\n", "[tool.advisor] gpu must be a GPU's name or a table"),
+        ('[tool.advisor]\ngpu = { name = "x", compute-capability = 8.6 }\n', "`compute-capability` must be a string like"),
+        ('[tool.advisor]\ngpu = { compute-capability = "8.6" }\n', "`name` must be a non-empty string"),
+        ('[tool.advisor]\ngpu = { name = "x", compute-capability = "8.6", memory = 4 }\n', "unknown key(s): memory"),
+        ('[tool.advisor]\ngpu = { name = "x", compute-capability = "8.6", memory-gb = -1 }\n', "`memory-gb` must be a positive number"),
+        ('[tool.advisor]\nextend-select = ["ADV1", "XYZ9"]\n', "unknown rule code(s) in [tool.advisor] extend-select ({path}): XYZ9"),
         ('[tool.advisor]\nexclude = "build"\n', "[tool.advisor] exclude must be a list of strings"),
         ('[tool.advisor]\nper-file-ignores = {"a.py" = "ADV1"}\n', "per-file-ignores must map globs to lists of codes"),
         ("[tool.advisor]\nselekt = ['ADV1']\n", "unknown key(s) in [tool.advisor]: selekt"),

@@ -183,8 +183,8 @@ def test_unparseable_file_is_reported_not_a_crash(tmp_path, capsys):
 
 
 def test_missing_path(tmp_path, capsys):
-    code, out, _ = run(["check", "nope.py"], capsys, tmp_path)
-    assert code == 2 and "no such file" in out
+    code, out, err = run(["check", "nope.py"], capsys, tmp_path)
+    assert code == 2 and "no such file" in err
 
 
 def test_files_without_torch_are_skipped(tmp_path, capsys):

@@ -1,0 +1,190 @@
+"""The command line a ruff user expects (issue 14): the same flags, the same meanings."""
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_cli import run
+
+# Two loaders that do not pin (ADV101, safe fix), one without workers (ADV102, advice only),
+# an unfused AdamW (ADV601, safe fix).
+TRAIN = textwrap.dedent(
+    """\
+    import torch
+    from torch.utils.data import DataLoader
+
+    model = model.cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = DataLoader(dataset, batch_size=32)
+    eval_loader = DataLoader(dataset, batch_size=32)
+    for x, y in loader:
+        loss = model(x.cuda(non_blocking=True)).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    """
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(TRAIN)
+    return tmp_path
+
+
+def codes(out: str) -> list[str]:
+    return sorted(line.split(": ")[1].split()[0] for line in out.splitlines() if ": ADV" in line)
+
+
+def test_output_format_is_the_name_and_format_an_alias(project, capsys):
+    code, out, _ = run(["check", "train.py", "--output-format", "json"], capsys, project)
+    assert code == 1 and json.loads(out)["findings"]
+    code, again, _ = run(["check", "train.py", "--format", "json"], capsys, project)
+    assert again == out
+
+
+def test_repeated_select_adds_and_extend_select_extends_the_config(project, capsys):
+    code, out, _ = run(["check", "train.py", "--select", "ADV101", "--select", "ADV601"], capsys, project)
+    assert set(codes(out)) == {"ADV101", "ADV601"}
+    (project / "pyproject.toml").write_text('[tool.advisor]\nselect = ["ADV101"]\nextend-select = ["ADV102"]\n')
+    code, out, _ = run(["check", "train.py"], capsys, project)
+    assert set(codes(out)) == {"ADV101", "ADV102"}
+    code, out, _ = run(["check", "train.py", "--extend-select", "ADV601", "--extend-ignore", "ADV102"], capsys, project)
+    assert set(codes(out)) == {"ADV101", "ADV601"}
+    (project / "pyproject.toml").write_text('[tool.advisor]\nextend-ignore = ["ADV1"]\n')
+    code, out, _ = run(["check", "train.py"], capsys, project)
+    assert "ADV601" in codes(out) and not any(c.startswith("ADV1") for c in codes(out))
+
+
+def test_quiet_prints_the_findings_and_nothing_else(project, capsys):
+    code, out, _ = run(["check", "train.py", "-q"], capsys, project)
+    assert code == 1
+    assert out.splitlines() and all(": ADV" in line for line in out.splitlines())
+    code, out, _ = run(["check", "train.py", "--quiet", "--select", "ADV705"], capsys, project)
+    assert code == 0 and out == ""
+
+
+def test_the_target_line_is_short(project, capsys):
+    _, out, _ = run(["check", "train.py", "--gpu", "H100"], capsys, project)
+    assert out.splitlines()[0] == "target: H100 (sm 9.0, 80 GB, bf16), from --gpu"
+
+
+def test_statistics_counts_findings_per_rule(project, capsys):
+    code, out, _ = run(["check", "train.py", "--statistics"], capsys, project)
+    assert code == 1
+    rows = {line.split()[1]: line for line in out.splitlines() if "ADV" in line}
+    assert rows["ADV101"].split()[0] == "2" and "[*]" in rows["ADV101"] and "dataloader-pin-memory" in rows["ADV101"]
+    assert rows["ADV102"].split()[0] == "1" and "[*]" not in rows["ADV102"]
+    assert "train.py:" not in out
+
+
+def test_check_fix_applies_safe_fixes_and_reports_what_remains(project, capsys):
+    code, out, _ = run(["check", "train.py", "--fix", "--show-fixes", "--select", "ADV1,ADV6"], capsys, project)
+    text = (project / "train.py").read_text()
+    assert text.count("pin_memory=True") == 2 and "fused=True" in text
+    assert code == 1  # ADV102 has no fix: it remains
+    assert codes(out) == ["ADV102"]
+    assert "Fixed 3 findings" in out
+    assert "2 × ADV101 (dataloader-pin-memory)" in out and "1 × ADV601 (adam-not-fused)" in out
+    code, out, _ = run(["check", "train.py", "--fix", "--select", "ADV101,ADV601"], capsys, project)
+    assert code == 0
+
+
+def test_exit_non_zero_on_fix(project, capsys):
+    code, _, _ = run(["check", "train.py", "--fix", "--select", "ADV101", "--exit-non-zero-on-fix"], capsys, project)
+    assert code == 1  # everything was fixed, but something was
+    code, _, _ = run(["check", "train.py", "--fix", "--select", "ADV101", "--exit-non-zero-on-fix"], capsys, project)
+    assert code == 0  # nothing left to fix
+
+
+def test_check_diff_writes_nothing(project, capsys):
+    code, out, _ = run(["check", "train.py", "--diff", "--select", "ADV101"], capsys, project)
+    assert code == 1
+    assert "+eval_loader = DataLoader(dataset, batch_size=32, pin_memory=True)" in out
+    assert (project / "train.py").read_text() == TRAIN
+
+
+def test_check_unsafe_fixes_with_fix(project, capsys, tmp_path):
+    (project / "amp.py").write_text(
+        "import torch\nmodel = model.cuda()\nfor x in loader:\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n        loss = model(x.cuda()).sum()\n"
+        "    loss.backward()\n    optimizer.step()\n"
+    )
+    run(["check", "amp.py", "--fix", "--select", "ADV201"], capsys, project)
+    assert "float16" in (project / "amp.py").read_text()
+    run(["check", "amp.py", "--fix", "--unsafe-fixes", "--select", "ADV201"], capsys, project)
+    assert "bfloat16" in (project / "amp.py").read_text()
+
+
+def test_force_exclude_applies_exclude_to_named_files(project, capsys):
+    (project / "pyproject.toml").write_text('[tool.advisor]\nexclude = ["train.py"]\n')
+    code, out, _ = run(["check", "train.py"], capsys, project)
+    assert code == 1  # named: checked, as ruff does without --force-exclude
+    code, out, err = run(["check", "train.py", "--force-exclude"], capsys, project)
+    assert code == 0 and "ADV" not in out
+
+
+def test_stdin_with_a_filename(project, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(TRAIN.encode())))
+    code, out, _ = run(["check", "-", "--stdin-filename", "train.py", "--select", "ADV101"], capsys, project)
+    assert code == 1
+    assert "train.py:6:10: ADV101" in out
+
+
+def test_stdin_fix_writes_the_fixed_code_to_stdout(project, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(TRAIN.encode())))
+    code, out, err = run(["check", "-", "--fix", "--select", "ADV101"], capsys, project)
+    assert code == 0
+    assert out == TRAIN.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
+
+
+def test_rules_as_json(capsys, tmp_path):
+    code, out, _ = run(["rules", "--output-format", "json"], capsys, tmp_path)
+    rules = json.loads(out)
+    assert code == 0
+    first = next(r for r in rules if r["code"] == "ADV101")
+    assert first["name"] == "dataloader-pin-memory" and first["fix"] == "safe" and first["summary"]
+
+
+def test_explain_adv000(capsys, tmp_path):
+    code, out, _ = run(["explain", "ADV000"], capsys, tmp_path)
+    assert code == 0 and "could not analyze" in out
+
+
+def test_file_level_suppression(project, capsys):
+    (project / "quiet.py").write_text("# advisor: noqa\n" + TRAIN)
+    code, out, _ = run(["check", "quiet.py"], capsys, project)
+    assert code == 0
+    (project / "some.py").write_text(TRAIN.replace("import torch\n", "import torch\n# advisor: noqa: ADV101, ADV102\n", 1))
+    code, out, _ = run(["check", "some.py", "--select", "ADV1,ADV6"], capsys, project)
+    assert codes(out) == ["ADV601"]
+    # Not a file-level directive: a trailing comment, or one inside a string.
+    (project / "not.py").write_text(TRAIN.replace("import torch\n", "import torch  # advisor: noqa\n", 1))
+    code, out, _ = run(["check", "not.py", "--select", "ADV101"], capsys, project)
+    assert codes(out) == ["ADV101", "ADV101"]
+
+
+@pytest.mark.parametrize("name", ["A6000", "RTX A6000", "A40", "L40S", "L40", "RTX 6000 Ada", "A5000", "A4000",
+                                  "RTX3080", "RTX 4080", "RTX5090", "GH200", "B100"])
+def test_rented_gpus_are_known(name, project, capsys):
+    code, out, err = run(["check", "train.py", "--gpu", name, "-q"], capsys, project)
+    assert code == 1, err
+
+
+def test_a_gpu_described_in_config(project, capsys):
+    (project / "pyproject.toml").write_text(
+        '[tool.advisor]\ngpu = { name = "Lab card", compute-capability = "8.6", memory-gb = 48 }\n'
+    )
+    _, out, _ = run(["check", "train.py"], capsys, project)
+    assert out.splitlines()[0] == "target: Lab card (sm 8.6, 48 GB, bf16), from [tool.advisor] gpu"
+
+
+def test_a_syntax_error_is_reported_where_python_reports_it(tmp_path, capsys):
+    (tmp_path / "train.py").write_text("import torch\nx = foo(1,\ny = 2\n\n")
+    code, out, _ = run(["check", "train.py", "-q"], capsys, tmp_path)
+    assert code == 2
+    assert out == "train.py:2:8: ADV000 syntax error: '(' was never closed\n"
