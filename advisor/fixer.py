@@ -52,6 +52,10 @@ class AppliedFix:
     # 0: a finding the check reported; later rounds: a fix the earlier ones made possible
     # (``non_blocking=True`` once the loader pins its memory).
     round: int = 0
+    applicability: str = "safe"
+    # The lines the fix's edits span, in that round's file (an import added at the top aside).
+    first_line: int = 0
+    last_line: int = 0
 
 
 @dataclass
@@ -226,7 +230,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
             if not _compiles(code, path):
                 blocked.update(_key(f) for f in good)
                 continue
-        result.applied.extend(AppliedFix(f.code, f.line, f.fix.description, round_number) for f in chosen)  # type: ignore[union-attr]
+        result.applied.extend(_applied(ctx, f, round_number) for f in chosen)
         try:
             ctx = FileContext.from_source(path, code, settings.target)
         except cst.ParserSyntaxError:
@@ -238,6 +242,16 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
     result.remaining = [to_diagnostic(f) for f in findings]
     result.fixed = ctx.source.encode(encoding) if ctx.source != decode(data) else data
     return result
+
+
+def _applied(ctx: FileContext, finding: Finding, round_number: int) -> AppliedFix:
+    fix = finding.fix
+    assert fix is not None
+    spans = [ctx.position(edit.node) for edit in fix.edits]
+    return AppliedFix(
+        finding.code, finding.line, fix.description, round_number, fix.applicability.value,
+        first_line=min(span[0] for span in spans), last_line=max(span[2] for span in spans),
+    )
 
 
 class FileChanged(OSError):

@@ -1,0 +1,275 @@
+"""A repeatable audit of ``advisor fix --unsafe-fixes`` on real repositories (issue 16).
+
+Compiling is not the bar; being right is. This runs the fixer over the Python files of the
+repositories in ``SOURCES.json`` (each at a pinned commit, fetched, never committed here), with
+unsafe fixes on, as a user who runs ``advisor fix --unsafe-fixes .`` in a checkout would, and
+writes a stratified sample of the edits it applied, each with its diff hunk, for a reader who
+did not write the rules to judge: ``correct``, ``wrong`` or ``doubtful``, and whether a wrong
+edit would raise at run time. The verdicts are scored per rule.
+
+    python bench/fix_audit/run.py --label first-pass              # fix, sample, write results/
+    python bench/fix_audit/run.py --score results/verdicts-first-pass.json
+
+The whole run also checks what needs no reader: every fixed file compiles and a second run
+changes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import difflib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+
+from advisor.engine import Settings, discover  # noqa: E402
+from advisor.fixer import FixResult, decode, fix_paths, fix_source  # noqa: E402
+from advisor.registry import all_rules  # noqa: E402
+from advisor.targets import resolve_target  # noqa: E402
+
+CONTEXT_LINES = 6
+PER_RULE_CAP = 18  # so that the common rules do not crowd the rare ones out of the sample
+PER_FILE_CAP = 4
+
+
+@dataclass
+class Edit:
+    id: str
+    repo: str
+    path: str
+    code: str
+    line: int
+    description: str
+    applicability: str
+    hunk: str
+    test_or_package: str  # "test", "package" or "script": where the edit was made
+
+
+def resolve_git_dir(repo: str, git_dir: str | None) -> str:
+    """The git directory of ``repo``: the one SOURCES names, else the fetch mirror's
+    (``/work/.mirror/owner+name``, or a folder inside it), else a bare clone in the cache."""
+    mirror = Path(os.environ.get("ADVISOR_MIRROR", "/work/.mirror")) / repo.replace("/", "+")
+    for base in ([Path(git_dir)] if git_dir else []) + [mirror]:
+        for inner in (base, *sorted(base.glob("*"))):
+            if (inner / "HEAD").exists() and (inner / "objects").exists():
+                return str(inner)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "advisor-fix-audit" / repo.replace("/", "+")
+    if not (cache / "HEAD").exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "clone", "--bare", "--quiet", f"https://github.com/{repo}", str(cache)], check=True)
+    return str(cache)
+
+
+def materialize(repo: str, commit: str, git_dir: str | None, into: Path) -> Path:
+    git_dir = resolve_git_dir(repo, git_dir)
+    folder = into / repo.replace("/", "+")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "--git-dir", git_dir, "archive", "--format=tar", commit, "--", "*.py"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    (folder / ".git").mkdir()  # a project root, as in the user's checkout
+    return folder
+
+
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]*\.py$|_test\.py$")
+
+
+def kind_of(relative: str, text: str) -> str:
+    if _TEST_PATH.search(relative):
+        return "test"
+    if "__main__" in text or "argparse" in text or re.search(r"^for |^\s*trainer\.fit\(|^\s*trainer\.train\(", text, re.M):
+        return "script"
+    return "package"
+
+
+def hunks(result: FixResult, relative: str) -> list[tuple[int, int, int, int, str]]:
+    """(old start, old end, new start, new end, text) for each hunk of the file's diff."""
+    before = decode(result.original).splitlines(keepends=True)
+    after = decode(result.fixed).splitlines(keepends=True)
+    found = []
+    for group in difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(CONTEXT_LINES):
+        first, last = group[0], group[-1]
+        text = [f"@@ -{first[1] + 1},{last[2] - first[1]} +{first[3] + 1},{last[4] - first[3]} @@ {relative}\n"]
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                text += [" " + line for line in before[i1:i2]]
+                continue
+            text += ["-" + line for line in before[i1:i2]]
+            text += ["+" + line for line in after[j1:j2]]
+        found.append((first[1] + 1, last[2], first[3] + 1, last[4], "".join(t if t.endswith("\n") else t + "\n" for t in text)))
+    return found
+
+
+def edits_of(repo: str, folder: Path, results: list[FixResult]) -> list[Edit]:
+    edits: list[Edit] = []
+    for result in results:
+        if not result.applied:
+            continue
+        relative = os.path.relpath(result.path, folder)
+        file_hunks = hunks(result, relative)
+        if not file_hunks:
+            continue
+        kind = kind_of(relative, decode(result.original))
+        for index, applied in enumerate(result.applied):
+            # Where the fix's edits are (the first round's lines are the original's; later
+            # rounds' are close to them): the hunk that overlaps them, else the nearest.
+            low, high = applied.first_line or applied.line, applied.last_line or applied.line
+
+            def distance(h: tuple[int, int, int, int, str]) -> int:
+                if (h[0] <= high and low <= max(h[1], h[0])) or (h[2] <= high and low <= max(h[3], h[2])):
+                    return 0
+                return min(abs(low - h[0]), abs(low - h[2]), abs(high - h[1]), abs(high - h[3]))
+
+            hunk = min(file_hunks, key=distance)
+            edits.append(Edit(
+                id=f"{repo}:{relative}:{applied.line}:{applied.code}:{index}",
+                repo=repo, path=relative, code=applied.code, line=applied.line, description=applied.description,
+                applicability=applied.applicability, hunk=hunk[4], test_or_package=kind,
+            ))
+    return edits
+
+
+def sample(edits: list[Edit], size: int, seed: int) -> list[Edit]:
+    """At most ``PER_RULE_CAP`` edits of a rule and ``PER_FILE_CAP`` of a file, rules in turn."""
+    rng = random.Random(seed)
+    by_rule: dict[str, list[Edit]] = collections.defaultdict(list)
+    for edit in edits:
+        by_rule[edit.code].append(edit)
+    for bucket in by_rule.values():
+        rng.shuffle(bucket)
+    chosen: list[Edit] = []
+    per_file: collections.Counter = collections.Counter()
+    per_rule: collections.Counter = collections.Counter()
+    while len(chosen) < size and any(by_rule.values()):
+        for code in sorted(by_rule):
+            bucket = by_rule[code]
+            while bucket:
+                edit = bucket.pop()
+                if per_file[(edit.repo, edit.path)] < PER_FILE_CAP and per_rule[code] < PER_RULE_CAP:
+                    chosen.append(edit)
+                    per_file[(edit.repo, edit.path)] += 1
+                    per_rule[code] += 1
+                    break
+            if len(chosen) >= size:
+                break
+        if all(per_rule[c] >= PER_RULE_CAP or not by_rule[c] for c in by_rule):
+            break
+    return sorted(chosen, key=lambda e: e.id)
+
+
+def run(args: argparse.Namespace) -> int:
+    sources = json.loads(Path(args.sources).read_text())
+    codes = frozenset(rule.code for rule in all_rules())
+    target = resolve_target(args.gpu, None, detect=False)
+    scratch = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fix-audit-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    all_edits: list[Edit] = []
+    totals = collections.Counter()
+    not_compiling: list[str] = []
+    not_idempotent: list[str] = []
+    for source in sources:
+        folder = materialize(source["repo"], source["commit"], source.get("git_dir"), scratch)
+        settings = Settings(codes=codes, target=target, root=str(folder))
+        files, _ = discover([str(folder)], (), str(folder))
+        results = fix_paths(files, settings, unsafe=True, write=False, jobs=args.jobs)
+        for result in results:
+            if not result.changed:
+                continue
+            fixed_copy = scratch / "fixed" / folder.name / os.path.relpath(result.path, folder)
+            fixed_copy.parent.mkdir(parents=True, exist_ok=True)
+            fixed_copy.write_bytes(result.fixed)  # for the reader: the whole file after the fixes
+            totals["files changed"] += 1
+            totals["fixes applied"] += len(result.applied)
+            fixed = decode(result.fixed)
+            try:
+                compile(fixed, result.path, "exec", dont_inherit=True)
+            except SyntaxError as error:
+                not_compiling.append(f"{result.path}: {error}")
+            again = fix_source(result.path, result.fixed, settings, True)
+            if again.changed:
+                not_idempotent.append(result.path)
+        totals["files"] += len(files)
+        edits = edits_of(source["repo"], folder, results)
+        all_edits.extend(edits)
+        print(f"{source['repo']}: {len(files)} files, {sum(1 for r in results if r.changed)} changed, {len(edits)} edits", file=sys.stderr)
+    chosen = sample(all_edits, args.size, args.seed)
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    payload = {
+        "label": args.label,
+        "gpu": target.name,
+        "totals": dict(totals),
+        "edits_by_rule": dict(collections.Counter(e.code for e in all_edits)),
+        "not_compiling": not_compiling,
+        "not_idempotent": not_idempotent,
+        "sample": [edit.__dict__ for edit in chosen],
+    }
+    (out / f"sample-{args.label}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    with open(out / f"sample-{args.label}.md", "w") as handle:
+        handle.write(
+            f"# Fix audit sample: {args.label}\n\n{len(chosen)} of {len(all_edits)} applied edits. The files as they "
+            f"were: {scratch}/<owner+name>/<path>; after every fix: {scratch}/fixed/<owner+name>/<path>.\n\n"
+        )
+        for edit in chosen:
+            handle.write(
+                f"## {edit.id}\n\n{edit.code} ({edit.applicability}): {edit.description}; "
+                f"{edit.test_or_package} code\n\n```diff\n{edit.hunk}```\n\n"
+            )
+    print(json.dumps({k: payload[k] for k in ("totals", "edits_by_rule")}, indent=2))
+    print(f"not compiling: {len(not_compiling)}, not idempotent: {len(not_idempotent)}; sample of {len(chosen)} in {out}")
+    return 0
+
+
+def score(path: Path) -> int:
+    """Per rule: correct / wrong / doubtful, from a verdicts file ``{id: {"verdict": ..., "raises": bool}}``."""
+    verdicts = json.loads(path.read_text())
+    table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    raising = []
+    for edit_id, verdict in verdicts.items():
+        code = edit_id.split(":")[3]
+        table[code][verdict["verdict"]] += 1
+        if verdict["verdict"] == "wrong" and verdict.get("raises"):
+            raising.append(edit_id)
+    print("| rule | correct | wrong | doubtful |\n|---|--:|--:|--:|")
+    total = collections.Counter()
+    for code in sorted(table):
+        counts = table[code]
+        total.update(counts)
+        print(f"| {code} | {counts['correct']} | {counts['wrong']} | {counts['doubtful']} |")
+    judged = sum(total.values())
+    print(f"| **all** ({judged}) | {total['correct']} ({total['correct'] / judged:.0%}) | {total['wrong']} | {total['doubtful']} |")
+    print(f"wrong edits that raise at run time: {len(raising)}" + ("".join(f"\n- {r}" for r in raising)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--sources", default=str(HERE / "SOURCES.json"))
+    parser.add_argument("--gpu", default="A100-80GB")
+    parser.add_argument("--size", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--keep", help="folder for the repositories' files (default: a temporary one)")
+    parser.add_argument("--score", type=Path, help="score a verdicts file instead of running")
+    args = parser.parse_args(argv)
+    if args.score:
+        return score(args.score)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
