@@ -136,6 +136,8 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
         if unknown:
             raise UsageError(f"unknown rule code(s) in {origin}: {', '.join(unknown)}")
     target = resolve_target(args.gpu, config.gpu)
+    if config.torch_version:
+        target = replace(target, torch_version=config.torch_version)
     per_file = tuple((pattern, frozenset(c.upper() for c in codes)) for pattern, codes in config.per_file_ignores.items())
     codes = set(select_codes(select, ignore))
     if extend:

@@ -14,8 +14,15 @@ else:  # pragma: no cover
 
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "extend-ignore", "per-file-ignores", "gpu", "exclude", "extend-exclude",
+    "torch-version",
 }
+# Test code is left out of folder walks (a file named on the command line is still checked):
+# tests pin fp16, run on the CPU and build loaders to test them, on purpose; a fix there
+# defeats what the test checks. ``exclude`` replaces this list (``exclude = []`` checks tests
+# too), ``extend-exclude`` adds to it, as in ruff.
+DEFAULT_EXCLUDE = ("tests", "test", "testing", "test_*.py", "*_test.py", "conftest.py")
 _CAPABILITY = re.compile(r"^\d{1,2}\.\d$")
+_TORCH_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 # A GPU advisor has no profile for, described in config: ``gpu = { name = "...",
 # compute-capability = "8.6", memory-gb = 48 }``.
 GPU_KEYS = {"name", "compute-capability", "memory-gb"}
@@ -32,7 +39,8 @@ class Config:
     ignore: list[str] = field(default_factory=list)  # ``ignore`` and ``extend-ignore`` together
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     gpu: str | dict | None = None
-    exclude: list[str] = field(default_factory=list)
+    torch_version: str | None = None  # the oldest torch the code must run on (as ruff's target-version)
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     path: Path | None = None  # the pyproject.toml it came from
 
     @property
@@ -95,13 +103,17 @@ def load_config(path: Path | None) -> Config:
         _check_gpu_table(path, gpu)
     elif gpu is not None and not isinstance(gpu, str):
         raise ConfigError(f"{path}: [tool.advisor] gpu must be a GPU's name or a table (name, compute-capability, memory-gb)")
+    torch_version = section.get("torch-version")
+    if torch_version is not None and (not isinstance(torch_version, str) or not _TORCH_VERSION.match(torch_version)):
+        raise ConfigError(f'{path}: [tool.advisor] torch-version must be a version string like "2.1"')
     return Config(
+        torch_version=torch_version,
         select=str_list("select"),
         extend_select=str_list("extend-select") or [],
         ignore=(str_list("ignore") or []) + (str_list("extend-ignore") or []),
         per_file_ignores=per_file,
         gpu=gpu,
-        exclude=(str_list("exclude") or []) + (str_list("extend-exclude") or []),
+        exclude=_or_default(str_list("exclude"), DEFAULT_EXCLUDE) + (str_list("extend-exclude") or []),
         path=path,
     )
 
@@ -120,3 +132,7 @@ def _check_gpu_table(path: Path, gpu: dict) -> None:
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0):
         raise ConfigError(f"{where}: `memory-gb` must be a positive number")
 
+
+
+def _or_default(value: list[str] | None, default: tuple[str, ...]) -> list[str]:
+    return list(default) if value is None else value

@@ -362,6 +362,28 @@ def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]
     return found, (sorted(importers) if importers is not None else None)
 
 
+def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
+    """A fix whose code needs a newer library than the project admits is withheld: the
+    finding stays, as advice that says what the fix would need."""
+    from advisor.facts.environment import older_allowed
+
+    assert finding.fix is not None
+    for package, version in finding.fix.requires:
+        reason = older_allowed(ctx, package, version)
+        if reason is not None:
+            finding.message = _before_guide(finding.message, f"the fix needs {package} >= {version}, and {reason}")
+            finding.fix = None
+            return
+
+
+def _before_guide(message: str, note: str) -> str:
+    """``note`` added to a message, before its closing ``(guide: ...)``."""
+    head, separator, guide = message.rpartition(" (guide: ")
+    if not separator:
+        return f"{message}; {note}"
+    return f"{head}; {note}{separator}{guide}"
+
+
 def file_suppressions(ctx: FileContext) -> frozenset[str] | None:
     """The codes a file-level directive turns off (``ALL`` for a bare one), None without one.
     Only a comment on a line of its own counts, as ruff's ``# ruff: noqa``."""
@@ -397,6 +419,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             errors.append(FileError(ctx.path, f"internal error in {code}: {type(error).__name__}: {error}"))
             continue
         for finding in produced:
+            if finding.fix is not None and finding.fix.requires:
+                _withhold_if_too_new(ctx, finding)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

@@ -47,6 +47,9 @@ class Fix:
     # Modules the edited code needs bound at top level (e.g. "torch"); the fixer adds
     # ``import torch`` only where the file does not already bind it.
     imports: tuple[str, ...] = ()
+    # (package, version) the edited code needs (``("torch", "2.3")`` for ``torch.amp.GradScaler``):
+    # where the project admits an older one, the engine withholds the fix and says why.
+    requires: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -132,12 +135,14 @@ class Rule:
         *edits: Edit,
         imports: Sequence[str] = (),
         applicability: Applicability | None = None,
+        requires: Sequence[tuple[str, str]] = (),
     ) -> Fix:
         return Fix(
             applicability=applicability or self.fix_applicability,
             description=description,
             edits=tuple(edits),
             imports=tuple(imports),
+            requires=tuple(requires),
         )
 
     @classmethod

@@ -22,6 +22,9 @@ class Target:
     # Dense (no sparsity) tensor-core peak in TFLOPS for bf16, fp16 where the GPU has no bf16
     # (V100, T4): the denominator of model FLOP utilisation in bench/verify. None: not published.
     bf16_tflops: float | None = None
+    # The oldest torch the project must run on (``[tool.advisor] torch-version``); None: its
+    # declared requirements decide, else a current release is assumed.
+    torch_version: str | None = None
 
     @property
     def ampere_or_newer(self) -> bool:

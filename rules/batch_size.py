@@ -1279,6 +1279,24 @@ def _built_without_weights(ctx: FileContext, consumers: list[cst.Call], loads: l
     return any(id(scope(call)) not in loading for call in builds)
 
 
+_TEXT_ENCODER = re.compile(r"CLIPTextModel|T5EncoderModel|TextModel\b|TextEncoder|BertModel\b|\bEncoderModel\b")
+
+
+def _text_encoder(ctx: FileContext, call: cst.Call) -> bool:
+    """The resized model is a text encoder (CLIP's, T5's encoder, BERT's bare model): it looks
+    tokens up and has no output layer over the vocabulary."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    spelling = dotted_name(receiver) if receiver is not None else None
+    if spelling is None:
+        return False
+    if _TEXT_ENCODER.search(spelling.split(".")[-1].replace("_", "")) or "text_encoder" in spelling:
+        return True
+    values = [b.value for b in ctx.lookup(spelling, call) if b.value is not None] if "." not in spelling else [
+        a.value for a in ctx.attribute_assignments.get(spelling, []) if isinstance(a, cst.Assign)
+    ]
+    return any(_TEXT_ENCODER.search(ctx.code(value)) for value in values)
+
+
 def _resized_to_tokenizer(ctx: FileContext) -> Iterator[cst.Call]:
     """``model.resize_token_embeddings(len(tokenizer))`` without ``pad_to_multiple_of``: the
     vocabulary becomes the tokenizer's length, 32001 once a pad token is added to LLaMA's."""
@@ -1432,12 +1450,32 @@ class DimsNotTensorCoreFriendly(Rule):
         - an `nn.Embedding` has no matching `nn.Linear` head (a lookup table is not a matmul),
           or an `nn.Linear` output has no matching embedding: the number of classes of a
           classifier is fixed by the task, and padding it would change what the model predicts;
-        - widths below 256, layer inputs fixed by the data, fp32-only training.
+        - widths below 256, layer inputs fixed by the data, fp32-only training;
+        - `resize_token_embeddings(len(tokenizer))` of a text encoder (CLIP's, T5's encoder):
+          no output layer over the vocabulary. Where the file sets embedding rows by index
+          itself (`get_input_embeddings().weight[-n:] = mean`, a `len(tokenizer)` mask), the
+          finding is advice without a fix: padded rows would take those places.
 
         The fix pads the literal (a constant only when every read of it sets the vocabulary
         or reshapes by it); a command-line default is reported without a fix.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            from transformers import CLIPTextModel, CLIPTokenizer
+            tokenizer.add_tokens(["<cat-toy>"])
+            text_encoder.resize_token_embeddings(len(tokenizer))
+            token_embeds = text_encoder.get_input_embeddings().weight.data
+            token_embeds[placeholder_id] = token_embeds[initializer_id]
+            text_encoder.cuda()
+            for batch in loader:
+                loss = text_encoder(batch["input_ids"].cuda())[0].mean()
+                loss.backward()
+                optimizer.step()
+            """,
+            note="textual inversion works on the embedding rows by index: padding would break it",
+        ),
         Valid(
             """
             import torch
@@ -1635,6 +1673,19 @@ class DimsNotTensorCoreFriendly(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import transformers
+            model = transformers.AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b")
+            num_new_tokens = tokenizer.add_special_tokens({"pad_token": "[PAD]"})
+            model.resize_token_embeddings(len(tokenizer))
+            input_embeddings = model.get_input_embeddings().weight.data
+            input_embeddings[-num_new_tokens:] = input_embeddings[:-num_new_tokens].mean(dim=0, keepdim=True)
+            transformers.Trainer(model=model, args=args, train_dataset=ds).train()
+            """,
+            fixed=None,
+            note="new rows set from the end: padding would move them; advice only",
+        ),
         Invalid(
             """
             import torch
@@ -1909,14 +1960,24 @@ class DimsNotTensorCoreFriendly(Rule):
         for size, sites in by_size.items():
             if size >= SMALL_VOCAB and size % multiple:
                 yield self._vocab_finding(ctx, size, sites, multiple)
+        rows_by_index = bool(ctx.method_calls("get_input_embeddings", "get_output_embeddings"))
         for call in _resized_to_tokenizer(ctx):
+            if _text_encoder(ctx, call):
+                continue  # no output layer over the vocabulary: a lookup table is not a matmul
             message = (
                 f"`{ctx.code(call.func)}({ctx.code(call.args[0].value)})` sizes the vocabulary to the tokenizer "
                 f"(32001 once a pad token is added to LLaMA's 32000): the output matmul misses tensor-core-friendly "
-                f"shapes; pass `pad_to_multiple_of={VOCAB_MULTIPLE}` (guide: {DIMS_GUIDE})"
+                f"shapes; pass `pad_to_multiple_of={VOCAB_MULTIPLE}`"
             )
+            if rows_by_index:
+                # The script sets embedding rows by index (the new tokens' rows as the mean, a
+                # ``len(tokenizer)`` mask): padded rows would take those places. Advice only.
+                message += ", and index the new tokens' rows from `len(tokenizer)`, not from the end"
+                yield self.report(call, f"{message} (guide: {DIMS_GUIDE})")
+                continue
             edit = Edit(call, set_keyword(call, "pad_to_multiple_of", str(VOCAB_MULTIPLE)))
-            yield self.report(call, message, self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit))
+            fix = self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit, requires=[("transformers", "4.32")])
+            yield self.report(call, f"{message} (guide: {DIMS_GUIDE})", fix)
         if _uses_half_precision(ctx):
             for call, width in _hidden_widths(ctx, skip=set(by_size)):
                 suggested = _next_multiple(width, max(WIDTH_MULTIPLE, ctx.target.fp16_multiple))

@@ -85,7 +85,8 @@ class DataLoaderPinMemory(Rule):
           file, and the file's functions they call) does: pinning a GPU tensor raises
           "only dense CPU tensors can be pinned". Library collators and collate functions
           imported from other modules are taken as CPU ones;
-        - the dataset is `range(n)`: the batches are integer indices, not the data;
+        - the dataset is `range(n)`: the batches are integer indices, not the data; or a
+          Python list of strings (prompts): pinning leaves strings as they are;
         - the loader is a Lightning `test_dataloader()` / `predict_dataloader()` and the
           file builds its `Trainer` but never calls `trainer.test` / `trainer.predict`
           (nor uses `LightningCLI`): no batch of it reaches the GPU.
@@ -108,6 +109,17 @@ class DataLoaderPinMemory(Rule):
                 batch = features[indices].cuda()
             """,
             note="a loader of indices: the data reaches the GPU another way",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            prompts = ["Translate to French: cheese", "Translate to French: bread"]
+            loader = DataLoader(prompts, batch_size=8)
+            for batch in loader:
+                ids = tokenizer(batch, return_tensors="pt", padding=True).input_ids.cuda()
+            """,
+            note="a loader of strings: the tokenizer makes the tensors",
         ),
         Valid(
             """

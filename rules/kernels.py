@@ -8,6 +8,7 @@ import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.facts.branches import run_by_default
+from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
     JIT,
     PEFT_WRAPPERS,
@@ -19,6 +20,8 @@ from advisor.facts.models import (
     compiles_something,
     conv_net,
     framework_hand_over,
+    built_before_gpu_move,
+    deepspeed_offloads_optimizer,
     handed_to_deepspeed,
     local_module_classes,
     project_class,
@@ -68,15 +71,27 @@ class AdamNotFused(Rule):
         model = Net().cuda()
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     """
+    fix_notes = """
+        Where the optimizer is built before the model moves to the GPU (before `.cuda()`,
+        `accelerator.prepare`), `fused=True` meets CPU parameters at construction, which
+        needs torch 2.4 or newer. advisor reads the project's declared torch requirement:
+        where it admits an older torch, the fix says so and is **unsafe**; where nothing is
+        declared, the description names the requirement.
+    """
     silent_when = """
         - the file shows no CUDA device (CPU-only scripts), or the optimized model is only
-          ever moved to the CPU;
+          ever moved to the CPU, or the file is written for another accelerator too (it
+          imports `torch_xla`, Neuron, Gaudi or Ascend runtimes, or asks Lightning for TPUs):
+          `fused=True` raises on XLA;
         - `fused=` or `foreach=` is passed (either value: an explicit choice), or
           `differentiable=True` (which fused does not support), or the arguments come
           through `**kwargs` that cannot be resolved;
         - the optimizer is not torch's Adam: bitsandbytes (`bnb.optim.AdamW8bit`), apex
           `FusedAdam`, DeepSpeed `DeepSpeedCPUAdam`, `transformers.AdamW`, `SGD`...;
-        - the optimizer is handed to `deepspeed.initialize`, which owns its state;
+        - the optimizer is handed to `deepspeed.initialize`, which owns its state, or the file
+          has DeepSpeed offload the optimizer to the CPU (`DeepSpeedPlugin(offload_optimizer_device=
+          "cpu")`, `DeepSpeedStrategy(offload_optimizer=True)`, a config dict or a JSON config it
+          names with `offload_optimizer`): DeepSpeed then runs its own CPU Adam;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
           or with `use_cpu=True`.
 
@@ -143,6 +158,32 @@ class AdamNotFused(Rule):
             fused_adam = FusedAdam(model.parameters(), lr=1e-3)
             """,
             note="DeepSpeed and apex optimizers",
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator, DeepSpeedPlugin
+
+            plugin = DeepSpeedPlugin(zero_stage=2, offload_optimizer_device="cpu")
+            accelerator = Accelerator(deepspeed_plugin=plugin)
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            """,
+            note="DeepSpeed offloads the optimizer: it runs its own CPU Adam in place of this one",
+        ),
+        Valid(
+            """
+            import lightning as L
+            import torch
+
+            class LM(L.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+            L.Trainer(accelerator="gpu", strategy="deepspeed_stage_3_offload").fit(LM())
+            """,
+            note="an offloading DeepSpeed strategy",
         ),
         Valid(
             """
@@ -307,15 +348,24 @@ class AdamNotFused(Rule):
                 resolved = ctx.values.resolve(differentiable)  # type: ignore[arg-type]
                 if resolved is None or resolved.value is not False:
                     continue
-            if params_clearly_on_cpu(ctx, call) or handed_to_deepspeed(ctx, call):
+            if params_clearly_on_cpu(ctx, call) or handed_to_deepspeed(ctx, call) or deepspeed_offloads_optimizer(ctx):
                 continue
+            if ctx.facts.devices.other_accelerator:
+                continue  # ``fused=True`` raises on XLA, which the file can run on
             spelling = dotted_name(call.func) or "Adam"
             message = (
                 f"`{spelling}` without `fused=True`: the unfused update launches many small kernels "
                 f"per step; pass `fused=True` (guide: {GUIDE})"
             )
-            fix = self.fix("Pass `fused=True`", Edit(call, set_keyword(call, "fused", "True")))
-            yield self.report(call, message, fix)
+            yield self.report(call, message, self._fused_fix(ctx, call))
+
+    def _fused_fix(self, ctx: FileContext, call: cst.Call):
+        edit = Edit(call, set_keyword(call, "fused", "True"))
+        if not built_before_gpu_move(ctx, call):
+            return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
+        # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.
+        description = "Pass `fused=True` (torch >= 2.4: the optimizer is built before the model moves to the GPU)"
+        return self.fix(description, edit, requires=[("torch", "2.4")])
 
     def _check_trainer(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(*TRAINING_ARGUMENTS):
@@ -690,6 +740,11 @@ class NoTorchCompile(Rule):
         for x, y in loader:
             ...
     """
+    fix_notes = """
+        The in-place `model.compile()` (used where the `state_dict()` keys must not change)
+        needs torch 2.2; where the project's declared requirement admits an older torch, the
+        finding is advice only and says so.
+    """
     silent_when = """
         - the file leaves a compile commented out (`# model = torch.compile(model)`): the
           author tried it and decided;
@@ -711,6 +766,11 @@ class NoTorchCompile(Rule):
           seq2seq decoder): its `forward` in the file loops over `range(max(lengths.tolist()))`,
           `range(steps.item())` or `range(int(...))` of its inputs, or it returns the lengths
           the file passes to `pack_padded_sequence`; Dynamo would recompile for nearly every batch;
+        - the model is built in the `__main__` block of a module the project imports (a model
+          file's own smoke test or memory check measures eager code on purpose);
+        - the networks are reinforcement-learning or meta-learning ones (gym, gymnasium,
+          envpool, learn2learn, ...) or toys at most 64 wide: the step is the environment or the
+          adaptation loop, and compiling them is overhead (issue 16's audit: 15 doubtful edits);
         - `TrainingArguments` set `torch_compile` / `torch_compile_backend` / `torch_compile_mode`,
           come from the command line or unreadable `**kwargs`, train on the CPU, or use DeepSpeed.
     """
@@ -966,11 +1026,11 @@ class NoTorchCompile(Rule):
             """
             def batches():
                 import torch
-                return [torch.randn(8, 4) for _ in range(10)]
+                return [torch.randn(8, 512) for _ in range(10)]
 
             def train():
                 from torch import nn, optim
-                model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).to("cuda")
+                model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)).to("cuda")
                 opt = optim.SGD(model.parameters(), lr=0.1)
                 for x in batches():
                     model(x.cuda()).sum().backward()
@@ -981,11 +1041,11 @@ class NoTorchCompile(Rule):
             import torch
             def batches():
                 import torch
-                return [torch.randn(8, 4) for _ in range(10)]
+                return [torch.randn(8, 512) for _ in range(10)]
 
             def train():
                 from torch import nn, optim
-                model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)).to("cuda")
+                model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)).to("cuda")
                 model = torch.compile(model)
                 opt = optim.SGD(model.parameters(), lr=0.1)
                 for x in batches():
@@ -1190,8 +1250,8 @@ class NoTorchCompile(Rule):
         if compiles_something(ctx) or _uses_library(ctx, "unsloth") or _compile_commented_out(ctx):
             return
         yield from self._training_arguments(ctx)
-        if _double_backward(ctx):
-            return
+        if _double_backward(ctx) or small_network_training(ctx):
+            return  # RL / meta-learning / toy networks: the step is the environment, compiling is overhead
         for model in trained_models(ctx):
             decided = model.handed_to & _COMPILE_DECIDED_ELSEWHERE
             accelerate_only = decided == {"accelerate"} and self._accelerator_leaves_dynamo(ctx)
@@ -1201,6 +1261,8 @@ class NoTorchCompile(Rule):
                 continue
             if all(_single_layer(ctx, b) for b in model.builds):
                 continue  # one ``nn.Linear`` probe: one matmul, nothing for a compiler to fuse
+            if _self_test(ctx, model.builds):
+                continue
             build = _reported_build(ctx, model.builds)
             name = build.name or model.name
             shown = _wrapped_build(ctx, model.builds, build)
@@ -1243,7 +1305,11 @@ class NoTorchCompile(Rule):
             compile_fn, imports = ctx.reference(TORCH_COMPILE, anchor)
             statement = cst.parse_statement(f"{name} = {ctx.code(compile_fn)}({name})\n")
             description = f"Insert `{name} = torch.compile({name})` once it is built and moved"
-        return self.fix(description, Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports=imports)
+        # ``torch.compile`` came with torch 2.0, ``nn.Module.compile()`` with 2.2.
+        requires = [("torch", "2.2" if in_place else "2.0")]
+        return self.fix(
+            description, Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports=imports, requires=requires
+        )
 
     def _training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
         if not ctx.facts.frameworks.hf_trainer_trains or _quantized_loading(ctx):
@@ -1319,6 +1385,14 @@ def _wrapped_network(ctx: FileContext, build: ModelBuild) -> cst.Call:
 
 
 _ONE_LAYER = ("Linear", "Conv1d", "Conv2d", "Embedding", "Bilinear")
+
+
+def _self_test(ctx: FileContext, builds) -> bool:
+    """The model is built in the ``__main__`` block of a module the project imports (a model
+    file's smoke test or memory check): what that block measures is eager code, on purpose."""
+    if not ctx.main_guards or ctx.project is None or not ctx.project.imported():
+        return False
+    return all(any(ctx.is_descendant(b.binding, guard.body) for guard in ctx.main_guards) for b in builds)
 
 
 def _single_layer(ctx: FileContext, build: ModelBuild) -> bool:

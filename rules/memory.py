@@ -1526,7 +1526,9 @@ class CheckpointingReentrant(Rule):
           cannot be resolved; the Trainer turns an empty dict into the default too;
         - `prepare_model_for_kbit_training(..., use_gradient_checkpointing=False)`, or in a
           file that loads no quantized model (PEFT then enables no checkpointing);
-        - other libraries' checkpoint functions (DeepSpeed, fairscale, Megatron).
+        - other libraries' checkpoint functions (DeepSpeed, fairscale, Megatron);
+        - the file is written for an XLA / Neuron / HPU device too (it imports `torch_xla`,
+          `neuronx_distributed`, ...): torch_xla's checkpoint raises on `use_reentrant=False`.
     """
     valid = [
         Valid(
@@ -1673,6 +1675,8 @@ class CheckpointingReentrant(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if ctx.facts.devices.other_accelerator:
+            return  # torch_xla's checkpoint raises on use_reentrant=False, and Neuron scripts swap it in
         yield from self._torch_checkpoints(ctx)
         yield from self._transformers_kwargs(ctx)
         yield from self._prepare_kbit(ctx)
@@ -1687,7 +1691,9 @@ class CheckpointingReentrant(Rule):
                 f"`{spelling}(...)` without `use_reentrant` runs the reentrant variant (torch warns it will "
                 f"require the argument); pass `use_reentrant=False`, the recommended one (guide: {GUIDE_CHECKPOINTING})"
             )
-            fix = self.fix("Pass `use_reentrant=False`", Edit(call, set_keyword(call, "use_reentrant", "False")))
+            fix = self.fix(
+                "Pass `use_reentrant=False`", Edit(call, set_keyword(call, "use_reentrant", "False")), requires=[("torch", "1.11")]
+            )
             yield self.report(call, message, fix)
 
     def _transformers_kwargs(self, ctx: FileContext) -> Iterator[Finding]:

@@ -44,6 +44,7 @@ from advisor.facts.precision import (
     calls_module,
     cast_subject,
     file_trains,
+    fp16_flag,
     fp32_matmul_model,
     half_weights,
     in_inference_function,
@@ -335,6 +336,8 @@ class Fp16OnBf16Gpu(Rule):
     """
     silent_when = """
         - the target GPU has no bf16 (`--gpu V100`, `--gpu T4`): fp16 is the right choice there;
+        - (advice, no fix) the autocast is switched on by a flag named for fp16 (`enabled=args.fp16`,
+          `self.use_amp = args.fp16`): the fix would make `--fp16` mean bf16;
         - fp16 is the other branch of a bf16 choice: `torch.bfloat16 if
           torch.cuda.is_bf16_supported() else torch.float16`, `if args.bf16: ... else: ...`;
         - the file also sets up bf16 the same way elsewhere (`Accelerator(mixed_precision="bf16")`,
@@ -593,6 +596,28 @@ class Fp16OnBf16Gpu(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, model, args):
+                    self.model = model.cuda()
+                    self.use_amp = args.fp16
+
+                def step(self, x):
+                    with torch.autocast("cuda", dtype=torch.float16, enabled=self.use_amp):
+                        loss = self.model(x.cuda()).sum()
+                    loss.backward()
+                    self.optimizer.step()
+
+            trainer = Trainer(Net(), args)
+            for x in loader:
+                trainer.step(x)
+            """,
+            fixed=None,
+            note="switched on by a flag named for fp16: advice only, `--fp16` must not come to mean bf16",
+        ),
         Invalid(
             """
             import torch
@@ -908,6 +933,11 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._autocast_fix(ctx, site, sites)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            flag = fp16_flag(ctx, site.call)
+            if flag is not None and fix is not None:
+                # ``--fp16`` would then mean bf16: the user's switch, not ours to rename.
+                message += f"; it is switched on by `{flag}`, named for fp16: offer bf16 as an option of its own"
+                fix = None
             yield self.report(site.call, _message(message), fix)
 
     def _autocast_fix(self, ctx: FileContext, site: Autocast, sites: list[Autocast]):
@@ -943,7 +973,7 @@ class Fp16OnBf16Gpu(Rule):
             description = "Use bf16 autocast and remove the GradScalers that have no other use"
         else:
             description = "Use bf16 autocast"
-        return self.fix(description, *edits, imports=imports)
+        return self.fix(description, *edits, imports=imports, requires=[("torch", "1.10")])
 
     # -- TrainingArguments ---------------------------------------------------------------------
     def _training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1128,7 +1158,9 @@ class DeprecatedAmpApi(Rule):
     """
     silent_when = """
         - the code already uses `torch.autocast` / `torch.amp.GradScaler`;
-        - `torch.cpu.amp` or other device-specific modules (not this rule's API).
+        - `torch.cpu.amp` or other device-specific modules (not this rule's API);
+        - the old API is a compatibility fallback for old torch: in the `except` of a `try`
+          that uses the new one, or under a version or feature test (`hasattr(torch, "amp")`).
 
         `torch.amp.GradScaler` needs PyTorch 2.3 or newer, `torch.autocast` 1.10.
         Positional arguments are passed on by name (`torch.cuda.amp.autocast(True)` becomes
@@ -1137,6 +1169,16 @@ class DeprecatedAmpApi(Rule):
         nothing else uses the names it binds.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            try:
+                scaler = torch.amp.GradScaler(device="cuda")
+            except (AttributeError, TypeError):
+                scaler = torch.cuda.amp.GradScaler()
+            """,
+            note="a fallback for torch releases without the new API",
+        ),
         Valid(
             """
             import torch
@@ -1265,6 +1307,8 @@ class DeprecatedAmpApi(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(CUDA_AUTOCAST, CUDA_SCALER):
+            if self._compatibility_fallback(ctx, call):
+                continue
             if ctx.qualname(call.func) == CUDA_AUTOCAST:
                 message = "`torch.cuda.amp.autocast(...)` is deprecated: use `torch.autocast(\"cuda\", ...)`"
                 fix = self._autocast_fix(ctx, call)
@@ -1272,6 +1316,23 @@ class DeprecatedAmpApi(Rule):
                 message = "`torch.cuda.amp.GradScaler(...)` is deprecated: use `torch.amp.GradScaler(\"cuda\", ...)`"
                 fix = self._scaler_fix(ctx, call)
             yield self.report(call, _message(message), fix)
+
+    @staticmethod
+    def _compatibility_fallback(ctx: FileContext, call: cst.Call) -> bool:
+        """The old API kept on purpose for old torch: in the ``except`` of a ``try`` that uses
+        the new one (``except (AttributeError, TypeError):``), or under a version or feature
+        test (``if hasattr(torch, "amp")``, ``torch.__version__``). Rewriting it would make the
+        fallback call the very API whose absence it handles."""
+        for ancestor in ctx.ancestors(call):
+            if isinstance(ancestor, cst.ExceptHandler):
+                return True
+            if isinstance(ancestor, (cst.If, cst.IfExp)):
+                test = ctx.code(ancestor.test)
+                if "hasattr" in test or "__version__" in test or "version" in test.lower():
+                    return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+        return False
 
     def _autocast_fix(self, ctx: FileContext, call: cst.Call):
         args = []
@@ -1289,14 +1350,14 @@ class DeprecatedAmpApi(Rule):
                 )
             args.append(arg)
         func, imports = ctx.reference(AUTOCAST, call)
-        return self._device_first(ctx, call, func, args, imports, 'Use `torch.autocast("cuda", ...)`')
+        return self._device_first(ctx, call, func, args, imports, 'Use `torch.autocast("cuda", ...)`', "1.10")
 
     def _scaler_fix(self, ctx: FileContext, call: cst.Call):
         # torch.amp.GradScaler takes ``device`` first and then the same parameters in order.
         func, imports = ctx.reference(AMP_SCALER, call)
-        return self._device_first(ctx, call, func, list(call.args), imports, 'Use `torch.amp.GradScaler("cuda", ...)`')
+        return self._device_first(ctx, call, func, list(call.args), imports, 'Use `torch.amp.GradScaler("cuda", ...)`', "2.3")
 
-    def _device_first(self, ctx, call, func, args, imports, description):
+    def _device_first(self, ctx, call, func, args, imports, description, since: str):
         if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
             separator = cst.Comma(whitespace_after=call.whitespace_before_args)  # one argument a line
         else:
@@ -1306,7 +1367,7 @@ class DeprecatedAmpApi(Rule):
         import_edit = drop_import_of(ctx, call.func)
         if import_edit is not None:
             edits.append(import_edit)
-        return self.fix(description, *edits, imports=imports)
+        return self.fix(description, *edits, imports=imports, requires=[("torch", since)])
 
 
 # -- ADV205 ----------------------------------------------------------------------------------------
@@ -1597,8 +1658,8 @@ class Tf32Disabled(Rule):
         model = Transformer().cuda()
         ...
 
-        # Trainer:
-        args = TrainingArguments("out", tf32=True)
+        # Trainer: the same line; `TrainingArguments(tf32=True)` would raise on a
+        # machine without an Ampere GPU (CPU CI)
     """
     silent_when = """
         - the file mentions TF32 at all: `torch.backends.cuda.matmul.allow_tf32 = ...`,
@@ -1624,7 +1685,8 @@ class Tf32Disabled(Rule):
 
         One finding per file for PyTorch code (at the first training loop or Lightning
         `Trainer`); the fix inserts `torch.set_float32_matmul_precision("high")` after the
-        imports. For `TrainingArguments` the fix adds `tf32=True`.
+        imports, for the Trainer too: `TrainingArguments(tf32=True)` raises where no Ampere GPU
+        is found, as in CPU CI that runs the same script.
     """
     valid = [
         Valid(
@@ -2007,12 +2069,14 @@ class Tf32Disabled(Rule):
             """,
             fixed="""
             from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+            import torch
+
+            torch.set_float32_matmul_precision("high")
 
             model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)
             args = TrainingArguments(
                 output_dir="out",
                 per_device_train_batch_size=32,
-                tf32=True,
             )
             trainer = Trainer(model=model, args=args, train_dataset=train_ds)
             trainer.train()
@@ -2068,12 +2132,17 @@ class Tf32Disabled(Rule):
                 assert site.config is not None
                 if trainer_compiles(ctx, site.config):
                     continue
+                if reported_torch:
+                    continue
+                reported_torch = True
+                # ``TrainingArguments(tf32=True)`` raises where no Ampere GPU is found (CPU CI runs
+                # the same script): the process-wide setting gives the same matmuls and never raises.
                 message = (
-                    f"fp32 training on {ctx.target.name} without TF32: pass `tf32=True` to let "
-                    "matmuls use the TF32 tensor cores (up to 3x faster)"
+                    f"fp32 training on {ctx.target.name} without TF32: add "
+                    '`torch.set_float32_matmul_precision("high")` to let matmuls use the TF32 tensor cores '
+                    "(up to 3x faster); unlike `tf32=True`, it does not raise on a machine without an Ampere GPU"
                 )
-                fix = self.fix("Pass `tf32=True`", Edit(site.config, set_keyword(site.config, "tf32", "True")))
-                yield self.report(site.config, _message(message), fix)
+                yield self.report(site.config, _message(message), self._torch_fix(ctx))
             elif not reported_torch:
                 reported_torch = True
                 message = (
@@ -2103,6 +2172,7 @@ class Tf32Disabled(Rule):
             'Insert `torch.set_float32_matmul_precision("high")` after the imports',
             Edit(anchor, cst.FlattenSentinel([anchor, line])),
             imports=imports,
+            requires=[("torch", "1.12")],
         )
 
 
@@ -3096,7 +3166,7 @@ class NoMixedPrecision(Rule):
         fix = None
         if wrapped is not None:
             edits, imports = wrapped
-            fix = self.fix("Run the forward pass and loss under bf16 autocast", *edits, imports=imports)
+            fix = self.fix("Run the forward pass and loss under bf16 autocast", *edits, imports=imports, requires=[("torch", "1.10")])
         return self.report(loop.node, _message(message), fix)
 
     def _trainer(self, ctx: FileContext, call: cst.Call) -> Finding:

@@ -301,6 +301,7 @@ def test_file_that_does_not_compile_is_not_fixed(tmp_path, capsys):
         ('[tool.advisor]\ngpu = { name = "x", compute-capability = "8.6", memory = 4 }\n', "unknown key(s): memory"),
         ('[tool.advisor]\ngpu = { name = "x", compute-capability = "8.6", memory-gb = -1 }\n', "`memory-gb` must be a positive number"),
         ('[tool.advisor]\nextend-select = ["ADV1", "XYZ9"]\n', "unknown rule code(s) in [tool.advisor] extend-select ({path}): XYZ9"),
+        ('[tool.advisor]\ntorch-version = 2.1\n', 'torch-version must be a version string like "2.1"'),
         ('[tool.advisor]\nexclude = "build"\n', "[tool.advisor] exclude must be a list of strings"),
         ('[tool.advisor]\nper-file-ignores = {"a.py" = "ADV1"}\n', "per-file-ignores must map globs to lists of codes"),
         ("[tool.advisor]\nselekt = ['ADV1']\n", "unknown key(s) in [tool.advisor]: selekt"),

@@ -251,7 +251,11 @@ def test_trainer_gets_tf32_then_bf16():
     Trainer(model=model, args=args, train_dataset=ds).train()
     """
     assert codes_of(source) == ["ADV202", "ADV203"]
-    assert 'TrainingArguments("out", per_device_train_batch_size=8, tf32=True, bf16=True)' in fixed(source)
+    result = fixed(source)
+    # TF32 through the process-wide setting: `TrainingArguments(tf32=True)` raises without an
+    # Ampere GPU, and CPU CI runs the same script (issue 16).
+    assert 'TrainingArguments("out", per_device_train_batch_size=8, bf16=True)' in result
+    assert 'torch.set_float32_matmul_precision("high")' in result and "tf32=True" not in result
 
 
 def test_safe_fixes_leave_the_precision_alone():

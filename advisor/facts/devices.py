@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import re
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import libcst as cst
 
@@ -75,6 +75,20 @@ _AVAILABILITY_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_availabl
 _ACCELERATOR_DEVICES = ("torch.accelerator.current_accelerator", "torch.accelerator.current_device_index")
 _XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.core.xla_model.device")
 _MAX_DEPTH = 8
+# Runtimes of other accelerators: a file that imports one is written for that device.
+_OTHER_RUNTIMES = frozenset({
+    "torch_xla", "torch_neuronx", "neuronx_distributed", "torch_neuron", "habana_frameworks", "torch_npu",
+    "intel_extension_for_pytorch", "optimum_neuron", "optimum_habana",
+})
+_OTHER_RUNTIME_TEXT = re.compile(
+    r"torch_xla|neuronx|torch_neuron|habana_frameworks|torch_npu|intel_extension_for_pytorch|optimum\.(neuron|habana)"
+    r"|TPUAccelerator|XLAAccelerator|HPUAccelerator|tpu_cores"
+)
+_NON_CUDA_DEVICE = re.compile(r"^(xpu|npu|hpu|xla)")
+_LIGHTNING_ACCELERATOR_MODULES = frozenset({
+    "pytorch_lightning.accelerators", "lightning.pytorch.accelerators", "lightning.fabric.accelerators",
+})
+_OTHER_LIGHTNING_ACCELERATORS = frozenset({"TPUAccelerator", "XLAAccelerator", "HPUAccelerator"})
 
 
 def join(kinds: Iterable[Where]) -> Where:
@@ -614,6 +628,12 @@ class DeviceFacts:
     @cached_property
     def gpu(self) -> Answer:
         """Does this file's work run on a CUDA GPU?"""
+        found = self._gpu()
+        if found.yes and self.other_accelerator_only and not self.always_cuda:
+            return Answer(Tri.NO, found.evidence, "written for another accelerator (XLA, Neuron, HPU, NPU, XPU)")
+        return found
+
+    def _gpu(self) -> Answer:
         placements = self.placements
         for kind, node in placements:
             if kind.gpu:
@@ -658,6 +678,58 @@ class DeviceFacts:
             ):
                 return True
         return False
+
+    @cached_property
+    def other_accelerator(self) -> bool:
+        """The file can run on an accelerator other than a CUDA GPU: it imports an XLA / TPU,
+        AWS Neuron, Intel Gaudi (HPU), Ascend (NPU) or Intel XPU runtime (anywhere, a branch
+        included), names Lightning's TPU / XLA / HPU accelerators, or asks for TPU cores.
+        Fixes that raise there (``fused=True``, ``use_reentrant=False`` on XLA) stay out."""
+        if self._other_runtime_imports or self._asks_for_tpu_cores:
+            return True
+        # Intel XPU / Ascend NPU / Gaudi HPU reached through torch itself: ``torch.xpu.set_device``,
+        # ``model.to("xpu:0")``.
+        ctx = self.ctx
+        if ctx.calls_with_prefix("torch.xpu.") or ctx.calls_with_prefix("torch.npu.") or ctx.calls_with_prefix("torch.hpu."):
+            return True
+        return any(
+            kind is Where.OTHER and _NON_CUDA_DEVICE.match(ctx.code(node).split("(")[-1].strip("\"'"))
+            for kind, node in self.placements
+            if isinstance(node, cst.Call) and node.args
+        )
+
+    @cached_property
+    def other_accelerator_only(self) -> bool:
+        """The file is written for another accelerator: it imports that runtime at module level
+        (``import torch_xla.core.xla_model as xm`` at the top, as Neuron and TPU scripts do), not
+        only in a branch that handles it next to CUDA."""
+        return any(self.ctx.enclosing(node, cst.FunctionDef, cst.If, cst.Try) is None for node in self._other_runtime_imports)
+
+    @cached_property
+    def _other_runtime_imports(self) -> list[cst.CSTNode]:
+        ctx = self.ctx
+        if not _OTHER_RUNTIME_TEXT.search(ctx.source):
+            return []
+        found: list[cst.CSTNode] = []
+        for node in [*ctx.nodes(cst.Import), *ctx.nodes(cst.ImportFrom)]:
+            if isinstance(node, cst.ImportFrom):
+                names = [dotted_name(node.module) or ""] if node.module is not None and not node.relative else []
+                if names and names[0] in _LIGHTNING_ACCELERATOR_MODULES and isinstance(node.names, Sequence):
+                    lightning = [f"{names[0]}.{alias.name.value}" for alias in node.names if isinstance(alias.name, cst.Name)]
+                    if any(name.rsplit(".", 1)[-1] in _OTHER_LIGHTNING_ACCELERATORS for name in lightning):
+                        found.append(node)
+                    continue
+            else:
+                names = [dotted_name(alias.name) or "" for alias in node.names]
+            if any(name.split(".")[0] in _OTHER_RUNTIMES for name in names):
+                found.append(node)
+        return found
+
+    @cached_property
+    def _asks_for_tpu_cores(self) -> bool:
+        return "tpu_cores" in self.ctx.source and any(
+            arg.keyword is not None and arg.keyword.value == "tpu_cores" for arg in self.ctx.nodes(cst.Arg)
+        )
 
     @cached_property
     def always_cuda(self) -> bool:

@@ -582,6 +582,8 @@ class LoaderFacts:
         training runs, and not a Lightning loader that never runs."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
+        if self.text_dataset(call):
+            return False
         return self.runs_for_training(call)
 
     def pinned(self, call: cst.Call) -> bool:
@@ -646,6 +648,18 @@ class LoaderFacts:
         if builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
             dataset = dataset.args[0].value  # type: ignore[attr-defined]
         return builtin_call(ctx, dataset, "range")
+
+    def text_dataset(self, call: cst.Call) -> bool:
+        """A loader over a Python list of strings (prompts): its batches are lists of str, which
+        pinning leaves as they are; the tensors reach the GPU after a tokenizer makes them."""
+        dataset = self._dataset_expression(call)
+        if not isinstance(dataset, (cst.List, cst.Tuple)) or not dataset.elements:
+            return False
+        return all(
+            isinstance(element, cst.Element)
+            and isinstance(element.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+            for element in dataset.elements
+        )
 
     def _python_sequence_dataset(self, call: cst.Call) -> bool:
         """A dataset written as a Python list / tuple (literal or comprehension) or a range:

@@ -86,6 +86,75 @@ def handed_to_deepspeed(ctx: FileContext, call: cst.Call) -> bool:
     return False
 
 
+_OFFLOADING_STRATEGIES = ("deepspeed_stage_2_offload", "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme")
+
+
+def deepspeed_offloads_optimizer(ctx: FileContext) -> bool:
+    """The file has DeepSpeed keep the optimizer on the CPU (or NVMe): it then runs its own
+    ``DeepSpeedCPUAdam`` instead of the torch optimizer the script builds, so ``fused=`` means
+    nothing there. Seen in an Accelerate ``DeepSpeedPlugin(offload_optimizer_device=...)``, a
+    Lightning ``DeepSpeedStrategy(offload_optimizer=True)`` or offloading strategy name, or a
+    DeepSpeed config with an ``offload_optimizer`` section: a dict in the file, or a JSON file
+    next to it that the file names (read as text, never run)."""
+    return ctx.memo(deepspeed_offloads_optimizer, lambda: _offloads(ctx))
+
+
+def _offloads(ctx: FileContext) -> bool:
+    text = ctx.source
+    if "offload" not in text and ".json" not in text:
+        return False
+    for call in ctx.nodes(cst.Call):
+        for arg in call.args:
+            if arg.keyword is None:
+                continue
+            name = arg.keyword.value
+            if name == "offload_optimizer_device" or name == "offload_optimizer":
+                value = ctx.values.value_of(arg.value)
+                if value not in (None, "none", False):
+                    return True
+                if value is None and not isinstance(arg.value, (cst.SimpleString, cst.Name)):
+                    return True  # read at run time: DeepSpeed may well offload
+    for string in ctx.nodes(cst.SimpleString):
+        value = ctx.values.value_of(string)
+        if not isinstance(value, str):
+            continue
+        if value in _OFFLOADING_STRATEGIES:
+            return True
+        if value == "offload_optimizer":  # a config dict's key
+            parent = ctx.parent.get(string)
+            if isinstance(parent, cst.DictElement) and parent.key is string:
+                entries = ctx.values.dict_entries(parent.value) if isinstance(parent.value, cst.Dict) else None
+                device = entries.get("device") if entries else None
+                if entries is None or (device is not None and ctx.values.value_of(device) != "none"):
+                    return True
+        if value.endswith(".json") and _json_offloads(ctx, value):
+            return True
+    return False
+
+
+def _json_offloads(ctx: FileContext, name: str) -> bool:
+    import json
+    import os
+
+    folder = os.path.dirname(os.path.abspath(ctx.path))
+    for candidate in (os.path.join(folder, name), name):
+        if getattr(ctx, "project", None) is not None:
+            ctx.project.consulted.add(os.path.abspath(candidate))  # the cached result depends on it
+        try:
+            with open(candidate, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > 1_000_000:
+                    return False
+                config = json.loads(handle.read())
+        except (OSError, ValueError):
+            continue
+        zero = config.get("zero_optimization") if isinstance(config, dict) else None
+        offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+        if isinstance(offload, dict) and str(offload.get("device", "cpu")).lower() != "none":
+            return True
+        return False
+    return False
+
+
 # Methods that hand back their receiver: ``Net().to(device)``, ``model.cuda()``, ``model.train()``.
 _SAME_MODULE_METHODS = frozenset(
     {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "requires_grad_", "to_empty", "type"}
@@ -393,6 +462,56 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int =
                     if all(owner != known for known, _ in owners):
                         owners.append((owner, at))
     return owners
+
+
+def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
+    """The optimizer is constructed while its model's parameters are still on the CPU: the
+    file moves the model to a GPU only after it (``.cuda()`` later, ``accelerator.prepare``).
+    ``fused=True`` is checked against the parameters at construction, and torch before 2.4
+    has no fused CPU kernel: it raises there. Lightning's ``configure_optimizers`` runs after
+    the model is placed."""
+    if _fsdp_offloads_parameters(ctx):
+        return True  # FSDP keeps the parameters on the CPU between uses
+    function = ctx.enclosing(optimizer, cst.FunctionDef)
+    if isinstance(function, cst.FunctionDef) and function.name.value == "configure_optimizers":
+        return False
+    params = ctx.argument(optimizer, "params", PARAMS_POSITION)
+    if not isinstance(params, cst.BaseExpression) or params is MISSING:
+        return False
+    owners = _parameter_owners(ctx, params)
+    return bool(owners) and not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
+
+
+def _fsdp_offloads_parameters(ctx: FileContext) -> bool:
+    """``FSDP(..., cpu_offload=CPUOffload(offload_params=True))``, also behind a config switch."""
+    for call in ctx.calls("torch.distributed.fsdp.CPUOffload", "torch.distributed.fsdp.fully_sharded_data_parallel.CPUOffload"):
+        value = ctx.argument(call, "offload_params", 0)
+        if value is MISSING:
+            continue
+        if not (isinstance(value, cst.Name) and value.value == "False"):
+            return True
+    return False
+
+
+def _on_gpu_before(ctx: FileContext, owner: str, at: cst.CSTNode) -> bool:
+    """Whether ``owner`` is on a GPU (or a device chosen at run time) by the time ``at`` runs."""
+    position = ctx.order[at]
+    roots = [b.value for b in ctx.lookup(owner, at) if b.value is not None] if "." not in owner else []
+    for root in roots:  # ``from_pretrained(..., device_map="auto")`` builds it on the GPU
+        if isinstance(root, cst.Call) and ctx.keyword_arg(root, "device_map") is not None:
+            return True
+    for call in ctx.method_calls("to", "cuda"):
+        if ctx.order[call] >= position:
+            continue
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if dotted_name(receiver) == owner or any(call is root or ctx.is_descendant(call, root) for root in roots):
+            if any(kind.gpu or kind is Where.NAMED for kind in _move_kinds(ctx, call)):
+                return True
+    for call in ctx.nodes(cst.Call):
+        if ctx.order[call] < position and framework_hand_over(ctx, call) is not None:
+            if any(dotted_name(arg.value) == owner for arg in call.args if not arg.star):
+                return True
+    return False
 
 
 def _model_of(owner: str) -> str:

@@ -117,6 +117,35 @@ class Autocast:
         return not self.disabled and self.dtype is not None and self.dtype.name == BF16
 
 
+_FP16_NAME = re.compile(r"fp16|float16|half", re.I)
+
+
+def fp16_flag(ctx: FileContext, call: cst.Call) -> str | None:
+    """The flag, named for fp16, that turns this autocast on (``enabled=args.fp16``, or
+    ``enabled=self.use_amp`` with ``self.use_amp = args.fp16``): the user asked for fp16 by
+    that name, and bf16 under ``--fp16`` would be a surprise. None otherwise."""
+    enabled = ctx.argument(call, "enabled", 0 if (ctx.qualname(call.func) or "").startswith("torch.cuda.amp") else 2)
+    if not isinstance(enabled, cst.BaseExpression) or enabled is MISSING:
+        return None
+    expr: cst.BaseExpression | None = enabled
+    for _ in range(4):
+        if expr is None:
+            return None
+        for node in [*ctx.walk(expr, cst.Attribute), *ctx.walk(expr, cst.Name)]:
+            spelling = dotted_name(node)
+            if spelling is not None and _FP16_NAME.search(spelling.split(".")[-1]):
+                return spelling
+        spelling = dotted_name(expr)
+        if isinstance(expr, cst.Name):
+            expr = ctx.single_assignment(expr)
+        elif spelling is not None and isinstance(expr, cst.Attribute):
+            assignments = ctx.attribute_assignments.get(spelling, [])
+            expr = assignments[0].value if len(assignments) == 1 and isinstance(assignments[0], cst.Assign) else None
+        else:
+            return None
+    return None
+
+
 def resolve_dtype(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) -> Dtype | None:
     """The torch dtype ``expr`` evaluates to: ``torch.float16``, a name bound once to one,
     or a lookup ``{"float16": torch.float16, ...}[key]`` with a known key. Else None."""

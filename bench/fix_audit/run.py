@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import collections
 import difflib
+import fnmatch
+import io
 import json
 import os
 import random
@@ -25,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,12 @@ from advisor.registry import all_rules  # noqa: E402
 from advisor.targets import resolve_target  # noqa: E402
 
 CONTEXT_LINES = 6
+# What a checkout has that fixes read: the code, the declared requirements and install
+# instructions (version-dependent fixes), DeepSpeed and Accelerate configs.
+PROJECT_FILES = (
+    "*.py", "*requirements*.txt", "pyproject.toml", "setup.cfg", "environment.yml", "*.json", "*.yaml",
+    "README*", "INSTALL*", "get_started*", "getting_started*",
+)
 PER_RULE_CAP = 18  # so that the common rules do not crowd the rare ones out of the sample
 PER_FILE_CAP = 4
 
@@ -60,7 +69,7 @@ def resolve_git_dir(repo: str, git_dir: str | None) -> str:
     (``/work/.mirror/owner+name``, or a folder inside it), else a bare clone in the cache."""
     mirror = Path(os.environ.get("ADVISOR_MIRROR", "/work/.mirror")) / repo.replace("/", "+")
     for base in ([Path(git_dir)] if git_dir else []) + [mirror]:
-        for inner in (base, *sorted(base.glob("*"))):
+        for inner in (base, *sorted(base.glob("*")), *sorted(base.glob("*/.git"))):
             if (inner / "HEAD").exists() and (inner / "objects").exists():
                 return str(inner)
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "advisor-fix-audit" / repo.replace("/", "+")
@@ -76,10 +85,23 @@ def materialize(repo: str, commit: str, git_dir: str | None, into: Path) -> Path
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "--git-dir", git_dir, "archive", "--format=tar", commit, "--", "*.py"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    listed = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "-r", "--name-only", "-z", commit], check=True, capture_output=True
+    ).stdout.decode().split("\0")
+    # Named one by one: a fetched mirror may lack its largest blobs (notebooks, weights).
+    paths = [p for p in listed if p and any(fnmatch.fnmatch(os.path.basename(p), pattern) for pattern in PROJECT_FILES)]
+    checked = subprocess.run(
+        ["git", "--git-dir", git_dir, "cat-file", "--batch-check"],
+        input="".join(f"{commit}:{p}\n" for p in paths), capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    paths = [p for p, line in zip(paths, checked) if not line.endswith("missing")]
+    for start in range(0, len(paths), 200):
+        archive = subprocess.run(
+            ["git", "--git-dir", git_dir, "archive", "--format=tar", commit, "--", *paths[start : start + 200]],
+            check=True, capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
     (folder / ".git").mkdir()  # a project root, as in the user's checkout
     return folder
 
@@ -143,7 +165,15 @@ def edits_of(repo: str, folder: Path, results: list[FixResult]) -> list[Edit]:
 
 
 def sample(edits: list[Edit], size: int, seed: int) -> list[Edit]:
-    """At most ``PER_RULE_CAP`` edits of a rule and ``PER_FILE_CAP`` of a file, rules in turn."""
+    """Rules in turn, at most ``PER_RULE_CAP`` edits of a rule and ``PER_FILE_CAP`` of a file;
+    where that leaves the sample short of ``size``, the common rules fill it up."""
+    chosen = _sample(edits, size, seed, PER_RULE_CAP, PER_FILE_CAP)
+    if len(chosen) < size:
+        chosen = _sample(edits, size, seed, size, 2 * PER_FILE_CAP)
+    return chosen
+
+
+def _sample(edits: list[Edit], size: int, seed: int, rule_cap: int, file_cap: int) -> list[Edit]:
     rng = random.Random(seed)
     by_rule: dict[str, list[Edit]] = collections.defaultdict(list)
     for edit in edits:
@@ -158,14 +188,14 @@ def sample(edits: list[Edit], size: int, seed: int) -> list[Edit]:
             bucket = by_rule[code]
             while bucket:
                 edit = bucket.pop()
-                if per_file[(edit.repo, edit.path)] < PER_FILE_CAP and per_rule[code] < PER_RULE_CAP:
+                if per_file[(edit.repo, edit.path)] < file_cap and per_rule[code] < rule_cap:
                     chosen.append(edit)
                     per_file[(edit.repo, edit.path)] += 1
                     per_rule[code] += 1
                     break
             if len(chosen) >= size:
                 break
-        if all(per_rule[c] >= PER_RULE_CAP or not by_rule[c] for c in by_rule):
+        if all(per_rule[c] >= rule_cap or not by_rule[c] for c in by_rule):
             break
     return sorted(chosen, key=lambda e: e.id)
 
@@ -205,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         edits = edits_of(source["repo"], folder, results)
         all_edits.extend(edits)
         print(f"{source['repo']}: {len(files)} files, {sum(1 for r in results if r.changed)} changed, {len(edits)} edits", file=sys.stderr)
-    chosen = sample(all_edits, args.size, args.seed)
+    chosen = sorted(all_edits, key=lambda e: e.id) if args.all else sample(all_edits, args.size, args.seed)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     payload = {
@@ -261,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", default=str(HERE / "SOURCES.json"))
     parser.add_argument("--gpu", default="A100-80GB")
     parser.add_argument("--size", type=int, default=120)
+    parser.add_argument("--all", action="store_true", help="every applied edit, not a sample (a small corpus)")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", help="folder for the repositories' files (default: a temporary one)")

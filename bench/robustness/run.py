@@ -213,6 +213,10 @@ def run_corpus(corpus: Corpus, work: Path, jobs: int | None = None, log=print) -
     """Copy ``corpus`` under ``work``, check it, fix it twice, and count what went wrong."""
     figures = Figures(corpus.name)
     copy = work / corpus.name
+    # Robustness is about every file, the libraries' tests included (a project leaves those
+    # out by default: [tool.advisor] exclude replaces that list).
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "pyproject.toml").write_text("[tool.advisor]\nexclude = []\n")
     originals: dict[str, bytes] = {}
     for rel in corpus.files:
         data = corpus.sources[rel].read_bytes()

@@ -1,0 +1,148 @@
+"""What the project says it runs with: the versions its requirements admit.
+
+Some fixes depend on a library's version (``fused=True`` on an optimizer built while the
+parameters are still on the CPU needs torch 2.4). The project's own declaration is read as
+text, never installed or imported: ``pyproject.toml`` (PEP 621 ``dependencies`` and Poetry),
+``requirements*.txt``, ``setup.cfg`` and ``setup.py`` string literals, ``environment.yml``,
+and, where none of them names the package, the install instructions of a README or INSTALL
+file, from the file's folder up to the project root.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+_REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
+# Install instructions: read only where no requirement file names the package.
+_DOCUMENT = re.compile(r"^(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)$", re.I)
+_CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
+_MAX_BYTES = 1_000_000
+
+
+def declared(ctx: "FileContext", package: str) -> str | None:
+    """The version specifier the project declares for ``package`` (``">=2.1,<3"``), ``""``
+    for a bare name, None where no requirement file names it."""
+    # Not memoised on the context: a context can outlive a change to the requirements in a
+    # long-lived process, and this is asked only where a fix depends on it.
+    return _declared(ctx, package)
+
+
+def _declared(ctx: "FileContext", package: str) -> str | None:
+    name = re.escape(package)
+    # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` (Poetry), ``- pytorch=2.1`` (conda)
+    pattern = re.compile(
+        rf"""(?:^[ \t]*(?:-[ \t]*)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
+        rf"""(?P<spec>=[ \t]*["']?[\^~]?[0-9][^"'\s#]*|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
+        rf"""(?=["'\s;#\]]|$)""",
+        re.M | re.I,
+    )
+    documents: list[str] = []
+    for path in _candidates(ctx):
+        text = _read(ctx, path)
+        if text is None:
+            continue
+        if _DOCUMENT.match(os.path.basename(path)):
+            documents.append(text)
+            continue
+        for match in pattern.finditer(text):
+            spec = match.group("spec").strip().rstrip(",")
+            return _poetry(spec)
+    # No requirement file names it: the install instructions may (``pip install torch==1.8.0``,
+    # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
+    # version they give is the floor.
+    mentioned = re.compile(
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=)\s*|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
+    versions = [m.group(1) for text in documents for m in mentioned.finditer(text)]
+    if versions:
+        return ">=" + min(versions, key=_version)
+    return None
+
+
+def _read(ctx: "FileContext", path: str) -> str | None:
+    try:
+        if os.path.getsize(path) > _MAX_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    if getattr(ctx, "project", None) is not None:
+        ctx.project.consulted.add(os.path.abspath(path))  # a cached result depends on it
+    return text
+
+
+def _poetry(spec: str) -> str:
+    """Poetry's ``= "^2.1"`` / conda's ``=2.1`` as a PEP 440 lower bound."""
+    spec = spec.strip()
+    if spec.startswith("=") and not spec.startswith("=="):
+        version = spec.lstrip("=").strip().strip("\"'").lstrip("^~")
+        return f">={version}"
+    return spec
+
+
+def _candidates(ctx: "FileContext") -> list[str]:
+    if not os.path.isfile(ctx.path):
+        return []  # code with no file behind it (an editor buffer, a test snippet): nothing to read
+    folder = os.path.dirname(os.path.abspath(ctx.path))
+    root = None
+    project = getattr(ctx, "project", None)
+    if project is not None:
+        root = os.path.abspath(project.project.root)
+    found: list[str] = []
+    for _ in range(6):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            names = []
+        found += [os.path.join(folder, n) for n in names if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n)]
+        if root is not None and os.path.abspath(folder) == root:
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder or any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg")):
+            break
+        folder = parent
+    return found
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
+    """Why the project may run a ``package`` older than ``version`` (``[tool.advisor]
+    torch-version``, else its declared requirement's lower bound), or None: nothing says so,
+    and advisor assumes a current release."""
+    if package == "torch" and getattr(ctx.target, "torch_version", None):
+        floor = ctx.target.torch_version
+        return f"[tool.advisor] torch-version is {floor}" if _version(floor) < _version(version) else None
+    spec = declared(ctx, package)
+    if admits_below(spec, version):
+        return f"the project's requirements allow {package}{spec}"
+    return None
+
+
+def admits_below(spec: str | None, version: str) -> bool | None:
+    """Whether a project declaring ``spec`` may run a version older than ``version``: None
+    when nothing is declared; a bare name (``torch``) installs the current release: False."""
+    if spec is None:
+        return None
+    if not spec.strip():
+        return False
+    floor: tuple[int, ...] | None = None
+    for operator, text in _CLAUSE.findall(spec):
+        if operator in (">=", ">", "==", "~="):
+            value = _version(text.replace("*", "0"))
+            floor = value if floor is None or value > floor else floor
+    return floor is not None and floor < _version(version)
