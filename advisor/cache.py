@@ -37,6 +37,7 @@ CACHEDIR_TAG = (
 )
 _DIAGNOSTIC_FIELDS = (
     "line", "column", "end_line", "end_column", "code", "name", "message", "fix_applicability", "fix_description",
+    "fix_edits",
 )
 _ERROR_FIELDS = ("message", "code", "line", "column")
 
@@ -81,6 +82,7 @@ def settings_fingerprint(settings: "Settings") -> str:
         "per_file_ignores": sorted([pattern, sorted(codes)] for pattern, codes in settings.per_file_ignores),
         "root": os.path.abspath(settings.root),
         "project_scope": settings.project_scope,
+        "fix_edits": settings.fix_edits,
         "target": target,
     }
     return digest(json.dumps(payload, sort_keys=True, default=repr).encode())
@@ -245,7 +247,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
 
 _TYPES = {
     "line": int, "column": int, "end_line": int, "end_column": int, "code": str, "name": str, "message": str,
-    "fix_applicability": (str, type(None)), "fix_description": (str, type(None)),
+    "fix_applicability": (str, type(None)), "fix_description": (str, type(None)), "fix_edits": (list, type(None)),
 }
 
 

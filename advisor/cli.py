@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff: the unsafe fixes too")
     check.add_argument("--diff", action="store_true", help="show the fixes as a unified diff; write nothing")
     check.add_argument("--statistics", action="store_true", help="count the findings per rule instead of listing them")
+    check.add_argument("--add-noqa", action="store_true", help="add `# noqa: CODE` to every line with a finding")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
     check.add_argument("--output", "-o", type=Path, help="write the report to a file")
     check.add_argument("--no-cache", action="store_true", help=f"neither read nor write {CACHE_DIR_NAME}/")
@@ -196,6 +197,8 @@ def _stdin_excluded(args: argparse.Namespace, config: Config) -> bool:
 def run_check(args: argparse.Namespace) -> int:
     if args.fix or args.diff:
         return _run_fixes(args, unsafe=args.unsafe_fixes, diff=args.diff)
+    if args.add_noqa:
+        return _add_noqa(args)
     settings, config = _settings(args)
     if _reads_stdin(args):
         from advisor.engine import check_file
@@ -208,6 +211,8 @@ def run_check(args: argparse.Namespace) -> int:
         results = [check_file(_stdin_name(args), settings, data=data)]
         errors: list = []
     else:
+        if args.format == "json" and not args.statistics:
+            settings = replace(settings, fix_edits=True)  # the fixes' text edits, as ruff's JSON has
         files, errors = _files(args, config)
         cache = None if args.no_cache else Cache(config.root, settings)
         with _progress(args, len(files)) as advance:
@@ -220,6 +225,40 @@ def run_check(args: argparse.Namespace) -> int:
     if diagnostics and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _add_noqa(args: argparse.Namespace) -> int:
+    """ruff's ``--add-noqa``: a ``# noqa: CODE`` on each line that holds a finding (merged into
+    a ``# noqa`` already there), so that a rule can be turned on in an old codebase at once."""
+    from advisor.edits import add_noqa
+    from advisor.fixer import write_atomic
+
+    if _reads_stdin(args):
+        raise UsageError("--add-noqa edits files: it does not read stdin")
+    settings, config = _settings(args)
+    files, errors = _files(args, config)
+    results = check_paths(files, settings, args.jobs, cache=None)
+    added = skipped = 0
+    for result in results:
+        if not result.diagnostics:
+            continue
+        with open(result.path, "rb") as handle:
+            original = handle.read()
+        codes_by_line: dict[int, set[str]] = {}
+        for diagnostic in result.diagnostics:
+            codes_by_line.setdefault(diagnostic.line, set()).add(diagnostic.code)
+        updated, count, missed = add_noqa(original, codes_by_line)
+        added += count
+        skipped += missed
+        if updated != original:
+            write_atomic(result.path, updated, expected=original)
+    errors += [e for r in results for e in r.errors]
+    for error in errors:
+        print(f"{error.path}:{error.line}:{error.column}: {error.code} {error.message}", file=sys.stderr)
+    if not args.quiet:
+        print(f"Added {added} noqa directive{'s' if added != 1 else ''}."
+              + (f" {skipped} line{'s' if skipped != 1 else ''} could not take one (inside a string or after a backslash)." if skipped else ""))
+    return EXIT_ERROR if errors else EXIT_CLEAN
 
 
 def _report(

@@ -6,6 +6,7 @@ are kept, so a fix changes only what it must.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
@@ -354,3 +355,54 @@ def remove_statements(ctx: FileContext, smalls: Sequence[cst.BaseSmallStatement]
 
 def as_pass(line: cst.SimpleStatementLine | cst.SimpleStatementSuite) -> cst.CSTNode:
     return line.with_changes(body=[cst.Pass()], trailing_whitespace=cst.TrailingWhitespace())
+
+
+_NOQA_COMMENT = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
+
+
+def add_noqa(data: bytes, codes_by_line: dict[int, set[str]]) -> tuple[bytes, int, int]:
+    """``data`` with ``# noqa: CODES`` on the given lines, the number of lines that got one,
+    and the number that cannot take a comment (the line ends inside a string, or after a
+    backslash). An existing ``# noqa: X`` takes the new codes; a bare ``# noqa`` covers all."""
+    import io
+    import tokenize
+
+    from advisor.engine import decode, source_encoding
+
+    text = decode(data)
+    ends: set[int] = set()  # lines whose end a comment may follow
+    comments: dict[int, int] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.NEWLINE, tokenize.NL):
+                ends.add(token.start[0])
+            elif token.type == tokenize.COMMENT:
+                comments[token.start[0]] = token.start[1]
+                ends.add(token.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        return data, 0, len(codes_by_line)
+    lines = text.splitlines(keepends=True)
+    added = missed = 0
+    for number, codes in sorted(codes_by_line.items()):
+        if number not in ends or not 0 < number <= len(lines):
+            missed += 1
+            continue
+        line = lines[number - 1]
+        body = line.rstrip("\r\n")
+        newline = line[len(body):]
+        column = comments.get(number)
+        comment = body[column:] if column is not None else ""
+        code = body[:column].rstrip() if column is not None else body.rstrip()
+        existing = _NOQA_COMMENT.search(comment)
+        if existing is not None and existing.group("codes") is None:
+            continue  # a bare ``# noqa`` silences everything already
+        if existing is not None:
+            known = [c.strip() for c in existing.group("codes").split(",")]
+            merged = known + sorted(c for c in codes if c not in known)
+            comment = comment[: existing.start()] + "# noqa: " + ", ".join(merged) + comment[existing.end():]
+            lines[number - 1] = body[:column] + comment + newline
+        else:
+            directive = "# noqa: " + ", ".join(sorted(codes))
+            lines[number - 1] = code + "  " + directive + ("  " + comment if comment else "") + newline
+        added += 1
+    return "".join(lines).encode(source_encoding(data)), added, missed

@@ -5,6 +5,7 @@ enough of them to pay for the workers. Rules are instantiated once per process.
 """
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import gc
 import io
@@ -42,6 +43,7 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+
 _ADVISOR_IGNORE = re.compile(r"#\s*advisor:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
 # ``# advisor: noqa`` / ``# advisor: noqa: ADV101, ADV102`` on a line of its own: the whole file.
 _FILE_NOQA = re.compile(r"#\s*advisor:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?\s*$", re.I)
+UNUSED_NOQA = "ADV001"  # judged after every other rule ran (advisor/rules/suppressions.py)
 _FILE_NOQA_MENTION = re.compile(r"#\s*advisor:\s*noqa", re.I)
 _OWN_LINE_FILE_NOQA = re.compile(r"^[ \t]*(#[ \t]*advisor:[ \t]*noqa[^\n]*)$", re.I | re.M)
 PARALLEL_THRESHOLD = 8
@@ -55,6 +57,9 @@ class Settings:
     root: str = "."
     # Analyse each file with its project's sibling modules (advisor.project); off: each file alone.
     project_scope: bool = True
+    # Each fix's text edit in the diagnostics (for JSON output, as ruff's), at one code
+    # generation per fixable finding: only when asked for.
+    fix_edits: bool = False
 
     def codes_for(self, path: str) -> frozenset[str]:
         codes = self.codes
@@ -80,6 +85,8 @@ class Diagnostic:
     message: str
     fix_applicability: str | None = None
     fix_description: str | None = None
+    # [{"content", "location": {"row", "column"}, "end_location": {...}}], 1-based, when asked for
+    fix_edits: list | None = None
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.column, self.code)
@@ -409,7 +416,10 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
     off = file_suppressions(ctx)
     if off is not None:
         codes = [] if "ALL" in off else [c for c in codes if c not in off]
-    for code in sorted(codes):
+    codes = sorted(codes)
+    used: set[tuple[int, str]] = set()  # (line, code) of the suppressions that silenced something
+    ran: list[str] = []
+    for code in codes:
         rule = instances.get(code)
         if rule is None:
             continue
@@ -418,6 +428,7 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
         except Exception as error:  # a rule bug must never take the run down
             errors.append(FileError(ctx.path, f"internal error in {code}: {type(error).__name__}: {error}"))
             continue
+        ran.append(code)
         for finding in produced:
             if finding.fix is not None and finding.fix.requires:
                 _withhold_if_too_new(ctx, finding)
@@ -431,8 +442,18 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             statement = ctx.statement_of(finding.node)
             if statement is not None and statement is not finding.node:
                 candidates.add(ctx.position(statement)[0])
-            if not any(suppressed(lines[n - 1], finding.code) for n in candidates if 0 < n <= len(lines)):
+            silenced_by = next((n for n in sorted(candidates) if 0 < n <= len(lines) and suppressed(lines[n - 1], finding.code)), None)
+            if silenced_by is None:
                 findings.append(finding)
+            else:
+                used.add((silenced_by, finding.code))
+    if UNUSED_NOQA in ran:
+        from advisor.rules.suppressions import unused_suppressions
+
+        for finding in unused_suppressions(ctx, ran, used):
+            finding.path = ctx.path
+            finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
+            findings.append(finding)
     findings.sort(key=Finding.sort_key)
     return _dedupe(findings), errors
 
@@ -485,8 +506,57 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         result.errors.append(FileError(path, TOO_DEEP_FOR_LIBCST))
         return result
     result.diagnostics = [to_diagnostic(f) for f in findings]
+    if settings.fix_edits:
+        starts = _line_starts(ctx.source)
+        for finding, diagnostic in zip(findings, result.diagnostics):
+            if diagnostic.fix_applicability is not None:
+                # Expression-level fixes only (most: a keyword set, a name swapped): generating
+                # the whole file again per finding made JSON output four times slower. Fixes that
+                # add or remove statements or imports come without edits (``advisor fix --diff``).
+                diagnostic.fix_edits = _expression_edits(ctx, finding, starts)
     result.errors.extend(errors)
     return result
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    position = text.find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = text.find("\n", position + 1)
+    return starts
+
+
+def _expression_edits(ctx: FileContext, finding: Finding, starts: list[int]) -> list[dict] | None:
+    """The fix's edits as text edits of the expressions they replace, without generating the
+    whole file again (most fixes set a keyword or swap a name); None where that does not hold
+    (statements, imports to add, text that does not read back the same)."""
+    fix = finding.fix
+    if fix is None or fix.imports:
+        return None
+    edits: list[dict] = []
+    for edit in fix.edits:
+        if not isinstance(edit.node, cst.BaseExpression) or not isinstance(edit.replacement, cst.BaseExpression):
+            return None
+        line, column, end_line, end_column = ctx.position(edit.node)
+        start, end = starts[line - 1] + column - 1, starts[end_line - 1] + end_column - 1
+        if ctx.source[start:end] != ctx.module.code_for_node(edit.node):
+            return None
+        old, new = ctx.source[start:end], ctx.module.code_for_node(edit.replacement)
+        same_start = len(os.path.commonprefix([old, new]))
+        same_end = len(os.path.commonprefix([old[same_start:][::-1], new[same_start:][::-1]]))
+        first, last = start + same_start, end - same_end
+        edits.append({
+            "content": new[same_start : len(new) - same_end],
+            "location": _row_column(starts, first),
+            "end_location": _row_column(starts, last),
+        })
+    return edits or None
+
+
+def _row_column(starts: list[int], offset: int) -> dict:
+    row = bisect.bisect_right(starts, offset)
+    return {"row": row, "column": offset - starts[row - 1] + 1}
 
 
 def _check_chunk(args: tuple[list[str], Settings]) -> list[FileResult]:

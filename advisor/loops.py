@@ -697,7 +697,15 @@ def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
                 expression = expression.func if isinstance(expression, cst.Call) else expression
                 if ctx.qualname(expression) in _NO_GRAD:
                     return True
+                # A project's own wrapper named for it (YOLOv5's ``@smart_inference_mode()``,
+                # which picks ``torch.inference_mode`` or ``torch.no_grad`` by version).
+                spelling = (dotted_name(expression) or "").rsplit(".", 1)[-1]
+                if _NO_GRAD_WRAPPER.search(spelling):
+                    return True
     return False
+
+
+_NO_GRAD_WRAPPER = re.compile(r"inference_mode|no_grad", re.I)
 
 
 # -- accumulation as written by hand ----------------------------------------------------------

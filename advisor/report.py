@@ -74,13 +74,20 @@ def to_json(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], targ
                 "message": d.message,
                 "fix": None
                 if d.fix_applicability is None
-                else {"applicability": d.fix_applicability, "description": d.fix_description},
+                else _fix_json(d),
             }
             for d in diagnostics
         ],
         "errors": [{"path": e.path, "message": e.message} for e in errors],
     }
     return indented_json(payload)
+
+
+def _fix_json(d: Diagnostic) -> dict:
+    fix: dict = {"applicability": d.fix_applicability, "description": d.fix_description}
+    if d.fix_edits is not None:
+        fix["edits"] = d.fix_edits
+    return fix
 
 
 def indented_json(value: object) -> str:

@@ -616,7 +616,9 @@ class AccumulationSplit(Rule):
                 _resolve_argument(ctx, call, field, default) for field, default in TRAINER_DEFAULTS.items()
             )
             if batch is not None and accumulation is not None:
-                yield Split(batch, accumulation, call)
+                # At the keyword written out (``gradient_accumulation_steps=64`` on its own line),
+                # where a suppression comment would go.
+                yield Split(batch, accumulation, self.at_keyword(call, *TRAINER_DEFAULTS))
         for name in ctx.facts.frameworks.parsed_training_arguments:
             if not ctx.facts.devices.parsed_arguments_setting(name).gpu:
                 continue
@@ -643,7 +645,7 @@ class AccumulationSplit(Rule):
         for call in calls:
             accumulation = _resolve_argument(ctx, call, "gradient_accumulation_steps", 1)
             if accumulation is not None:
-                yield Split(batch, accumulation, call)
+                yield Split(batch, accumulation, self.at_keyword(call, "gradient_accumulation_steps"))
 
     def _lightning_splits(self, ctx: FileContext) -> Iterator[Split]:
         trainers = ctx.calls(LIGHTNING_TRAINER)
@@ -655,7 +657,7 @@ class AccumulationSplit(Rule):
         for call in trainers:
             accumulation = _resolve_argument(ctx, call, "accumulate_grad_batches", 1)
             if accumulation is not None:
-                yield Split(batch, accumulation, call)
+                yield Split(batch, accumulation, self.at_keyword(call, "accumulate_grad_batches"))
 
     def _loop_splits(self, ctx: FileContext) -> Iterator[Split]:
         for loop in ctx.loops.training_loops:

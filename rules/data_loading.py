@@ -1681,7 +1681,7 @@ class TrainerDataLoaderSettings(Rule):
                 fix = self.fix(f"Set {changed}", Edit(call, updated))
             if advice:
                 message += "; " + "; ".join(advice)
-            yield self.report(call, f"{message} (guide: {GUIDE})", fix)
+            yield self.report(self.at_keyword(call, "dataloader_pin_memory", "dataloader_num_workers"), f"{message} (guide: {GUIDE})", fix)
 
 
 def _settings_changed(before: cst.Call, after: cst.Call) -> str:

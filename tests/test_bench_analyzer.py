@@ -77,7 +77,9 @@ def test_quick_run_measures_cold_and_warm_on_fixtures_and_first_and_warm_on_scal
     assert rows[("advisor", "warm", "scale")]["findings"] == 2 * cold
     corpus = report["corpora"]["fixtures"]
     assert corpus["mention_torch"] == corpus["advisor_relevant"] == len(scripts)  # no prefilter skips a fixture
-    assert report["facts"]["advisor_rules"] == 35
+    from advisor.registry import all_rules
+
+    assert report["facts"]["advisor_rules"] == len(all_rules())
 
 
 def test_quick_run_writes_the_table_the_machine_and_the_command(quick_run):

@@ -188,3 +188,39 @@ def test_a_syntax_error_is_reported_where_python_reports_it(tmp_path, capsys):
     code, out, _ = run(["check", "train.py", "-q"], capsys, tmp_path)
     assert code == 2
     assert out == "train.py:2:8: ADV000 syntax error: '(' was never closed\n"
+
+
+def test_add_noqa_silences_every_finding_and_keeps_the_code(project, capsys):
+    source = TRAIN.replace("\nloader = DataLoader(dataset, batch_size=32)\n", "\nloader = DataLoader(dataset, batch_size=32)  # the train set\n")
+    source = source.replace("eval_loader = DataLoader(dataset, batch_size=32)\n", "eval_loader = DataLoader(dataset, batch_size=32)  # noqa: E501\n")
+    source += 'NOTE = """\nmodel = model.cuda()\n"""\n'
+    (project / "train.py").write_text(source)
+    code, out, _ = run(["check", "train.py", "--add-noqa", "--select", "ADV1,ADV6"], capsys, project)
+    assert code == 0 and out.startswith("Added ")
+    text = (project / "train.py").read_text()
+    assert "\nloader = DataLoader(dataset, batch_size=32)  # noqa: ADV101, ADV102  # the train set\n" in text
+    assert "eval_loader = DataLoader(dataset, batch_size=32)  # noqa: E501, ADV101\n" in text
+    assert "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # noqa: ADV601\n" in text
+    assert 'NOTE = """\nmodel = model.cuda()\n"""\n' in text
+    compile(text, "train.py", "exec")
+    code, out, _ = run(["check", "train.py", "--select", "ADV1,ADV6"], capsys, project)
+    assert code == 0, out
+
+
+def test_json_findings_carry_their_fix_as_text_edits(project, capsys):
+    """As ruff's JSON: another tool can apply a fix without advisor."""
+    code, out, _ = run(["check", "train.py", "--output-format", "json", "--select", "ADV101,ADV601"], capsys, project)
+    findings = json.loads(out)["findings"]
+    text = TRAIN
+    lines = text.splitlines(keepends=True)
+
+    def offset(location):
+        return sum(len(line) for line in lines[: location["row"] - 1]) + location["column"] - 1
+
+    for finding in findings:
+        (edit,) = finding["fix"]["edits"]
+        patched = text[: offset(edit["location"])] + edit["content"] + text[offset(edit["end_location"]):]
+        compile(patched, "train.py", "exec")
+        assert patched != text
+    pinned = next(f for f in findings if f["code"] == "ADV101")["fix"]["edits"][0]
+    assert pinned["content"] == ", pin_memory=True" and pinned["location"]["row"] == 6

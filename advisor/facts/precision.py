@@ -295,10 +295,15 @@ def _mentions(ctx: FileContext, expr: cst.BaseExpression, pattern: re.Pattern, d
     return False
 
 
+# Quantized-weight libraries whose kernels take float16 activations only.
+_FP16_KERNEL_LIBRARIES = ("auto_gptq.", "gptqmodel.", "awq.", "transformers.GPTQConfig", "transformers.AwqConfig")
+
+
 def half_weights(ctx: FileContext) -> bool:
     """Whether the model itself is loaded or cast to float16 (``torch_dtype=torch.float16``,
-    ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``): switching
-    only the mixed-precision setting to bf16 would leave it half done."""
+    ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``, GPTQ / AWQ
+    quantized weights, whose kernels take float16 only): switching only the mixed-precision
+    setting to bf16 would leave it half done, or feed those kernels the wrong dtype."""
     for arg in ctx.nodes(cst.Arg):
         keyword = arg.keyword.value if arg.keyword is not None else None
         call = ctx.parent.get(arg)
@@ -314,6 +319,8 @@ def half_weights(ctx: FileContext) -> bool:
                 return True
     if any(not call.args for call in ctx.method_calls("half")):
         return True
+    if ctx.method_calls("from_quantized") or any(q.startswith(_FP16_KERNEL_LIBRARIES) for q in ctx.called_qualnames):
+        return True  # GPTQ / AWQ kernels compute in float16: the activations must stay float16
     for call in ctx.method_calls("to"):
         for arg in call.args:
             dtype = resolve_dtype(ctx, arg.value)

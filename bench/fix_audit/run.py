@@ -35,6 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
+from advisor.config import find_pyproject, load_config  # noqa: E402
 from advisor.engine import Settings, discover  # noqa: E402
 from advisor.fixer import FixResult, decode, fix_paths, fix_source  # noqa: E402
 from advisor.registry import all_rules  # noqa: E402
@@ -213,7 +214,10 @@ def run(args: argparse.Namespace) -> int:
     for source in sources:
         folder = materialize(source["repo"], source["commit"], source.get("git_dir"), scratch)
         settings = Settings(codes=codes, target=target, root=str(folder))
-        files, _ = discover([str(folder)], (), str(folder))
+        # As ``advisor fix .`` in the checkout: the project's own [tool.advisor] exclude, else the
+        # default one, which leaves test code out.
+        config = load_config(find_pyproject(folder))
+        files, _ = discover([str(folder)], config.exclude, str(folder))
         results = fix_paths(files, settings, unsafe=True, write=False, jobs=args.jobs)
         for result in results:
             if not result.changed:
