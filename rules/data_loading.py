@@ -1260,7 +1260,6 @@ class BlockingHostToDeviceCopy(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not ctx.method_calls("to", "cuda", "type") or not ctx.facts.devices.gpu.yes:
             return  # no copy to report
-        facts = ctx.facts.loaders
         reported: set[cst.Call] = set()
         for scope, source in self._batches(ctx):
             unpinned = self._unpinned(ctx, source)

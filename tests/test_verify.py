@@ -354,3 +354,15 @@ def test_slower_means_beyond_the_baseline_noise():
     assert not slower_beyond_noise(0.99, noise=0.0)  # within the 2% floor
     assert not slower_beyond_noise(0.93, noise=0.04)  # within twice the baseline's own spread
     assert not slower_beyond_noise(None, noise=0.0)  # not measured: not a reason to reject
+
+
+def test_final_loss_has_one_definition_whatever_parity_compared():
+    """A loop that sums its micro-steps' losses: the table shows the mean per micro-step
+    either way (it showed 667.18 in one report and 41.699 in another for one baseline)."""
+    from advisor.verify.display import final_losses
+
+    run = {"losses": [700.0, 667.18], "micro_steps": [16, 16]}
+    for as_mean in (False, True):
+        report = {"baseline": run, "patched": run, "parity": {"baseline_as_mean": as_mean, "patched_as_mean": as_mean}}
+        before, after = final_losses(report)
+        assert before == after == pytest.approx(667.18 / 16)
