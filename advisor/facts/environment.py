@@ -65,16 +65,48 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
 
 
 def _read(ctx: "FileContext", path: str) -> str | None:
-    try:
-        if os.path.getsize(path) > _MAX_BYTES:
-            return None
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
     if getattr(ctx, "project", None) is not None:
         ctx.project.consulted.add(os.path.abspath(path))  # a cached result depends on it
-    return text
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if info.st_size > _MAX_BYTES:
+        return None
+    key = (path, info.st_mtime_ns, info.st_size)
+    if key not in _TEXTS:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text: str | None = handle.read()
+        except OSError:
+            text = None
+        if len(_TEXTS) > 256:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return _TEXTS[key]
+
+
+# Per process, keyed by what would show a change (a folder's mtime: a file added or removed;
+# a file's mtime and size): a folder of a thousand scripts is listed once, not per fix.
+_TEXTS: dict[tuple[str, int, int], str | None] = {}
+_LISTINGS: dict[tuple[str, int], list[str]] = {}
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return []
+    key = (folder, stamp)
+    if key not in _LISTINGS:
+        try:
+            names = sorted(n for n in os.listdir(folder) if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n))
+        except OSError:
+            names = []
+        if len(_LISTINGS) > 256:
+            _LISTINGS.clear()
+        _LISTINGS[key] = names
+    return _LISTINGS[key]
 
 
 def _poetry(spec: str) -> str:
@@ -96,11 +128,7 @@ def _candidates(ctx: "FileContext") -> list[str]:
         root = os.path.abspath(project.project.root)
     found: list[str] = []
     for _ in range(6):
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            names = []
-        found += [os.path.join(folder, n) for n in names if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n)]
+        found += [os.path.join(folder, n) for n in _names(folder)]
         if root is not None and os.path.abspath(folder) == root:
             break
         parent = os.path.dirname(folder)
