@@ -528,6 +528,14 @@ class FileContext:
         ``PositionProvider`` reports them (syntactic extent, without owned whitespace)."""
         return self._positions.of(node)
 
+    def span(self, node: cst.CSTNode) -> tuple[int, int]:
+        """Character offsets in :attr:`source` of ``node``'s syntactic extent (as :meth:`position`)."""
+        return self._positions.range(node)
+
+    def line_column(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of a character offset in :attr:`source`."""
+        return self._positions.line_column(offset)
+
     # -- facts about the whole file -------------------------------------------------
     @cached_property
     def main_guards(self) -> list[cst.If]:

@@ -5,7 +5,6 @@ enough of them to pay for the workers. Rules are instantiated once per process.
 """
 from __future__ import annotations
 
-import bisect
 import fnmatch
 import gc
 import io
@@ -507,27 +506,17 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         return result
     result.diagnostics = [to_diagnostic(f) for f in findings]
     if settings.fix_edits:
-        starts = _line_starts(ctx.source)
         for finding, diagnostic in zip(findings, result.diagnostics):
             if diagnostic.fix_applicability is not None:
                 # Expression-level fixes only (most: a keyword set, a name swapped): generating
                 # the whole file again per finding made JSON output four times slower. Fixes that
                 # add or remove statements or imports come without edits (``advisor fix --diff``).
-                diagnostic.fix_edits = _expression_edits(ctx, finding, starts)
+                diagnostic.fix_edits = _expression_edits(ctx, finding)
     result.errors.extend(errors)
     return result
 
 
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    position = text.find("\n")
-    while position != -1:
-        starts.append(position + 1)
-        position = text.find("\n", position + 1)
-    return starts
-
-
-def _expression_edits(ctx: FileContext, finding: Finding, starts: list[int]) -> list[dict] | None:
+def _expression_edits(ctx: FileContext, finding: Finding) -> list[dict] | None:
     """The fix's edits as text edits of the expressions they replace, without generating the
     whole file again (most fixes set a keyword or swap a name); None where that does not hold
     (statements, imports to add, text that does not read back the same)."""
@@ -538,25 +527,24 @@ def _expression_edits(ctx: FileContext, finding: Finding, starts: list[int]) -> 
     for edit in fix.edits:
         if not isinstance(edit.node, cst.BaseExpression) or not isinstance(edit.replacement, cst.BaseExpression):
             return None
-        line, column, end_line, end_column = ctx.position(edit.node)
-        start, end = starts[line - 1] + column - 1, starts[end_line - 1] + end_column - 1
-        if ctx.source[start:end] != ctx.module.code_for_node(edit.node):
+        start, end = ctx.span(edit.node)
+        old = ctx.source[start:end]
+        if old != ctx.module.code_for_node(edit.node):
             return None
-        old, new = ctx.source[start:end], ctx.module.code_for_node(edit.replacement)
+        new = ctx.module.code_for_node(edit.replacement)
         same_start = len(os.path.commonprefix([old, new]))
         same_end = len(os.path.commonprefix([old[same_start:][::-1], new[same_start:][::-1]]))
-        first, last = start + same_start, end - same_end
         edits.append({
             "content": new[same_start : len(new) - same_end],
-            "location": _row_column(starts, first),
-            "end_location": _row_column(starts, last),
+            "location": _row_column(ctx, start + same_start),
+            "end_location": _row_column(ctx, end - same_end),
         })
     return edits or None
 
 
-def _row_column(starts: list[int], offset: int) -> dict:
-    row = bisect.bisect_right(starts, offset)
-    return {"row": row, "column": offset - starts[row - 1] + 1}
+def _row_column(ctx: FileContext, offset: int) -> dict:
+    row, column = ctx.line_column(offset)
+    return {"row": row, "column": column}
 
 
 def _check_chunk(args: tuple[list[str], Settings]) -> list[FileResult]:

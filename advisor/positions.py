@@ -67,10 +67,13 @@ class Positions:
         """1-based line and column of the start and end of ``node`` (its syntactic extent,
         without the whitespace it owns)."""
         start, end = self.range(node)
+        return (*self.line_column(start), *self.line_column(end))
+
+    def line_column(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of a character offset of the source."""
         line_starts = self.line_starts
-        start_line = bisect.bisect_right(line_starts, start)
-        end_line = bisect.bisect_right(line_starts, end)
-        return start_line, start - line_starts[start_line - 1] + 1, end_line, end - line_starts[end_line - 1] + 1
+        line = bisect.bisect_right(line_starts, offset)
+        return line, offset - line_starts[line - 1] + 1
 
     def range(self, node: cst.CSTNode) -> Range:
         found = self.ranges.get(node)
