@@ -6,7 +6,6 @@ are kept, so a fix changes only what it must.
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
@@ -357,9 +356,6 @@ def as_pass(line: cst.SimpleStatementLine | cst.SimpleStatementSuite) -> cst.CST
     return line.with_changes(body=[cst.Pass()], trailing_whitespace=cst.TrailingWhitespace())
 
 
-_NOQA_COMMENT = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
-
-
 def add_noqa(data: bytes, codes_by_line: dict[int, set[str]]) -> tuple[bytes, int, int]:
     """``data`` with ``# noqa: CODES`` on the given lines, the number of lines that got one,
     and the number that cannot take a comment (the line ends inside a string, or after a
@@ -368,6 +364,7 @@ def add_noqa(data: bytes, codes_by_line: dict[int, set[str]]) -> tuple[bytes, in
     import tokenize
 
     from advisor.engine import decode, source_encoding
+    from advisor.noqa import NOQA
 
     text = decode(data)
     ends: set[int] = set()  # lines whose end a comment may follow
@@ -393,7 +390,7 @@ def add_noqa(data: bytes, codes_by_line: dict[int, set[str]]) -> tuple[bytes, in
         column = comments.get(number)
         comment = body[column:] if column is not None else ""
         code = body[:column].rstrip() if column is not None else body.rstrip()
-        existing = _NOQA_COMMENT.search(comment)
+        existing = NOQA.search(comment)
         if existing is not None and existing.group("codes") is None:
             continue  # a bare ``# noqa`` silences everything already
         if existing is not None:

@@ -25,6 +25,7 @@ from libcst import CSTNode
 from advisor.context import FileContext
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion, nesting_error
 from advisor.registry import all_rules
+from advisor.noqa import FILE_NOQA, FILE_NOQA_MENTION, OWN_LINE_FILE_NOQA, suppressed
 from advisor.rule import Applicability, Finding, Rule
 from advisor.targets import Target
 
@@ -38,13 +39,7 @@ SKIPPED_DIRS = {
     "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".pytest_cache",
     ".ruff_cache", ".advisor_cache", ".eggs", ".ipynb_checkpoints",
 }
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
-_ADVISOR_IGNORE = re.compile(r"#\s*advisor:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
-# ``# advisor: noqa`` / ``# advisor: noqa: ADV101, ADV102`` on a line of its own: the whole file.
-_FILE_NOQA = re.compile(r"#\s*advisor:\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?\s*$", re.I)
 UNUSED_NOQA = "ADV001"  # judged after every other rule ran (advisor/rules/suppressions.py)
-_FILE_NOQA_MENTION = re.compile(r"#\s*advisor:\s*noqa", re.I)
-_OWN_LINE_FILE_NOQA = re.compile(r"^[ \t]*(#[ \t]*advisor:[ \t]*noqa[^\n]*)$", re.I | re.M)
 PARALLEL_THRESHOLD = 8
 
 
@@ -217,19 +212,6 @@ def rule_instances() -> dict[str, Rule]:
     return _RULE_INSTANCES
 
 
-def suppressed(line_text: str, code: str) -> bool:
-    for pattern in (_NOQA, _ADVISOR_IGNORE):
-        match = pattern.search(line_text)
-        if match is None:
-            continue
-        codes = match.group("codes")
-        if codes is None:
-            return True
-        if code in {c.strip().upper() for c in codes.split(",")}:
-            return True
-    return False
-
-
 class AnalysisError(Exception):
     def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
         super().__init__(message)
@@ -395,10 +377,10 @@ def file_suppressions(ctx: FileContext) -> frozenset[str] | None:
     Only a comment on a line of its own counts, as ruff's ``# ruff: noqa``."""
     if "advisor" not in ctx.source:
         return None
-    own_lines = {m.group(1).rstrip() for m in _OWN_LINE_FILE_NOQA.finditer(ctx.source)}
+    own_lines = {m.group(1).rstrip() for m in OWN_LINE_FILE_NOQA.finditer(ctx.source)}
     found: set[str] = set()
-    for comment in ctx.comments_matching(_FILE_NOQA_MENTION):  # a real comment, not text in a string
-        match = _FILE_NOQA.match(comment.value)
+    for comment in ctx.comments_matching(FILE_NOQA_MENTION):  # a real comment, not text in a string
+        match = FILE_NOQA.match(comment.value)
         if match is None or comment.value.rstrip() not in own_lines:
             continue
         codes = match.group("codes")

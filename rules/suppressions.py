@@ -15,12 +15,10 @@ from typing import Iterable, Iterator
 import libcst as cst
 
 from advisor.context import FileContext
+from advisor.noqa import named_codes
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 
-_CODES = re.compile(
-    r"(?P<head>#\s*noqa:\s*|#\s*advisor:\s*ignore\[)(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+)*)", re.I
-)
-_MENTION = re.compile(r"#\s*(noqa:|advisor:\s*ignore\[)", re.I)
+_MENTION = re.compile(r"#\s*(noqa:|advisor:\s*ignore\[)", re.I)  # a text test before the comments are walked
 
 
 class UnusedNoqa(Rule):
@@ -93,7 +91,7 @@ class UnusedNoqa(Rule):
         kept = [c for c in codes if c not in dropped]
         fix = None
         if kept:  # the comment keeps its other codes; one left empty is the author's to remove
-            match = _CODES.search(comment.value)
+            match = named_codes(comment.value)
             assert match is not None
             value = comment.value[: match.start("codes")] + ", ".join(kept) + comment.value[match.end("codes") :]
             fix = self.fix(f"Remove {shown} from the comment", Edit(comment, comment.with_changes(value=value)))
@@ -102,7 +100,7 @@ class UnusedNoqa(Rule):
 
 def _suppression_comments(ctx: FileContext) -> Iterator[tuple[cst.Comment, list[str]]]:
     for comment in ctx.comments_matching(_MENTION):
-        match = _CODES.search(comment.value)
+        match = named_codes(comment.value)
         if match is not None:
             yield comment, [c.strip() for c in match.group("codes").split(",")]
 
