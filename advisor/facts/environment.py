@@ -21,7 +21,7 @@ _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
 # Install instructions: read only where no requirement file names the package.
 _DOCUMENT = re.compile(r"^(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)$", re.I)
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
-_MAX_BYTES = 1_000_000
+MAX_PROJECT_FILE_BYTES = 1_000_000
 
 
 def declared(ctx: "FileContext", package: str) -> str | None:
@@ -43,7 +43,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     )
     documents: list[str] = []
     for path in _candidates(ctx):
-        text = _read(ctx, path)
+        text = read_project_file(ctx, path)
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
@@ -64,14 +64,17 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     return None
 
 
-def _read(ctx: "FileContext", path: str) -> str | None:
+def read_project_file(ctx: "FileContext", path: str) -> str | None:
+    """A project file a finding depends on (requirements, a DeepSpeed config), as text: read
+    once per process while it is unchanged, recorded for the results cache; None when absent,
+    unreadable or over ``MAX_PROJECT_FILE_BYTES``."""
     if getattr(ctx, "project", None) is not None:
         ctx.project.consulted.add(os.path.abspath(path))  # a cached result depends on it
     try:
         info = os.stat(path)
     except OSError:
         return None
-    if info.st_size > _MAX_BYTES:
+    if info.st_size > MAX_PROJECT_FILE_BYTES:
         return None
     key = (path, info.st_mtime_ns, info.st_size)
     if key not in _TEXTS:

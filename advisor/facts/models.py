@@ -136,16 +136,21 @@ def _json_offloads(ctx: FileContext, name: str) -> bool:
     import json
     import os
 
+    from advisor.facts.environment import MAX_PROJECT_FILE_BYTES, read_project_file
+
     folder = os.path.dirname(os.path.abspath(ctx.path))
     for candidate in (os.path.join(folder, name), name):
-        if getattr(ctx, "project", None) is not None:
-            ctx.project.consulted.add(os.path.abspath(candidate))  # the cached result depends on it
-        try:
-            with open(candidate, "rb") as handle:
-                if os.fstat(handle.fileno()).st_size > 1_000_000:
+        text = read_project_file(ctx, candidate)
+        if text is None:
+            try:
+                if os.path.getsize(candidate) > MAX_PROJECT_FILE_BYTES:
                     return False
-                config = json.loads(handle.read())
-        except (OSError, ValueError):
+            except OSError:
+                pass
+            continue
+        try:
+            config = json.loads(text)
+        except ValueError:
             continue
         zero = config.get("zero_optimization") if isinstance(config, dict) else None
         offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
