@@ -27,6 +27,12 @@ def codes(source: str, gpu: str = "A100") -> list[str]:
     return sorted(d.code for d in lint(source, gpu=gpu))
 
 
+def only(source: str, code: str, script: Path):
+    """The one finding of ``code`` in ``source``, checked as the file ``script`` of its project."""
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == code]
+    return finding
+
+
 def test_fused_is_not_offered_where_deepspeed_offloads_the_optimizer(tmp_path):
     plugin = """
         import torch
@@ -131,10 +137,10 @@ def test_fused_after_the_model_is_on_the_gpu_needs_torch_2(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(source)
     (tmp_path / "requirements.txt").write_text("torch>=2.0\n")
-    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
+    finding = only(source, "ADV601", script)
     assert finding.fix_applicability == "safe" and finding.fix_description == "Pass `fused=True`"
     (tmp_path / "requirements.txt").write_text("torch>=1.8\n")
-    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
+    finding = only(source, "ADV601", script)
     assert finding.fix_applicability is None
     assert "the fix needs torch >= 2.0, and the project's requirements allow torch>=1.8" in finding.message
 
@@ -144,7 +150,7 @@ def test_deprecated_amp_api_is_kept_where_the_project_allows_an_old_torch(tmp_pa
     script = tmp_path / "train.py"
     script.write_text(source)
     (tmp_path / "requirements.txt").write_text("torch>=1.8.0\n")
-    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV204"]
+    finding = only(source, "ADV204", script)
     assert finding.fix_applicability is None and "needs torch >= 2.3" in finding.message
 
 
@@ -226,7 +232,7 @@ def test_in_place_compile_needs_a_torch_the_project_allows(tmp_path):
     if findings and "compile()" in findings[0].message:  # the in-place form is what this script gets
         assert findings[0].fix_applicability == "unsafe"
         (tmp_path / "requirements.txt").write_text("torch>=2.0\n")
-        (finding,) = [d for d in lint(probe, gpu="A100", path=str(script)) if d.code == "ADV602"]
+        finding = only(probe, "ADV602", script)
         assert finding.fix_applicability is None
         assert "the fix needs torch >= 2.2, and the project's requirements allow torch>=2.0" in finding.message
     assert source  # the in-place form itself is a compile: nothing to report
@@ -250,10 +256,10 @@ def test_install_instructions_declare_the_torch_a_project_runs(tmp_path, readme,
     source = "import torch\nmodel = Net().cuda()\nscaler = torch.cuda.amp.GradScaler()\n"
     script = tmp_path / "train.py"
     script.write_text(source)
-    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV204"]
+    finding = only(source, "ADV204", script)
     assert finding.fix_applicability is None and f"allow {floor}" in finding.message
     (tmp_path / "requirements.txt").write_text("torch>=2.4\n")  # a requirement file wins over prose
-    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV204"]
+    finding = only(source, "ADV204", script)
     assert finding.fix_applicability == "safe"
 
 
@@ -281,3 +287,17 @@ def test_a_model_files_own_smoke_test_is_not_compiled(tmp_path, capsys):
     (tmp_path / "train.py").write_text("from unet import UNet\n")
     code, out, _ = run(["check", ".", "-q", "--select", "ADV602"], capsys, tmp_path)
     assert out == ""
+
+
+def test_a_move_to_an_intel_gpu_keeps_fused_out():
+    """A script that can move its model to an Intel GPU may run there: ADV601 stays out, as for
+    XLA (the device is read from the move's argument, not from the call's text)."""
+    source = """
+        import torch
+        model = Net().cuda()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        if on_intel:
+            model.to("xpu:0", non_blocking=True)
+    """
+    assert "ADV601" not in codes(source)
+    assert "ADV601" in codes(source.replace('"xpu:0"', '"cuda:0"'))

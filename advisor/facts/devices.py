@@ -692,11 +692,15 @@ class DeviceFacts:
         ctx = self.ctx
         if ctx.calls_with_prefix("torch.xpu.") or ctx.calls_with_prefix("torch.npu.") or ctx.calls_with_prefix("torch.hpu."):
             return True
-        return any(
-            kind is Where.OTHER and _NON_CUDA_DEVICE.match(ctx.code(node).split("(")[-1].strip("\"'"))
-            for kind, node in self.placements
-            if isinstance(node, cst.Call) and node.args
-        )
+        for kind, node in self.placements:
+            if kind is not Where.OTHER or not isinstance(node, cst.Call) or not node.args:
+                continue
+            is_move = isinstance(node.func, cst.Attribute) and node.func.attr.value in ("to", "cuda")
+            device = self.move_target(node) if is_move else node.args[0].value  # ``torch.device("xpu")``
+            name = ctx.values.value_of(device) if device is not None else None
+            if isinstance(name, str) and _NON_CUDA_DEVICE.match(name):
+                return True
+        return False
 
     @cached_property
     def other_accelerator_only(self) -> bool:
@@ -744,14 +748,12 @@ class DeviceFacts:
 
     def _under_gpu_test(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
-        for ancestor in ctx.ancestors(node):
-            if isinstance(ancestor, cst.If) and ctx.is_descendant(node, ancestor.body):
-                if self.gpu_test(ancestor.test, switches=True) is Tri.YES:
-                    return True
-            elif isinstance(ancestor, cst.IfExp) and ctx.is_descendant(node, ancestor.body):
-                if self.gpu_test(ancestor.test, switches=True) is Tri.YES:
-                    return True
-        return False
+        return any(
+            isinstance(ancestor, (cst.If, cst.IfExp))
+            and ctx.is_descendant(node, ancestor.body)
+            and self.gpu_test(ancestor.test, switches=True) is Tri.YES
+            for ancestor in ctx.ancestors(node)
+        )
 
     @cached_property
     def runs_without_gpu(self) -> bool:
