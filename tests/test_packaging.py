@@ -69,3 +69,35 @@ def test_analyzed_code_is_never_executed(tmp_path):
     subprocess.run([sys.executable, "-m", "advisor", "check", str(script)], capture_output=True, cwd=tmp_path)
     subprocess.run([sys.executable, "-m", "advisor", "fix", "--unsafe-fixes", str(script)], capture_output=True, cwd=tmp_path)
     assert not marker.exists()
+
+
+PLAIN_CHECKOUT_IMPORT = """
+import sys
+# As on a machine where advisor was never installed: no editable-install finder, nothing cached.
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "") + repr(f)]
+for name in [n for n in sys.modules if n == "advisor" or n.startswith("advisor.")]:
+    del sys.modules[name]
+sys.path.insert(0, sys.argv[1])
+import advisor.rules.batch_size
+import advisor.engine
+print(advisor.rules.batch_size.__file__)
+print(len(advisor.engine.rule_instances()))
+"""
+
+
+def test_plain_checkout_imports_the_rules(tmp_path):
+    """bench/verify runs from a checkout on PYTHONPATH where advisor is not installed: the rules
+    beside the package must import as ``advisor.rules`` there too."""
+    checkout = tmp_path / "checkout"
+    archive = subprocess.run(["git", "-C", str(ROOT), "ls-files", "advisor", "rules"], capture_output=True, text=True, check=True)
+    for name in archive.stdout.split():
+        target = checkout / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / name).read_bytes())
+    completed = subprocess.run(
+        [sys.executable, "-c", PLAIN_CHECKOUT_IMPORT, str(checkout)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stderr
+    module_file, rule_count = completed.stdout.split()
+    assert Path(module_file).is_relative_to(checkout / "rules")
+    assert int(rule_count) > 30
