@@ -22,7 +22,7 @@ from advisor.verify import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP
 
 # Options that only mean something with --verify; their argparse default is None so that a
 # stray one without --verify is reported instead of ignored.
-VERIFY_ONLY = ("steps", "warmup", "timeout", "ablate", "report", "plot", "keep_slower")
+VERIFY_ONLY = ("steps", "warmup", "timeout", "budget", "ablate", "report", "plot", "keep_slower", "output_format")
 
 
 def add_arguments(fix: argparse.ArgumentParser) -> None:
@@ -34,7 +34,16 @@ def add_arguments(fix: argparse.ArgumentParser) -> None:
     group.add_argument("--steps", type=int, default=None, help=f"measured optimizer steps per run (default {DEFAULT_STEPS})")
     group.add_argument("--warmup", type=int, default=None, help=f"optimizer steps before measuring (default {DEFAULT_WARMUP})")
     group.add_argument("--timeout", type=float, default=None, help=f"seconds per run before it is stopped (default {DEFAULT_TIMEOUT_S:g})")
+    group.add_argument(
+        "--budget", type=float, default=None, metavar="SECONDS",
+        help="seconds for all the runs together: the baseline and the patch first, then what the rest pays for "
+        "(a second baseline, the search for the best subset, the batch probe, --ablate)",
+    )
     group.add_argument("--ablate", action="store_true", default=None, help="also run each fix alone")
+    group.add_argument(
+        "--output-format", choices=("text", "json"), default=None,
+        help="text (default): tables and a line per run on stderr; json: the report on stdout and nothing else",
+    )
     group.add_argument("--report", type=Path, default=None, metavar="PATH.json", help="write the JSON report")
     group.add_argument("--plot", type=Path, default=None, metavar="PATH.png", help="draw loss curves and throughput (needs matplotlib)")
     group.add_argument("--keep-slower", action="store_true", default=None, help="apply a patch that trains the same even if it is slower")
@@ -80,6 +89,8 @@ def script_of(args: argparse.Namespace, usage_error: type[Exception]) -> str:
         raise usage_error("--warmup cannot be negative")
     if timeout <= 0:
         raise usage_error("--timeout must be positive")
+    if args.budget is not None and args.budget <= 0:
+        raise usage_error("--budget must be positive")
     if args.plot is not None:
         from advisor.verify.display import matplotlib_missing
 
@@ -119,20 +130,27 @@ def run_verify(args: argparse.Namespace, script: str, settings: Settings, consol
         unsafe=bool(args.unsafe_fixes),
         ablate=bool(args.ablate),
         keep_slower=bool(args.keep_slower),
+        budget=args.budget,
         script_args=tuple(getattr(args, "script_args", ()) or ()),
     )
-    console.print(f"[dim]target: {escape(settings.target.describe())}[/dim]")
-    console.print(
-        f"[dim]verifying {escape(script)}: {options.warmup} warm-up + {options.steps} measured optimizer steps per run, "
-        f"baseline twice, patched once{', each fix alone' if options.ablate else ''}[/dim]"
-    )
-    with _sigterm_unwinds(), LiveProgress(error_console) as progress:
+    as_json = args.output_format == "json"
+    if not as_json:
+        console.print(f"[dim]target: {escape(settings.target.describe())}[/dim]")
+        budget = f"; budget {options.budget:g} s" if options.budget else ""
+        console.print(
+            f"[dim]verifying {escape(script)}: {options.warmup} warm-up + {options.steps} measured optimizer steps per run, "
+            f"baseline twice, patched once{', each fix alone' if options.ablate else ''}{budget}[/dim]"
+        )
+    with _sigterm_unwinds(), LiveProgress(error_console, quiet=as_json) as progress:
         outcome = verify(script, settings, options, progress)
     report = outcome.report
-    if report.get("applied_fixes"):
-        codes = ", ".join(report["fixes"])
-        console.print(f"[dim]fixes measured: {escape(codes)}[/dim]")
-    render(console, report)
+    if as_json:
+        console.file.write(json.dumps(report, indent=2) + "\n")
+    else:
+        if report.get("applied_fixes"):
+            codes = ", ".join(report["fixes"])
+            console.print(f"[dim]fixes measured: {escape(codes)}[/dim]")
+        render(console, report)
     if args.report is not None:
         args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.plot is not None and report.get("baseline"):

@@ -20,10 +20,14 @@ from advisor.verify.compare import as_float, objective
 
 
 class LiveProgress:
-    """A progress bar per run, in optimizer steps; silent when the console is not a terminal."""
+    """What verify shows while it runs, on stderr: on a terminal a progress bar per run in
+    optimizer steps and a line as each run ends; elsewhere (a CI log, a GPU job's output) only the
+    lines, so a long run still shows signs of life; with ``quiet`` (JSON output) nothing."""
 
-    def __init__(self, console: Console) -> None:
-        self.enabled = console.is_terminal
+    def __init__(self, console: Console, quiet: bool = False) -> None:
+        self.console = console
+        self.quiet = quiet
+        self.live = console.is_terminal and not quiet
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description:<14}"),
@@ -33,7 +37,7 @@ class LiveProgress:
             TimeElapsedColumn(),
             console=console,
             transient=True,
-            disable=not self.enabled,
+            disable=not self.live,
         )
         self.tasks: dict[str, int] = {}
 
@@ -54,12 +58,15 @@ class LiveProgress:
     def finished(self, label: str, run: dict) -> None:
         if label in self.tasks:
             self.progress.remove_task(self.tasks.pop(label))
-        if self.enabled:
-            status = run["status"]
-            style = "green" if status == "ok" else "red"
-            rate = run.get("steps_per_second")
-            detail = f", {rate:.3g} steps/s" if rate else ""
-            self.progress.console.print(f"  {escape(label)}: [{style}]{status}[/{style}] after {run['steps']} steps{detail}")
+        if self.quiet:
+            return
+        status = run["status"]
+        style = "green" if status == "ok" else "red"
+        rate = run.get("steps_per_second")
+        detail = f", {rate:.3g} steps/s" if rate else ""
+        if run.get("wall_s") is not None:
+            detail += f" ({run['wall_s']:.0f} s)"
+        self.progress.console.print(f"  {escape(label)}: [{style}]{status}[/{style}] after {run['steps']} steps{detail}")
 
 
 def _number(value: float | None, unit: str = "", digits: int = 3) -> str:
@@ -148,9 +155,29 @@ def ablation_table(entries: Sequence[dict]) -> Table:
     return table
 
 
+def search_table(search: dict) -> Table:
+    """The subsets measured when the whole patch did not hold, and what became of each fix."""
+    table = Table(title="the whole patch did not hold: subsets measured", title_justify="left")
+    table.add_column("fixes")
+    table.add_column("status")
+    table.add_column("speedup", justify="right")
+    table.add_column("held")
+    table.add_column("why not", overflow="fold")
+    for trial in search.get("trials") or []:
+        speedup = trial.get("speedup")
+        held = "[green]yes[/green]" if trial.get("held") else "[red]no[/red]"
+        table.add_row(
+            ", ".join(trial["fixes"]), str(trial.get("status")), f"{speedup:.2f}x" if speedup else "-", held,
+            "" if trial.get("held") else escape(trial.get("reason") or ""),
+        )
+    return table
+
+
 def render(console: Console, report: dict) -> None:
     if report.get("baseline"):
         console.print(results_table(report))
+    if report.get("search"):
+        console.print(search_table(report["search"]))
     if report.get("ablation"):
         console.print(ablation_table(report["ablation"]))
     for label, run in (("original", report.get("baseline")), ("patched", report.get("patched"))):

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -36,6 +37,7 @@ from advisor.verify.compare import (
     speed_noise,
 )
 from advisor.verify.processes import RUN_MARKER, descendants, kill_all, marked, new_marker
+from advisor.verify.search import BUDGET_SPENT, Judgement, SearchResult, best_subset
 
 STATUSES = ("ok", "error", "timeout", "oom", "no_steps")
 KILL_GRACE_S = 5.0
@@ -43,7 +45,12 @@ LOG_TAIL_LINES = 20
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # ADV401's batch probe: a few steps per split are enough to see the memory a batch needs.
 PROBE_STEPS = 2
+PROBE_WARMUP = 1  # the first step compiles and allocates; memory is known after the second
 PROBE_TIMEOUT_S = 300.0
+# Every run of a verify compiles the same model (baseline aside): inductor's on-disk caches of
+# compiled graphs and their autograd halves, shared between processes, let the second and later
+# runs load what the first compiled. On by default in recent torch; said here for older ones.
+COMPILE_CACHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
 # Testing aid: probe on a machine without CUDA, whose memory says nothing about a GPU's.
 PROBE_ON_CPU_ENV = "ADVISOR_VERIFY_PROBE_ON_CPU"
 # `python -m` would put the working directory first on sys.path and import the caller's json.py,
@@ -69,6 +76,11 @@ class VerifyOptions:
     script_args: Sequence[str] = ()
     env: Mapping[str, str] | None = None  # extra environment variables for the runs
     baseline_runs: int = 2
+    budget: float | None = None  # seconds for all the runs together; None: each run's timeout bounds it
+
+
+# A run given less than this is not started: it could not even import torch and take a step.
+MIN_RUN_S = 10.0
 
 
 class Observer(Protocol):
@@ -96,7 +108,7 @@ class BatchProbe:
     original: tuple[int, int]
     default: tuple[int, int]
     larger: list[tuple[int, int]]
-    patch: Callable[[int, str | None], FixResult]  # (per-device batch, only this fix or None for all)
+    patch: Callable[[int, frozenset[str] | None], FixResult]  # (per-device batch, only these fixes or None for all)
 
 
 @dataclass
@@ -207,6 +219,7 @@ def run_variant(
     """Runs ``script`` under the harness in a fresh process group; never raises for the script's faults."""
     observer = observer or _Silent()
     observer.started(label, options.warmup + options.steps)
+    started = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="advisor-verify-")
     read_fd, write_fd = os.pipe()
     stop = threading.Event()
@@ -230,6 +243,8 @@ def run_variant(
                 handle,
             )
         env = dict(os.environ)
+        for name, value in COMPILE_CACHES.items():
+            env.setdefault(name, value)  # the user's own setting wins
         env.update(options.env or {})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (ADVISOR_ROOT, env.get("PYTHONPATH")) if p)
         marker = env[RUN_MARKER] = new_marker()
@@ -277,6 +292,7 @@ def run_variant(
         shutil.rmtree(workdir, ignore_errors=True)
     if display_path and run.get("error"):
         run["error"] = run["error"].replace(os.path.abspath(script), display_path)
+    run["wall_s"] = round(time.monotonic() - started, 2)
     observer.finished(label, run)
     return run
 
@@ -392,6 +408,93 @@ class _TempScript:
             os.unlink(self.path)
 
 
+class _Session:
+    """The runs of one verify: the baselines, every patched source (measured once), the budget.
+
+    The first baseline and the whole patch always run (within what is left of the budget); every
+    further run (a second baseline, the search, the probe, the ablation) starts only when the
+    budget left pays for one more run as long as the longest so far."""
+
+    def __init__(self, path: str, original: bytes, options: VerifyOptions, observer: Observer) -> None:
+        self.path = path
+        self.original = original
+        self.options = options
+        self.observer = observer
+        self.deadline = time.monotonic() + options.budget if options.budget else None
+        self.runs: dict[str, dict] = {}
+        self.measured: dict[bytes, dict] = {}
+        self.baselines: list[dict] = []
+        self.longest_s = 0.0
+        self.skipped: list[str] = []  # runs the budget did not pay for, for the verdict
+
+    # -- time ---------------------------------------------------------------------------------
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def affords_another(self) -> bool:
+        remaining = self.remaining()
+        return remaining is None or remaining >= max(self.longest_s, MIN_RUN_S)
+
+    # -- runs ---------------------------------------------------------------------------------
+    def baseline(self) -> dict:
+        label = "baseline" if not self.baselines else f"baseline {len(self.baselines) + 1}"
+        run = self._run(label, self.path, None, self.options)
+        self.baselines.append(run)
+        return run
+
+    def patched(self, label: str, source: bytes, run_options: VerifyOptions | None = None) -> dict:
+        """The patched source's run; a source already measured with the default options is not run again."""
+        if run_options is None and source in self.measured:
+            return self.measured[source]
+        with _TempScript(self.path, source) as temp:
+            run = self._run(label, temp, f"{self.path} (patched)", run_options or self.options)
+        if run_options is None:
+            self.measured[source] = run
+        return run
+
+    def _run(self, label: str, script: str, display: str | None, run_options: VerifyOptions) -> dict:
+        remaining = self.remaining()
+        if remaining is not None and remaining < MIN_RUN_S:
+            run = empty_run("timeout", error=f"not run: the --budget of {self.options.budget:g} s was spent")
+            self.skipped.append(label)
+        else:
+            if remaining is not None:
+                run_options = dataclasses.replace(run_options, timeout=min(run_options.timeout, remaining))
+            started = time.monotonic()
+            run = run_variant(script, self.path, run_options, label, self.observer, display_path=display)
+            if run_options.steps == self.options.steps:  # a probe's short run says little about the next
+                self.longest_s = max(self.longest_s, time.monotonic() - started)
+        self.runs[label] = run
+        return run
+
+    # -- judging --------------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return next((r.get("device") for r in self.runs.values() if r.get("device")), None) or "unknown"
+
+    @property
+    def cuda(self) -> bool:
+        return _is_cuda(self.device)
+
+    @property
+    def noise(self) -> float:
+        return speed_noise(self.baselines)
+
+    def judge(self, run: dict, codes: Sequence[str]) -> Judgement:
+        if run["status"] != "ok":
+            return Judgement(run, False, _failure(run), None, kind="run")
+        parity = loss_parity(self.baselines, run, codes)
+        speedup = speedup_of(pool(self.baselines), run)
+        speed = f"{speedup:.2f}x steps/s" if speedup else "speed not measured (fewer than warm-up + 2 steps)"
+        if speedup and len(self.baselines) > 1:
+            speed += f" (baseline noise {self.noise:.1%})"
+        if not parity.ok:
+            return Judgement(run, False, f"loss parity failed: {parity.reason}", speedup, kind="parity", parity=parity)
+        if self.cuda and slower_beyond_noise(speedup, self.noise) and not self.options.keep_slower:
+            return Judgement(run, False, f"slower, {speed}", speedup, kind="slower", parity=parity)
+        return Judgement(run, True, speed, speedup, parity=parity)
+
+
 def verify_patch(
     path: str,
     original: bytes,
@@ -399,164 +502,207 @@ def verify_patch(
     fixes: Sequence[AppliedFix],
     options: VerifyOptions,
     observer: Observer | None = None,
-    ablations: Callable[[str], bytes] | None = None,
+    subset: Callable[[frozenset[str]], FixResult] | None = None,
     batch_probe: BatchProbe | None = None,
 ) -> VerifyOutcome:
     """Measures ``patched`` against the file at ``path`` (whose bytes are ``original``), decides and
-    writes. ``ablations(code)`` gives the source with only that fix, for ``options.ablate``; with
-    ``batch_probe`` ADV401's split is first probed for the largest per-device batch that runs."""
-    observer = observer or _Silent()
+    writes. ``subset(codes)`` is the fixer's patch with only those fixes: with it, a patch that does
+    not hold is searched for its best subset that does (see ``search``), and ``options.ablate``
+    measures each fix alone. With ``batch_probe`` the accumulation split is first probed."""
+    session = _Session(path, original, options, observer or _Silent())
     codes = fix_codes(fixes)
-    display = f"{path} (patched)"
-    runs: dict[str, dict] = {}
-
-    def baseline_run(index: int) -> dict:
-        label = "baseline" if index == 0 else f"baseline {index + 1}"
-        runs[label] = run_variant(path, path, options, label, observer)
-        return runs[label]
-
-    def patched_run(label: str, source: bytes, run_options: VerifyOptions = options) -> dict:
-        with _TempScript(path, source) as temp:
-            runs[label] = run_variant(temp, path, run_options, label, observer, display_path=display)
-        return runs[label]
-
-    baselines = [baseline_run(0)]
-    patched_result: dict | None = None
+    notes: list[str] = []
+    baseline_first = session.baseline()
     probe_entries: list[dict] = []
     split = batch_probe.default if batch_probe else None
-    notes: list[str] = []
-    if batch_probe is not None and baselines[0]["status"] == "ok":
+    if batch_probe is not None and baseline_first["status"] == "ok":
         # After the first baseline, which tells the device and spares the probe when the script fails anyway.
-        if _is_cuda(baselines[0].get("device")) or os.environ.get(PROBE_ON_CPU_ENV) == "1":
-            split, probe_entries = _probe_split(batch_probe, options, patched_run)
+        if _is_cuda(baseline_first.get("device")) or os.environ.get(PROBE_ON_CPU_ENV) == "1":
+            split, probe_entries = _probe_split(batch_probe, session)
             if split != batch_probe.default:
                 chosen = batch_probe.patch(split[0], None)
                 patched, fixes, codes = chosen.fixed, chosen.applied, fix_codes(chosen.applied)
                 probed_batch_size = split[0]
 
-                def ablations(code: str) -> bytes:
-                    return batch_probe.patch(probed_batch_size, code).fixed
+                def subset(selected: frozenset[str]) -> FixResult:
+                    return batch_probe.patch(probed_batch_size, selected)
             notes.append(_probe_note(split, probe_entries))
         else:
             notes.append(
                 f"ADV401 kept its static split {split[0]} x {split[1]}: the batch probe needs CUDA "
                 "(CPU memory says nothing about what fits on a GPU)"
             )
-    if baselines[0]["status"] == "ok":
-        patched_result = patched_run("patched", patched)
-        if patched_result["status"] == "ok":
-            for index in range(1, max(1, options.baseline_runs)):
-                baselines.append(baseline_run(index))
-    baseline = pool(baselines)
-    device = next((r.get("device") for r in runs.values() if r.get("device")), None) or "unknown"
-    cuda = _is_cuda(device)
+    full: Judgement | None = None
+    if baseline_first["status"] == "ok":
+        full_run = session.patched("patched", patched)
+        if full_run["status"] == "ok":
+            for _ in range(1, max(1, options.baseline_runs)):
+                if not session.affords_another():
+                    notes.append("the baseline ran once: the --budget left did not pay for a second run")
+                    break
+                session.baseline()
+        full = session.judge(full_run, codes)
+    baseline = pool(session.baselines)
 
-    parity = None
-    speedup = None
-    applied = False
+    written: tuple[list[str], bytes, Sequence[AppliedFix], Judgement] | None = None
+    search: SearchResult | None = None
     if baseline["status"] != "ok":
         verdict = f"not applied: the original script {_failure(baseline)} under verify, so there is nothing to compare with"
-    elif patched_result is None or patched_result["status"] != "ok":
-        verdict = f"not applied: the patched script {_failure(patched_result or empty_run('error'))}"
     else:
-        parity = loss_parity(baselines, patched_result, codes)
-        speedup = speedup_of(baseline, patched_result)
-        noise = speed_noise(baselines)
-        slower = cuda and slower_beyond_noise(speedup, noise)
-        if not patched_result.get("completed") or not baseline.get("completed"):
-            notes.append(
-                f"the script finished by itself after {min(baseline['steps'], patched_result['steps'])} steps, "
-                f"before {options.warmup} + {options.steps}"
+        assert full is not None
+        if full.held:
+            written = (codes, patched, fixes, full)
+        elif subset is not None and len(codes) > 1:
+            search = best_subset(
+                codes, original, lambda selected: subset(selected).fixed,
+                lambda label, source, selected: _measured(session, label, source, selected), session.cuda, session.noise,
             )
-        speed_text = f"{speedup:.2f}x steps/s" if speedup else "speed not measured (fewer than warm-up + 2 steps)"
-        if speedup and len(baselines) > 1:
-            speed_text += f" (baseline noise {noise:.1%})"
-        if not parity.ok:
-            verdict = f"not applied: loss parity failed: {parity.reason}"
-        elif slower and not options.keep_slower:
-            verdict = f"not applied: the patched script is slower, {speed_text}; --keep-slower keeps it anyway"
+            if search.best is not None:
+                best = subset(search.best.codes)
+                written = (fix_codes(best.applied), best.fixed, best.applied, search.best.judgement)
+        if written is None:
+            verdict = f"not applied: {_rejection(full, 'the patched script')}"
+            if full.kind == "slower":
+                verdict += "; --keep-slower keeps it anyway"
+            if search is not None:
+                verdict += f"; no subset of the fixes holds either: {_dropped_text(search)}"
         else:
-            kept = " (slower than the baseline, kept by --keep-slower)" if slower else ""
-            verdict = f"{speed_text}{kept}; {parity.reason}"
-            applied = True
-    if applied:
-        try:
-            with open(path, "rb") as handle:
-                current = handle.read()
-        except OSError as error:
-            current = None
-            verdict = f"not applied: cannot read {path} again: {error.strerror or error}"
-            applied = False
-        if applied and current != original:
-            verdict = f"not applied: {path} changed while verify ran"
-            applied = False
-        if applied:
-            try:
-                write_atomic(path, patched)
-                verdict = f"applied {len(codes)} fix{'es' if len(codes) != 1 else ''} ({', '.join(codes)}): {verdict}"
-            except OSError as error:
-                verdict = f"not applied: cannot write {path}: {error.strerror or error}"
-                applied = False
+            written_codes, _, _, judgement = written
+            assert judgement.parity is not None
+            verdict = f"{judgement.reason}; {judgement.parity.reason}"
+            if judgement.speedup and session.cuda and slower_beyond_noise(judgement.speedup, session.noise):
+                verdict = verdict.replace(judgement.reason, f"{judgement.reason} (slower than the baseline, kept by --keep-slower)", 1)
+            if search is not None:
+                verdict += f"; {_rejection(full, 'the whole patch')}, so {len(written_codes)} of {len(codes)} fixes are kept; dropped: {_dropped_text(search)}"
+            if not judgement.run.get("completed") or not baseline.get("completed"):
+                notes.append(
+                    f"the script finished by itself after {min(baseline['steps'], judgement.run['steps'])} steps, "
+                    f"before {options.warmup} + {options.steps}"
+                )
+    applied = False
+    if written is not None:
+        written_codes, source, _, _ = written
+        applied, verdict = _write(path, original, source, written_codes, verdict)
     if not applied:
         verdict += f"; {path} is unchanged"
-    if not cuda and parity is not None:
+    if not session.cuda and full is not None and full.run["status"] == "ok":
         notes.append(CPU_NOTE)
+    ablation = _ablation(session, codes, subset) if options.ablate and subset is not None and baseline["status"] == "ok" else []
+    if session.skipped:
+        notes.append(f"the --budget of {options.budget:g} s did not pay for: {', '.join(session.skipped)}")
+    if search is not None and search.stopped:
+        notes.append(f"the search stopped early: {search.stopped}")
     if notes:
-        verdict += "; " + "; ".join(notes)
+        verdict += "; " + "; ".join(dict.fromkeys(notes))
 
-    ablation: list[dict] = []
-    if options.ablate and ablations is not None and baselines[0]["status"] == "ok":
-        for code in codes:
-            source = ablations(code)
-            if source == original:
-                ablation.append({"code": code, "speedup": None, "loss_parity": None, "status": None,
-                                 "note": "changes nothing on its own (it follows from another fix)"})
-                continue
-            label = f"only {code}"
-            run = patched_run(label, source)
-            entry = {"code": code, "speedup": speedup_of(baseline, run), "status": run["status"],
-                     "steps_per_second": run.get("steps_per_second"), "peak_memory_bytes": run.get("peak_memory_bytes")}
-            if run["status"] == "ok":
-                entry_parity = loss_parity(baselines, run, [code])
-                entry.update(loss_parity=entry_parity.ok, parity=entry_parity.reason)
-            else:
-                entry.update(loss_parity=False, parity=f"the run {_failure(run)}")
-            ablation.append(entry)
-
+    shown = written[3] if written is not None else full
     report = {
-        "device": device,
+        "device": session.device,
         "script": path,
-        "fixes": codes,
+        "fixes": written[0] if written is not None else codes,
         "baseline": baseline,
-        "patched": patched_result,
-        "speedup": speedup,
-        "loss_parity": bool(parity and parity.ok),
+        "patched": shown.run if shown is not None else None,
+        "speedup": shown.speedup if shown is not None else None,
+        "loss_parity": bool(shown is not None and shown.parity is not None and shown.parity.ok),
         "applied": applied,
         "verdict": verdict,
         "ablation": ablation,
-        "applied_fixes": [dataclasses.asdict(f) for f in fixes],
-        "baseline_runs": baselines,
-        "parity": parity.as_dict() if parity else None,
+        "applied_fixes": [dataclasses.asdict(f) for f in (written[2] if written is not None else fixes)],
+        "baseline_runs": session.baselines,
+        "parity": shown.parity.as_dict() if shown is not None and shown.parity is not None else None,
         "steps": options.steps,
         "warmup": options.warmup,
-        "cuda": cuda,
+        "cuda": session.cuda,
         "batch_probe": probe_entries,
+        "budget_s": options.budget,
+        "wall_s": round(sum(r.get("wall_s") or 0.0 for r in session.runs.values()), 2),
+        "search": None,
     }
+    if search is not None:
+        report["search"] = {
+            "whole_patch": {"fixes": codes, "patched": full.run if full else None, "reason": full.reason if full else None},
+            "kept": sorted(search.best.codes) if search.best else [],
+            "dropped": [{"code": code, "reason": reason} for code, reason in search.dropped.items()],
+            "trials": search.trials,
+            "stopped": search.stopped,
+        }
     if batch_probe is not None and split is not None:
         report["batch_split"] = {"original": list(batch_probe.original), "chosen": list(split), "probed": bool(probe_entries)}
-    return VerifyOutcome(report, applied, 0 if applied else 1, runs)
+    return VerifyOutcome(report, applied, 0 if applied else 1, session.runs)
 
 
-def _probe_split(
-    probe: BatchProbe, options: VerifyOptions, patched_run: Callable[[str, bytes, VerifyOptions], dict]
-) -> tuple[tuple[int, int], list[dict]]:
+def _measured(session: _Session, label: str, source: bytes, codes: frozenset[str]) -> Judgement | None:
+    if source not in session.measured and not session.affords_another():
+        return None
+    return session.judge(session.patched(label, source), sorted(codes))
+
+
+def _rejection(judgement: Judgement, subject: str) -> str:
+    """Why a patch did not hold, as the verdict says it: "the patched script crashed (...)"."""
+    if judgement.kind == "parity":
+        return judgement.reason
+    if judgement.kind == "slower":
+        return f"{subject} is {judgement.reason}"
+    return f"{subject} {judgement.reason}"
+
+
+def _dropped_text(search: SearchResult) -> str:
+    return ", ".join(f"{code} ({reason})" for code, reason in search.dropped.items())
+
+
+def _write(path: str, original: bytes, source: bytes, codes: Sequence[str], verdict: str) -> tuple[bool, str]:
+    """Writes the patch that held, atomically, unless the file changed while verify ran."""
+    try:
+        with open(path, "rb") as handle:
+            current = handle.read()
+    except OSError as error:
+        return False, f"not applied: cannot read {path} again: {error.strerror or error}"
+    if current != original:
+        return False, f"not applied: {path} changed while verify ran"
+    try:
+        write_atomic(path, source)
+    except OSError as error:
+        return False, f"not applied: cannot write {path}: {error.strerror or error}"
+    return True, f"applied {len(codes)} fix{'es' if len(codes) != 1 else ''} ({', '.join(codes)}): {verdict}"
+
+
+def _ablation(session: _Session, codes: Sequence[str], subset: Callable[[frozenset[str]], FixResult]) -> list[dict]:
+    """Each fix alone (the runs the search made are not made again)."""
+    entries: list[dict] = []
+    for code in codes:
+        source = subset(frozenset({code})).fixed
+        if source == session.original:
+            entries.append({"code": code, "speedup": None, "loss_parity": None, "status": None,
+                            "note": "changes nothing on its own (it follows from another fix)"})
+            continue
+        judgement = _measured(session, f"only {code}", source, frozenset({code}))
+        if judgement is None:
+            entries.append({"code": code, "speedup": None, "loss_parity": None, "status": None, "note": BUDGET_SPENT})
+            continue
+        run = judgement.run
+        entry = {"code": code, "speedup": judgement.speedup, "status": run["status"],
+                 "steps_per_second": run.get("steps_per_second"), "peak_memory_bytes": run.get("peak_memory_bytes")}
+        if judgement.parity is not None:
+            entry.update(loss_parity=judgement.parity.ok, parity=judgement.parity.reason)
+        else:
+            entry.update(loss_parity=False, parity=f"the run {judgement.reason}")
+        entries.append(entry)
+    return entries
+
+
+def _probe_split(probe: BatchProbe, session: _Session) -> tuple[tuple[int, int], list[dict]]:
     """Runs the whole patch for a few steps at each larger split, doubling the per-device batch
     until a run fails (out of memory, most likely); the largest that ran, else the static split."""
-    probe_options = dataclasses.replace(options, steps=PROBE_STEPS, timeout=min(options.timeout, PROBE_TIMEOUT_S))
+    options = session.options
+    probe_options = dataclasses.replace(
+        options, steps=PROBE_STEPS, warmup=min(options.warmup, PROBE_WARMUP), timeout=min(options.timeout, PROBE_TIMEOUT_S)
+    )
     chosen = probe.default
     entries: list[dict] = []
     for batch, accumulation in probe.larger:
-        run = patched_run(f"probe {batch} x {accumulation}", probe.patch(batch, None).fixed, probe_options)
+        if not session.affords_another():
+            break
+        run = session.patched(f"probe {batch} x {accumulation}", probe.patch(batch, None).fixed, probe_options)
         entry = {"batch": batch, "accumulation": accumulation, "status": run["status"],
                  "peak_memory_bytes": run.get("peak_memory_bytes")}
         entries.append(entry)
@@ -592,21 +738,21 @@ def verify(path: str, settings: Settings, options: VerifyOptions, observer: Obse
         hint = "" if options.unsafe else " (unsafe fixes may apply with --unsafe-fixes)"
         return VerifyOutcome(_nothing_report(path, f"nothing to fix in {path}{hint}"), False, 0)
 
-    def patch(batch: int | None, code: str | None) -> FixResult:
+    def patch(batch: int | None, codes: frozenset[str] | None) -> FixResult:
         chosen = settings
-        if code is not None:
-            chosen = dataclasses.replace(settings, codes=frozenset({code}) & settings.codes_for(path))
+        if codes is not None:
+            chosen = dataclasses.replace(settings, codes=frozenset(codes) & settings.codes_for(path))
         with probed_batch(batch) if batch is not None else contextlib.nullcontext():
             return fix_source(path, original, chosen, options.unsafe)
 
-    def only(code: str) -> bytes:
-        return patch(None, code).fixed
+    def subset(codes: frozenset[str]) -> FixResult:
+        return patch(None, codes)
 
     probe = None
     split = _accumulation_split(path, original, settings) if "ADV401" in fix_codes(result.applied) else None
     if split is not None:
         probe = BatchProbe(split, rebalanced(*split) or split, larger_splits(*split), patch)
-    return verify_patch(path, original, result.fixed, result.applied, options, observer, only, probe)
+    return verify_patch(path, original, result.fixed, result.applied, options, observer, subset, probe)
 
 
 def _accumulation_split(path: str, original: bytes, settings: Settings) -> tuple[int, int] | None:

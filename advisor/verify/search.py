@@ -1,0 +1,137 @@
+"""When the whole patch does not hold, the best subset of its fixes that does.
+
+A patch is all or nothing only for the file: its fixes are independent edits, and one that
+crashes, changes the training or slows the script down must not cost the user the others. The
+search, given the fixes of a patch that failed:
+
+1. runs each fix alone (its patch with only that code enabled): a fix that crashes, fails loss
+   parity or, on CUDA, is slower than the baseline beyond its noise is dropped, with that reason;
+   a fix whose patch alone changes nothing (``non_blocking=True`` needs the pinned loader of
+   another fix) follows the others and is tried last;
+2. adds the fixes that held alone one at a time, on CUDA fastest first (on a CPU speed does not
+   decide, so in the patch's order), keeping each one whose addition still holds and, on CUDA,
+   is not slower than the subset without it beyond the baseline's noise (forward selection: a fix
+   that only pays with another is kept when it comes after it).
+
+That is at most 2n - 1 runs for n fixes (a source measured once is never measured again), each
+within the time budget: when the budget cannot pay for the next run, the search stops with what it
+has, and every fix it did not reach is named as not measured.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from advisor.verify.compare import Parity, slower_beyond_noise
+
+
+@dataclass
+class Judgement:
+    """One patched run against the baseline: whether it holds, and why not or how fast."""
+
+    run: dict
+    held: bool
+    reason: str  # why it did not hold ("crashed (...)", "loss parity failed: ..."), else the speed
+    speedup: float | None
+    kind: str | None = None  # what failed: "run", "parity" or "slower"; None when it held
+    parity: Parity | None = None
+
+
+@dataclass
+class Subset:
+    codes: frozenset[str]
+    source: bytes
+    judgement: Judgement
+
+
+@dataclass
+class SearchResult:
+    best: Subset | None  # None: no fix holds on its own
+    dropped: dict[str, str] = field(default_factory=dict)  # code -> why it is not in the best subset
+    trials: list[dict] = field(default_factory=list)  # every subset measured, in order, for the report
+    stopped: str | None = None  # why the search ended before trying every fix
+
+
+BUDGET_SPENT = "not measured: the time budget was spent"
+
+
+def best_subset(
+    codes: Sequence[str],
+    original: bytes,
+    source_of: Callable[[frozenset[str]], bytes],
+    measure: Callable[[str, bytes, frozenset[str]], Judgement | None],
+    cuda: bool,
+    noise: float,
+) -> SearchResult:
+    """``source_of(codes)`` is the patch with only those fixes; ``measure(label, source, codes)``
+    runs and judges it against the baseline (None when the budget cannot pay for the run)."""
+    result = SearchResult(best=None)
+    alone: dict[str, Judgement] = {}
+    followers: list[str] = []
+
+    def record(codes_: frozenset[str], judgement: Judgement) -> None:
+        result.trials.append(
+            {
+                "fixes": sorted(codes_),
+                "status": judgement.run.get("status"),
+                "speedup": judgement.speedup,
+                "held": judgement.held,
+                "reason": judgement.reason,
+            }
+        )
+
+    for code in codes:
+        only = frozenset({code})
+        source = source_of(only)
+        if source == original:
+            followers.append(code)
+            continue
+        judgement = measure(f"only {code}", source, only)
+        if judgement is None:
+            result.stopped = "the time budget was spent while running each fix alone"
+            break
+        record(only, judgement)
+        alone[code] = judgement
+        if not judgement.held:
+            result.dropped[code] = f"alone, the patch {judgement.reason}"
+
+    held_alone = [code for code in codes if code in alone and alone[code].held]
+    if cuda:  # fastest first, so that the subset is built around what pays most
+        held_alone.sort(key=lambda code: -(alone[code].speedup or 0.0))
+    best: Subset | None = None
+    for code in held_alone + followers:
+        if result.stopped:
+            break
+        chosen = best.codes if best else frozenset()
+        trial = chosen | {code}
+        source = source_of(trial)
+        if source == (best.source if best else original):
+            without = f" without {', '.join(sorted(set(codes) - chosen - {code}))}" if best else " on its own"
+            result.dropped[code] = f"changes nothing{without}"
+            continue
+        judgement = alone[code] if best is None and code in alone else measure(f"with {code}", source, trial)
+        if judgement is None:
+            result.stopped = "the time budget was spent while combining the fixes"
+            break
+        if trial != frozenset({code}):
+            record(trial, judgement)
+        if not judgement.held:
+            result.dropped[code] = f"with {', '.join(sorted(chosen))}, the patch {judgement.reason}"
+            continue
+        if cuda and best is not None and _slower_than(judgement, best.judgement, noise):
+            result.dropped[code] = (
+                f"adds no speed: {judgement.speedup:.2f}x with it, {best.judgement.speedup:.2f}x without"
+            )
+            continue
+        best = Subset(trial, source, judgement)
+    for code in codes:
+        if code not in result.dropped and (best is None or code not in best.codes):
+            result.dropped[code] = BUDGET_SPENT
+    result.best = best
+    return result
+
+
+def _slower_than(candidate: Judgement, incumbent: Judgement, noise: float) -> bool:
+    if not candidate.speedup or not incumbent.speedup:
+        return False
+    return slower_beyond_noise(candidate.speedup / incumbent.speedup, noise)
