@@ -63,6 +63,12 @@ def probed_batch(batch: int) -> Iterator[None]:
         _PROBED_BATCH.reset(token)
 
 
+def _probe_rebalances(batch: int, accumulation: int) -> bool:
+    wanted = _PROBED_BATCH.get()
+    product = batch * accumulation
+    return wanted is not None and accumulation >= 2 and batch < wanted <= product and product % wanted == 0
+
+
 def target_split(batch: int, accumulation: int) -> tuple[int, int] | None:
     """The split ADV401's fix writes: the probed per-device batch when one is set and fits, else ``rebalanced``."""
     product = batch * accumulation
@@ -72,12 +78,25 @@ def target_split(batch: int, accumulation: int) -> tuple[int, int] | None:
     return rebalanced(batch, accumulation)
 
 
+def is_small_split(batch: int, accumulation: int) -> bool:
+    """What ADV401 reports by itself: a per-device batch of one or two with many accumulation steps."""
+    return 1 <= batch <= SMALL_BATCH and accumulation >= LONG_ACCUMULATION
+
+
+def probe_start(batch: int, accumulation: int) -> tuple[int, int]:
+    """The split verify's probe starts from: ADV401's static rebalancing for a split it reports,
+    else the script's own split."""
+    return (rebalanced(batch, accumulation) if is_small_split(batch, accumulation) else None) or (batch, accumulation)
+
+
 def larger_splits(batch: int, accumulation: int) -> list[tuple[int, int]]:
-    """The splits verify's probe tries after the default rebalancing: its per-device batch doubled
+    """The splits verify's probe tries after ``probe_start``: its per-device batch doubled
     while that divides the effective batch (if 2k divides it, so does k: the first miss ends it)."""
-    default = rebalanced(batch, accumulation)
-    if default is None:
+    if accumulation < 2:
         return []
+    default = probe_start(batch, accumulation)
+    if is_small_split(batch, accumulation) and default == (batch, accumulation):
+        return []  # no static rebalancing to start from (1 x 9)
     product = batch * accumulation
     splits = []
     size = default[0] * 2
@@ -537,22 +556,29 @@ class AccumulationSplit(Rule):
         for split, batch, accumulation in self._small_splits(ctx):
             yield self._finding(ctx, split, batch, accumulation)
 
-    def fixable_splits(self, ctx: FileContext) -> list[tuple[int, int]]:
-        """(batch, accumulation) of each finding whose fix can rewrite the split: what verify probes."""
+    def probeable_splits(self, ctx: FileContext) -> list[tuple[int, int]]:
+        """(batch, accumulation) of each split verify's probe can rewrite: any accumulation whose
+        per-device batch can double within the effective batch (8 x 4 -> 16 x 2 -> 32 x 1), not
+        only the tiny batches ADV401 reports by itself."""
         found = []
-        for split, batch, accumulation in self._small_splits(ctx):
-            target = rebalanced(batch, accumulation)
-            if target is not None and self._rebalancing_edits(ctx, split, *target):
+        for split, batch, accumulation in self._small_splits(ctx, every=True):
+            ladder = larger_splits(batch, accumulation)
+            if ladder and self._rebalancing_edits(ctx, split, *ladder[0]):
                 found.append((batch, accumulation))
         return found
 
-    def _small_splits(self, ctx: FileContext) -> Iterator[tuple[Split, int, int]]:
+    def _small_splits(self, ctx: FileContext, every: bool = False) -> Iterator[tuple[Split, int, int]]:
+        """The splits ADV401 reports: tiny batches with long accumulation; under verify's probe
+        also any other the probed batch rebalances; with ``every``, every split that accumulates."""
         seen: set[tuple[int, int]] = set()
         for split in self._splits(ctx):
             batch, accumulation = _int_value(split.batch), _int_value(split.accumulation)
             if batch is None or accumulation is None:
                 continue
-            if not (1 <= batch <= SMALL_BATCH and accumulation >= LONG_ACCUMULATION):
+            if every:
+                if batch < 1 or accumulation < 2:
+                    continue
+            elif not (is_small_split(batch, accumulation) or _probe_rebalances(batch, accumulation)):
                 continue
             key = (id(split.batch.node), id(split.accumulation.node))
             if key in seen:

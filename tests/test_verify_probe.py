@@ -12,7 +12,7 @@ from test_verify import options
 from advisor.engine import Settings
 from advisor.rules.batch_size import larger_splits, probed_batch, target_split
 from advisor.targets import ASSUMED
-from advisor.verify.runner import PROBE_ON_CPU_ENV, verify
+from advisor.verify.runner import PROBE_ON_CPU_ENV, headroom_note, verify
 
 FITS_16 = '''\
 import torch
@@ -58,11 +58,12 @@ def test_probe_picks_the_largest_batch_that_fits(tmp_path, monkeypatch):
     script.write_text(FITS_16)
     outcome = verify(str(script), settings(), options(tmp_path, steps=2, warmup=1, unsafe=True, baseline_runs=1))
     report = outcome.report
+    # From ADV401's static 4 x 16 up, the per-device batch doubled until it no longer fits.
     assert [(e["batch"], e["accumulation"], e["status"]) for e in report["batch_probe"]] == [
-        (8, 8, "ok"), (16, 4, "ok"), (32, 2, "oom"),
+        (4, 16, "ok"), (8, 8, "ok"), (16, 4, "ok"), (32, 2, "oom"),
     ]
     assert report["batch_split"] == {"original": [1, 64], "chosen": [16, 4], "probed": True}
-    assert "ADV401 split 16 x 4" in report["verdict"]
+    assert "batch split 16 x 4: the largest per-device batch that ran in the probe" in report["verdict"]
     assert report["applied"], report["verdict"]
     assert report["loss_parity"]
     assert report["patched"]["micro_steps"][-1] == 4
@@ -82,3 +83,44 @@ def test_no_probe_on_cpu(tmp_path, monkeypatch):
     assert "batch probe needs CUDA" in report["verdict"]
     assert report["applied"], report["verdict"]
     assert "ACCUMULATION_STEPS = 16\n" in script.read_text()
+
+
+def test_any_accumulation_is_probed_not_only_the_tiny_batches_adv401_reports(tmp_path, monkeypatch):
+    """8 x 4 is no ADV401 finding, yet a GPU that holds 16 samples trains it faster as 16 x 2."""
+    monkeypatch.setenv(PROBE_ON_CPU_ENV, "1")
+    script = tmp_path / "train.py"
+    script.write_text(FITS_16.replace("ACCUMULATION_STEPS = 64", "ACCUMULATION_STEPS = 4").replace("batch_size=1,", "batch_size=8,"))
+    assert larger_splits(8, 4) == [(16, 2), (32, 1)]
+    outcome = verify(str(script), settings(), options(tmp_path, steps=2, warmup=1, unsafe=True, baseline_runs=1))
+    report = outcome.report
+    assert [(e["batch"], e["accumulation"], e["status"]) for e in report["batch_probe"]] == [
+        (8, 4, "ok"), (16, 2, "ok"), (32, 1, "oom"),
+    ]
+    assert report["batch_split"] == {"original": [8, 4], "chosen": [16, 2], "probed": True}
+    assert report["applied"] and report["fixes"] == ["ADV401"], report["verdict"]
+    assert report["patched"]["micro_steps"][-1] == 2
+    text = script.read_text()
+    assert "ACCUMULATION_STEPS = 2\n" in text and "batch_size=16," in text
+
+
+def test_without_the_probe_a_split_adv401_does_not_report_is_left_alone(tmp_path):
+    """Statically (and in verify without CUDA) 8 x 4 is nothing to fix: nothing changes."""
+    script = tmp_path / "train.py"
+    source = FITS_16.replace("ACCUMULATION_STEPS = 64", "ACCUMULATION_STEPS = 4").replace("batch_size=1,", "batch_size=8,")
+    script.write_text(source)
+    outcome = verify(str(script), settings(), options(tmp_path, steps=2, warmup=1, unsafe=True, baseline_runs=1))
+    assert outcome.report["fixes"] == [] and script.read_text() == source
+
+
+def test_headroom_note_estimates_the_batch_that_fits():
+    gib = 2**30
+    run = {
+        "peak_memory_bytes": 7 * gib, "device_memory_bytes": 80 * gib, "resident_memory_bytes": 3 * gib,
+        "steps_per_second": 2.0, "samples_per_second": 64.0, "micro_steps": [4, 4, 4],
+    }
+    # 32 samples per step over 4 micro-steps: 8 per micro-step, 0.5 GiB each above the 3 GiB resident.
+    note = headroom_note(run)
+    assert note.startswith("peak GPU memory 7.0 of 80.0 GiB (9%)")
+    assert "a per-device batch of about 136 would fit where this step used 8" in note  # (72 - 3) / 0.5 = 138 -> 136
+    assert headroom_note({**run, "peak_memory_bytes": 70 * gib}) == "peak GPU memory 70.0 of 80.0 GiB (88%)"
+    assert headroom_note({**run, "device_memory_bytes": None}) is None

@@ -146,6 +146,9 @@ class Recorder:
         self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
+            # Between two steps: the weights, the optimizer's state, what the script keeps. What the
+            # peak adds to it is the step's own (activations, mostly): what a larger batch grows.
+            self.resident_memory = int(torch.cuda.memory_allocated())
         else:
             reset_peak_rss()
 
@@ -197,6 +200,8 @@ class Recorder:
             "micro_steps": self.micro_steps,
             "device": device_name(cuda_used),
             **peak_memory(cuda_used),
+            "resident_memory_bytes": getattr(self, "resident_memory", None) if self.cuda else None,
+            "device_memory_bytes": device_memory(cuda_used),
         }
 
 
@@ -237,6 +242,12 @@ def peak_memory(cuda: bool) -> dict:
         return {"peak_memory_bytes": int(kilobytes) * 1024, "memory_kind": "cpu_peak_rss"}
     except (ImportError, OSError):
         return {"peak_memory_bytes": None, "memory_kind": None}
+
+
+def device_memory(cuda: bool) -> int | None:
+    if not cuda:
+        return None
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
 
 
 def device_name(cuda: bool) -> str:
@@ -302,9 +313,13 @@ def install(recorder: Recorder) -> None:
 
     loader_next = _BaseDataLoaderIter.__next__
 
+    from torch.utils.data import BatchSampler
+
     def counting_next(self):
         batch = loader_next(self)
-        if getattr(self, "_auto_collation", False):
+        # A loader batches (it collates samples) or its sampler hands whole batches of indices
+        # to a data set that indexes them at once (``sampler=BatchSampler(...), batch_size=None``).
+        if getattr(self, "_auto_collation", False) or isinstance(getattr(self, "_index_sampler", None), BatchSampler):
             size = batch_size_of(batch)
             if size:
                 recorder.samples += size

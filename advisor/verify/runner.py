@@ -28,7 +28,9 @@ from typing import Protocol
 
 from advisor.engine import Settings, analyzable_context
 from advisor.fixer import AppliedFix, FixResult, fix_source, write_atomic
-from advisor.rules.batch_size import AccumulationSplit, larger_splits, probed_batch, rebalanced
+from advisor.rule import Applicability
+from advisor.targets import detect_local
+from advisor.rules.batch_size import AccumulationSplit, larger_splits, probe_start, probed_batch
 from advisor.verify import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP
 from advisor.verify.compare import (
     loss_parity,
@@ -155,6 +157,8 @@ def summarize(raw: dict) -> dict:
         memory_kind=raw.get("memory_kind"),
         timing=raw.get("timing"),
         device=raw.get("device"),
+        resident_memory_bytes=raw.get("resident_memory_bytes"),
+        device_memory_bytes=raw.get("device_memory_bytes"),
     )
     return run
 
@@ -518,7 +522,7 @@ def verify_patch(
     if batch_probe is not None and baseline_first["status"] == "ok":
         # After the first baseline, which tells the device and spares the probe when the script fails anyway.
         if _is_cuda(baseline_first.get("device")) or os.environ.get(PROBE_ON_CPU_ENV) == "1":
-            split, probe_entries = _probe_split(batch_probe, session)
+            split, probe_entries = _probe_split(batch_probe, session, patched)
             if split != batch_probe.default:
                 chosen = batch_probe.patch(split[0], None)
                 patched, fixes, codes = chosen.fixed, chosen.applied, fix_codes(chosen.applied)
@@ -526,14 +530,15 @@ def verify_patch(
 
                 def subset(selected: frozenset[str]) -> FixResult:
                     return batch_probe.patch(probed_batch_size, selected)
-            notes.append(_probe_note(split, probe_entries))
+            notes.append(_probe_note(split, probe_entries, session.cuda))
         else:
             notes.append(
-                f"ADV401 kept its static split {split[0]} x {split[1]}: the batch probe needs CUDA "
+                f"batch split kept at {split[0]} x {split[1]}: the batch probe needs CUDA "
                 "(CPU memory says nothing about what fits on a GPU)"
             )
     full: Judgement | None = None
-    if baseline_first["status"] == "ok":
+    unchanged = patched == original  # only the batch probe had something to try, and it kept the split
+    if baseline_first["status"] == "ok" and not unchanged:
         full_run = session.patched("patched", patched)
         if full_run["status"] == "ok":
             for _ in range(1, max(1, options.baseline_runs)):
@@ -546,7 +551,11 @@ def verify_patch(
 
     written: tuple[list[str], bytes, Sequence[AppliedFix], Judgement] | None = None
     search: SearchResult | None = None
-    if baseline["status"] != "ok":
+    if unchanged and baseline["status"] == "ok":
+        verdict = "nothing to change: " + (
+            "the script's own batch split is the best the probe found" if probe_entries else "the batch probe did not run"
+        )
+    elif baseline["status"] != "ok":
         verdict = f"not applied: the original script {_failure(baseline)} under verify, so there is nothing to compare with"
     else:
         assert full is not None
@@ -587,7 +596,12 @@ def verify_patch(
         verdict += f"; {path} is unchanged"
     if not session.cuda and full is not None and full.run["status"] == "ok":
         notes.append(CPU_NOTE)
+    shown = written[3] if written is not None else full
     ablation = _ablation(session, codes, subset) if options.ablate and subset is not None and baseline["status"] == "ok" else []
+    if session.cuda and not probe_entries and shown is not None and shown.run.get("status") == "ok":
+        headroom = headroom_note(shown.run)
+        if headroom:
+            notes.append(headroom)
     if session.skipped:
         notes.append(f"the --budget of {options.budget:g} s did not pay for: {', '.join(session.skipped)}")
     if search is not None and search.stopped:
@@ -595,7 +609,6 @@ def verify_patch(
     if notes:
         verdict += "; " + "; ".join(dict.fromkeys(notes))
 
-    shown = written[3] if written is not None else full
     report = {
         "device": session.device,
         "script": path,
@@ -628,7 +641,38 @@ def verify_patch(
         }
     if batch_probe is not None and split is not None:
         report["batch_split"] = {"original": list(batch_probe.original), "chosen": list(split), "probed": bool(probe_entries)}
-    return VerifyOutcome(report, applied, 0 if applied else 1, session.runs)
+    return VerifyOutcome(report, applied, 0 if applied or unchanged and baseline["status"] == "ok" else 1, session.runs)
+
+
+USABLE_MEMORY = 0.9  # of the device's memory: the allocator's fragmentation and the CUDA context need the rest
+
+
+def headroom_note(run: dict) -> str | None:
+    """Where no batch was probed: how much of the GPU the step used and, if the step's own memory
+    (the peak less what stays between steps) grows with the batch, the per-device batch that would fit."""
+    peak, total = run.get("peak_memory_bytes"), run.get("device_memory_bytes")
+    if not peak or not total:
+        return None
+    note = f"peak GPU memory {peak / 2**30:.1f} of {total / 2**30:.1f} GiB ({peak / total:.0%})"
+    resident = run.get("resident_memory_bytes")
+    rate, samples_rate, micro = run.get("steps_per_second"), run.get("samples_per_second"), run.get("micro_steps") or []
+    if resident is None or not rate or not samples_rate or not micro or peak <= resident:
+        return note
+    per_step = sorted(micro)[len(micro) // 2]
+    batch = round(samples_rate / rate / max(per_step, 1))
+    if batch < 1:
+        return note
+    per_sample = (peak - resident) / batch
+    fits = int((USABLE_MEMORY * total - resident) / per_sample)
+    if fits >= 8:
+        fits -= fits % 8  # the guide: a multiple of 8
+    if fits >= 2 * batch:
+        note += (
+            f"; a per-device batch of about {fits} would fit where this step used {batch} (if its memory "
+            "grows with the batch): the guide's first technique is to fill the GPU, then accumulate only "
+            "to reach the effective batch you want"
+        )
+    return note
 
 
 def _measured(session: _Session, label: str, source: bytes, codes: frozenset[str]) -> Judgement | None:
@@ -690,39 +734,47 @@ def _ablation(session: _Session, codes: Sequence[str], subset: Callable[[frozens
     return entries
 
 
-def _probe_split(probe: BatchProbe, session: _Session) -> tuple[tuple[int, int], list[dict]]:
-    """Runs the whole patch for a few steps at each larger split, doubling the per-device batch
-    until a run fails (out of memory, most likely); the largest that ran, else the static split."""
+def _probe_split(probe: BatchProbe, session: _Session, default_source: bytes) -> tuple[tuple[int, int], list[dict]]:
+    """Runs the whole patch for a few steps at the starting split and at each larger one (the
+    per-device batch doubled, the effective batch kept) until a run fails, out of memory most
+    likely; on CUDA the fastest that ran wins, on a CPU (a testing aid) the largest."""
     options = session.options
     probe_options = dataclasses.replace(
         options, steps=PROBE_STEPS, warmup=min(options.warmup, PROBE_WARMUP), timeout=min(options.timeout, PROBE_TIMEOUT_S)
     )
-    chosen = probe.default
     entries: list[dict] = []
-    for batch, accumulation in probe.larger:
+    for index, (batch, accumulation) in enumerate([probe.default, *probe.larger]):
         if not session.affords_another():
             break
-        run = session.patched(f"probe {batch} x {accumulation}", probe.patch(batch, None).fixed, probe_options)
+        source = default_source if index == 0 else probe.patch(batch, None).fixed
+        run = session.patched(f"probe {batch} x {accumulation}", source, probe_options)
         entry = {"batch": batch, "accumulation": accumulation, "status": run["status"],
-                 "peak_memory_bytes": run.get("peak_memory_bytes")}
+                 "steps_per_second": run.get("steps_per_second"), "peak_memory_bytes": run.get("peak_memory_bytes")}
         entries.append(entry)
         if run["status"] != "ok":
             entry["error"] = _failure(run)
             break
-        chosen = (batch, accumulation)
-    return chosen, entries
-
-
-def _probe_note(split: tuple[int, int], entries: list[dict]) -> str:
-    if any(e["status"] == "ok" for e in entries):
-        note = f"ADV401 split {split[0]} x {split[1]}: the largest per-device batch that ran in the probe"
+    ran = [e for e in entries if e["status"] == "ok"]
+    if not ran:
+        return probe.default, entries
+    if session.cuda:
+        best = max(ran, key=lambda e: e["steps_per_second"] or 0.0)
     else:
-        note = f"ADV401 kept its static split {split[0]} x {split[1]}"
+        best = ran[-1]
+    return (best["batch"], best["accumulation"]), entries
+
+
+def _probe_note(split: tuple[int, int], entries: list[dict], cuda: bool) -> str:
+    if any(e["status"] == "ok" for e in entries):
+        how = "the fastest" if cuda else "the largest"
+        note = f"batch split {split[0]} x {split[1]}: {how} per-device batch that ran in the probe"
+    else:
+        note = f"batch split kept at {split[0]} x {split[1]}"
     failed = next((e for e in entries if e["status"] != "ok"), None)
     if failed is not None:
         note += f" ({failed['batch']} x {failed['accumulation']} {failed['error']})"
-    elif not entries:
-        note += " (no larger split divides the effective batch)"
+    elif len(entries) < 2:
+        note += " (no larger split divides the effective batch, or the budget did not pay for one)"
     return note
 
 
@@ -734,7 +786,8 @@ def verify(path: str, settings: Settings, options: VerifyOptions, observer: Obse
     if result.errors and not result.changed:
         message = "; ".join(f"{e.message}" for e in result.errors)
         return VerifyOutcome(_nothing_report(path, f"not verified: {path} could not be analyzed: {message}"), False, 2)
-    if not result.changed:
+    split = _accumulation_split(path, original, settings, options.unsafe)
+    if not result.changed and not (split is not None and (detect_local() or os.environ.get(PROBE_ON_CPU_ENV) == "1")):
         hint = "" if options.unsafe else " (unsafe fixes may apply with --unsafe-fixes)"
         return VerifyOutcome(_nothing_report(path, f"nothing to fix in {path}{hint}"), False, 0)
 
@@ -749,16 +802,19 @@ def verify(path: str, settings: Settings, options: VerifyOptions, observer: Obse
         return patch(None, codes)
 
     probe = None
-    split = _accumulation_split(path, original, settings) if "ADV401" in fix_codes(result.applied) else None
     if split is not None:
-        probe = BatchProbe(split, rebalanced(*split) or split, larger_splits(*split), patch)
+        probe = BatchProbe(split, probe_start(*split), larger_splits(*split), patch)
     return verify_patch(path, original, result.fixed, result.applied, options, observer, subset, probe)
 
 
-def _accumulation_split(path: str, original: bytes, settings: Settings) -> tuple[int, int] | None:
-    """ADV401's (batch, accumulation) in the original, the first one its fix can rewrite."""
+def _accumulation_split(path: str, original: bytes, settings: Settings, unsafe: bool) -> tuple[int, int] | None:
+    """The first (batch, accumulation) of the original that ADV401's fix can rewrite to a larger
+    per-device batch, where its fix may apply at all."""
+    rule = AccumulationSplit()
+    if rule.code not in settings.codes_for(path) or not (unsafe or rule.fix_applicability is Applicability.SAFE):
+        return None
     ctx = analyzable_context(path, original, settings.target, [])
-    splits = AccumulationSplit().fixable_splits(ctx) if ctx is not None else []
+    splits = rule.probeable_splits(ctx) if ctx is not None else []
     return splits[0] if splits else None
 
 
