@@ -47,7 +47,8 @@ LOG_TAIL_LINES = 20
 ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # ADV401's batch probe: a few steps per split are enough to see the memory a batch needs.
 PROBE_STEPS = 2
-PROBE_WARMUP = 1  # the first step compiles and allocates; memory is known after the second
+PROBE_WARMUP = 1  # the first step allocates; memory is known after the second
+PROBE_WITHOUT = frozenset({"ADV602"})  # torch.compile: see _probe_split
 PROBE_TIMEOUT_S = 300.0
 # Every run of a verify compiles the same model (baseline aside): inductor's on-disk caches of
 # compiled graphs and their autograd halves, shared between processes, let the second and later
@@ -435,9 +436,14 @@ class _Session:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def affords_another(self) -> bool:
+    def next_run_s(self) -> float:
+        """What the next full-length run is expected to take: as long as the longest so far."""
+        return max(self.longest_s, MIN_RUN_S)
+
+    def affords_another(self, reserve_s: float = 0.0) -> bool:
+        """Whether the budget left pays for one more run and still keeps ``reserve_s`` for later ones."""
         remaining = self.remaining()
-        return remaining is None or remaining >= max(self.longest_s, MIN_RUN_S)
+        return remaining is None or remaining - reserve_s >= self.next_run_s()
 
     # -- runs ---------------------------------------------------------------------------------
     def baseline(self) -> dict:
@@ -446,18 +452,21 @@ class _Session:
         self.baselines.append(run)
         return run
 
-    def patched(self, label: str, source: bytes, run_options: VerifyOptions | None = None) -> dict:
-        """The patched source's run; a source already measured with the default options is not run again."""
+    def patched(self, label: str, source: bytes, run_options: VerifyOptions | None = None, reserve_s: float = 0.0) -> dict:
+        """The patched source's run; a source already measured with the default options is not run
+        again. ``reserve_s`` of the budget is kept for the runs that must come after this one."""
         if run_options is None and source in self.measured:
             return self.measured[source]
         with _TempScript(self.path, source) as temp:
-            run = self._run(label, temp, f"{self.path} (patched)", run_options or self.options)
+            run = self._run(label, temp, f"{self.path} (patched)", run_options or self.options, reserve_s)
         if run_options is None:
             self.measured[source] = run
         return run
 
-    def _run(self, label: str, script: str, display: str | None, run_options: VerifyOptions) -> dict:
+    def _run(self, label: str, script: str, display: str | None, run_options: VerifyOptions, reserve_s: float = 0.0) -> dict:
         remaining = self.remaining()
+        if remaining is not None:
+            remaining -= reserve_s
         if remaining is not None and remaining < MIN_RUN_S:
             run = empty_run("timeout", error=f"not run: the --budget of {self.options.budget:g} s was spent")
             self.skipped.append(label)
@@ -522,7 +531,7 @@ def verify_patch(
     if batch_probe is not None and baseline_first["status"] == "ok":
         # After the first baseline, which tells the device and spares the probe when the script fails anyway.
         if _is_cuda(baseline_first.get("device")) or os.environ.get(PROBE_ON_CPU_ENV) == "1":
-            split, probe_entries = _probe_split(batch_probe, session, patched)
+            split, probe_entries = _probe_split(batch_probe, session, codes)
             if split != batch_probe.default:
                 chosen = batch_probe.patch(split[0], None)
                 patched, fixes, codes = chosen.fixed, chosen.applied, fix_codes(chosen.applied)
@@ -734,7 +743,7 @@ def _ablation(session: _Session, codes: Sequence[str], subset: Callable[[frozens
     return entries
 
 
-def _probe_split(probe: BatchProbe, session: _Session, default_source: bytes) -> tuple[tuple[int, int], list[dict]]:
+def _probe_split(probe: BatchProbe, session: _Session, codes: Sequence[str]) -> tuple[tuple[int, int], list[dict]]:
     """Runs the whole patch for a few steps at the starting split and at each larger one (the
     per-device batch doubled, the effective batch kept) until a run fails, out of memory most
     likely; on CUDA the fastest that ran wins, on a CPU (a testing aid) the largest."""
@@ -743,11 +752,16 @@ def _probe_split(probe: BatchProbe, session: _Session, default_source: bytes) ->
         options, steps=PROBE_STEPS, warmup=min(options.warmup, PROBE_WARMUP), timeout=min(options.timeout, PROBE_TIMEOUT_S)
     )
     entries: list[dict] = []
-    for index, (batch, accumulation) in enumerate([probe.default, *probe.larger]):
-        if not session.affords_another():
+    # Without torch.compile: compiling costs a minute and more per rung (each batch shape compiles
+    # anew), while memory and the splits' relative speed show without it. The patch that is
+    # measured and written afterwards compiles at the split the probe chose.
+    probe_codes = (frozenset(codes) | {AccumulationSplit.code}) - PROBE_WITHOUT
+    reserve = session.next_run_s()  # the whole patch must still run after the probe
+    for batch, accumulation in [probe.default, *probe.larger]:
+        if not session.affords_another(reserve):
             break
-        source = default_source if index == 0 else probe.patch(batch, None).fixed
-        run = session.patched(f"probe {batch} x {accumulation}", source, probe_options)
+        source = probe.patch(batch, probe_codes).fixed
+        run = session.patched(f"probe {batch} x {accumulation}", source, probe_options, reserve_s=reserve)
         entry = {"batch": batch, "accumulation": accumulation, "status": run["status"],
                  "steps_per_second": run.get("steps_per_second"), "peak_memory_bytes": run.get("peak_memory_bytes")}
         entries.append(entry)

@@ -12,6 +12,13 @@ knows (arguments, the script's model size, exit code, wall time). The markdown t
 from every record in the folder, so a GPU session limited to minutes per command can run the
 scripts one at a time (`--only`) into the same folder and render once at the end.
 
+Time is bounded: `--budget` (420 s by default at full size) is shared among the scripts by
+weight, what one leaves unspent going to the next, and each `advisor fix --verify` gets its share
+as its own `--budget` (the baseline and the whole patch first; a second baseline, the search for
+the best subset, the batch probe and the per-fix runs only as far as the budget pays). Each run's
+line is printed as it ends, so a long job shows signs of life. advisor need not be installed:
+the runner puts this checkout first on PYTHONPATH (python with libcst, rich and torch is enough).
+
 The GPT-style scripts append `{"parameters", "tokens_per_sample", "samples_per_step"}` to the
 file named by ADVISOR_BENCH_META; the model FLOP utilisation is then
 6 x parameters x tokens per second / the GPU's dense bf16 peak (advisor/targets.py).
@@ -27,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +45,11 @@ sys.path.insert(0, str(REPO))  # advisor.targets, from the checkout this runner 
 from advisor.targets import lookup  # noqa: E402
 
 SCRIPTS = ("mlp_synthetic", "cnn_synthetic", "gpt2_plain_loop", "gpt2_trainer", "accelerate_loop")
+# Shares of the total --budget: the GPT-2 scripts compile a 124M-parameter model in their patched
+# runs, the others compile small ones. What a script leaves unspent goes to the ones after it.
+BUDGET_WEIGHTS = {"mlp_synthetic": 1, "cnn_synthetic": 1, "gpt2_plain_loop": 2, "gpt2_trainer": 2, "accelerate_loop": 1}
+# One H100 or H200 runs all five in 8 minutes: 7 of them for the runs, the rest for start-up.
+DEFAULT_BUDGET_S = 420.0
 
 # The H100 profile's peak is the SXM5 part's; the PCIe card is slower (datasheet: 1513 TFLOPS
 # bf16 with sparsity, so 756 dense).
@@ -70,7 +83,25 @@ def environment() -> dict[str, str]:
     return env
 
 
-def verify_one(name: str, options: argparse.Namespace, cuda: bool, reports_dir: Path) -> dict:
+def budget_shares(names: list[str], total: float | None, spent: dict[str, float]) -> float | None:
+    """The next script's budget: its weight's share of what is left of ``total``."""
+    if total is None:
+        return None
+    left = [name for name in names if name not in spent]
+    weights = sum(BUDGET_WEIGHTS[name] for name in left)
+    remaining = max(total - sum(spent.values()), 0.0)
+    return round(remaining * BUDGET_WEIGHTS[left[0]] / weights, 1) if weights else None
+
+
+def relay(stream, name: str, lines: list[str]) -> None:
+    """verify's line per finished run, shown as it comes: a GPU job's log shows signs of life."""
+    for line in stream:
+        lines.append(line)
+        if line.strip():
+            print(f"[bench] {name}: {line.rstrip()}", flush=True)
+
+
+def verify_one(name: str, options: argparse.Namespace, cuda: bool, reports_dir: Path, budget: float | None = None) -> dict:
     """Verify one script on a temporary copy; return its record (also written to reports_dir)."""
     args = script_args(name, options.tiny, cuda)
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
@@ -86,13 +117,22 @@ def verify_one(name: str, options: argparse.Namespace, cuda: bool, reports_dir: 
         ]
         if options.ablate:
             command.append("--ablate")
+        if budget is not None:
+            command += ["--budget", f"{budget:g}"]
         if options.plot:
             command += ["--plot", str(reports_dir / f"{name}.png")]
         command += ["--", *args]
         env = environment()
         env["ADVISOR_BENCH_META"] = str(meta_path)
         started = time.monotonic()
-        completed = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+        with subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            errors: list[str] = []
+            reader = threading.Thread(target=relay, args=(process.stderr, name, errors), daemon=True)
+            reader.start()
+            stdout = process.stdout.read()
+            process.wait()
+            reader.join()
+        completed = subprocess.CompletedProcess(command, process.returncode, stdout, "".join(errors))
         wall_s = time.monotonic() - started
         report = json.loads(report_path.read_text()) if report_path.exists() else None
         record = {
@@ -102,6 +142,7 @@ def verify_one(name: str, options: argparse.Namespace, cuda: bool, reports_dir: 
             "steps": options.steps,
             "warmup": options.warmup,
             "ablate": options.ablate,
+            "budget_s": budget,
             "exit_code": completed.returncode,
             "wall_s": round(wall_s, 1),
             "date": datetime.date.today().isoformat(),
@@ -306,9 +347,13 @@ def load_records(reports_dir: Path) -> dict[str, dict]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=None, help="measured optimizer steps per run (30; 5 with --tiny)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up optimizer steps per run (10; 2 with --tiny)")
+    parser.add_argument("--steps", type=int, default=None, help="measured optimizer steps per run (15; 5 with --tiny)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up optimizer steps per run (5; 2 with --tiny)")
     parser.add_argument("--timeout", type=int, default=None, help="seconds per run (900; 300 with --tiny)")
+    parser.add_argument(
+        "--budget", type=float, default=None,
+        help=f"seconds for every script's runs together, shared by weight ({DEFAULT_BUDGET_S:g}; none with --tiny)",
+    )
     parser.add_argument("--tiny", action="store_true", help="pass --tiny to every script: a CPU plumbing check")
     parser.add_argument("--only", nargs="+", choices=SCRIPTS, help="run these scripts only")
     parser.add_argument("--no-ablate", dest="ablate", action="store_false", help="skip the per-fix runs")
@@ -317,8 +362,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--render-only", action="store_true", help="run nothing: render the records in --reports-dir")
     parser.add_argument("--out", type=Path, help="markdown file to write the table into (docs/benchmarks.md)")
     options = parser.parse_args(argv)
-    options.steps = options.steps or (5 if options.tiny else 30)
-    options.warmup = options.warmup if options.warmup is not None else (2 if options.tiny else 10)
+    options.steps = options.steps or (5 if options.tiny else 15)
+    options.warmup = options.warmup if options.warmup is not None else (2 if options.tiny else 5)
+    if options.budget is None and not options.tiny:
+        options.budget = DEFAULT_BUDGET_S
     options.timeout = options.timeout or (300 if options.tiny else 900)
     if options.render_only and options.reports_dir is None:
         parser.error("--render-only needs --reports-dir")
@@ -336,9 +383,13 @@ def main(argv=None) -> int:
     failures = 0
     if not options.render_only:
         cuda = cuda_available()
-        for name in options.only or SCRIPTS:
-            print(f"[bench] {name}: advisor fix --verify ...", flush=True)
-            record = verify_one(name, options, cuda, options.reports_dir)
+        names = list(options.only or SCRIPTS)
+        spent: dict[str, float] = {}
+        for name in names:
+            budget = budget_shares(names, options.budget, spent)
+            print(f"[bench] {name}: advisor fix --verify{f' --budget {budget:g}' if budget else ''} ...", flush=True)
+            record = verify_one(name, options, cuda, options.reports_dir, budget)
+            spent[name] = record["wall_s"]
             report = record["report"]
             if report is None:
                 failures += 1
