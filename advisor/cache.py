@@ -37,9 +37,9 @@ CACHEDIR_TAG = (
 )
 _DIAGNOSTIC_FIELDS = (
     "line", "column", "end_line", "end_column", "code", "name", "message", "fix_applicability", "fix_description",
-    "fix_edits",
+    "fix_edits", "cell", "cell_line", "cell_column", "cell_end_line", "cell_end_column",
 )
-_ERROR_FIELDS = ("message", "code", "line", "column")
+_ERROR_FIELDS = ("message", "code", "line", "column", "cell", "cell_line", "cell_column")
 
 
 def digest(data: bytes) -> str:
@@ -248,6 +248,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
 _TYPES = {
     "line": int, "column": int, "end_line": int, "end_column": int, "code": str, "name": str, "message": str,
     "fix_applicability": (str, type(None)), "fix_description": (str, type(None)), "fix_edits": (list, type(None)),
+    # a notebook's cell and the position in it (advisor/notebooks.py); None for a .py file
+    "cell": (int, type(None)), "cell_line": (int, type(None)), "cell_column": (int, type(None)),
+    "cell_end_line": (int, type(None)), "cell_end_column": (int, type(None)),
 }
 
 

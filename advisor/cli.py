@@ -22,6 +22,7 @@ from advisor.cache import CACHE_DIR_NAME, Cache
 from advisor.cache import clean as cache_clean
 from advisor.config import Config, ConfigError, find_pyproject, load_config
 from advisor.engine import Settings, check_paths, discover
+from advisor.notebooks import is_notebook
 from advisor.registry import select_codes, unknown_selectors
 from advisor.report import FORMATS, explain, render_text, rules_json, rules_table, statistics, to_github, to_json, to_sarif
 from advisor.targets import UnknownGPU, resolve_target
@@ -31,6 +32,17 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 class UsageError(Exception):
     pass
+
+
+# --verify runs the script as a process under a harness; a notebook is not one program run from
+# the top (magics, shell escapes, cells run in the order someone clicked them), so what would be
+# measured is not what the notebook does.
+NOTEBOOK_VERIFY_REFUSED = (
+    "--verify runs a Python script in a process of its own, and {script} is a notebook: its magics, "
+    "shell escapes and cell-by-cell state make it a different program when run top to bottom. "
+    "Use `advisor fix` on it (or `--diff` to review), or export it to a script "
+    "(`jupyter nbconvert --to script`) and verify that"
+)
 
 
 def _codes_list(value: str) -> list[str]:
@@ -244,6 +256,13 @@ def _add_noqa(args: argparse.Namespace) -> int:
             continue
         with open(result.path, "rb") as handle:
             original = handle.read()
+        if is_notebook(result.path):
+            updated, count, missed = _add_noqa_to_notebook(original, result.diagnostics)
+            added += count
+            skipped += missed
+            if updated != original:
+                write_atomic(result.path, updated, expected=original)
+            continue
         codes_by_line: dict[int, set[str]] = {}
         for diagnostic in result.diagnostics:
             codes_by_line.setdefault(diagnostic.line, set()).add(diagnostic.code)
@@ -259,6 +278,25 @@ def _add_noqa(args: argparse.Namespace) -> int:
         print(f"Added {added} noqa directive{'s' if added != 1 else ''}."
               + (f" {skipped} line{'s' if skipped != 1 else ''} could not take one (inside a string or after a backslash)." if skipped else ""))
     return EXIT_ERROR if errors else EXIT_CLEAN
+
+
+def _add_noqa_to_notebook(original: bytes, diagnostics: list) -> tuple[bytes, int, int]:
+    """``--add-noqa`` in a notebook's cells: the comments go on the lines of the joined cells, which
+    go back into their cells (the JSON around them untouched)."""
+    from advisor.edits import add_noqa
+    from advisor.notebooks import Notebook, NotebookError
+
+    notebook = Notebook.from_bytes(original)
+    codes_by_line: dict[int, set[str]] = {}
+    for diagnostic in diagnostics:
+        line = notebook.python_line(diagnostic.cell, diagnostic.cell_line)
+        if line is not None:
+            codes_by_line.setdefault(line, set()).add(diagnostic.code)
+    updated, count, missed = add_noqa(notebook.python.encode("utf-8"), codes_by_line)
+    try:
+        return notebook.with_python(updated.decode("utf-8")), count, missed
+    except NotebookError:  # never expected: comments added at ends of lines keep every marker
+        return original, 0, count + missed
 
 
 def _report(
@@ -342,6 +380,8 @@ def run_fix(args: argparse.Namespace) -> int:
 
     if args.verify is not None:
         script = verify_command.script_of(args, UsageError)
+        if is_notebook(script):
+            raise UsageError(NOTEBOOK_VERIFY_REFUSED.format(script=script))
         args.paths = [script]
         settings, _ = _settings(args)
         return verify_command.run_verify(args, script, settings, _console(args), _console(args, sys.stderr))

@@ -26,6 +26,7 @@ from advisor.context import FileContext
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion, nesting_error
 from advisor.registry import all_rules
 from advisor.noqa import FILE_NOQA, FILE_NOQA_MENTION, OWN_LINE_FILE_NOQA, suppressed
+from advisor.notebooks import Notebook, NotebookError, is_notebook
 from advisor.rule import Applicability, Finding, Rule
 from advisor.targets import Target
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 # A file that mentions none of these cannot hold a finding: skip it before parsing.
 RELEVANT = re.compile(rb"\b(torch|transformers|accelerate|lightning|pytorch_lightning|trl)\b")
+RELEVANT_TEXT = re.compile(RELEVANT.pattern.decode())  # the same, for a notebook's joined cells
 SKIPPED_DIRS = {
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
     "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".pytest_cache",
@@ -81,6 +83,14 @@ class Diagnostic:
     fix_description: str | None = None
     # [{"content", "location": {"row", "column"}, "end_location": {...}}], 1-based, when asked for
     fix_edits: list | None = None
+    # In a notebook, ``line`` and ``column`` are where the code is stored in the .ipynb file's
+    # text (what SARIF and GitHub annotations point at); these say where it is in its cell: the
+    # cell's 1-based number among all the notebook's cells, and line and column in the cell.
+    cell: int | None = None
+    cell_line: int | None = None
+    cell_column: int | None = None
+    cell_end_line: int | None = None
+    cell_end_column: int | None = None
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.column, self.code)
@@ -93,6 +103,9 @@ class FileError:
     code: str = "ADV000"
     line: int = 1
     column: int = 1
+    cell: int | None = None  # in a notebook (a syntax error in a cell): as Diagnostic's
+    cell_line: int | None = None
+    cell_column: int | None = None
 
 
 @dataclass
@@ -125,7 +138,7 @@ def is_excluded(path: str, exclude: Sequence[str], root: str) -> bool:
 def discover(
     paths: Sequence[str], exclude: Sequence[str] = (), root: str = ".", force_exclude: bool = False
 ) -> tuple[list[str], list[FileError]]:
-    """The Python files under ``paths``. A file named explicitly is checked even where
+    """The Python files and notebooks under ``paths``. A file named explicitly is checked even where
     ``exclude`` matches it, unless ``force_exclude`` (pre-commit names files one by one)."""
     files: list[str] = []
     errors: list[FileError] = []
@@ -159,7 +172,7 @@ def discover(
                 and not excluded(os.path.join(directory, d))
             )
             for filename in sorted(filenames):
-                if not filename.endswith((".py", ".pyi")):
+                if not filename.endswith((".py", ".pyi", ".ipynb")):  # notebooks too, as ruff
                     continue
                 path = os.path.join(directory, filename)
                 key, status = _identity(path)
@@ -246,6 +259,16 @@ def parse(path: str, data: bytes, target: Target) -> FileContext:
         source = decode(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         raise AnalysisError(f"cannot decode: {error}") from error
+    return parse_source(path, source, target, data)
+
+
+def parse_source(path: str, source: str, target: Target, data: bytes | None = None) -> FileContext:
+    """``parse`` of text already decoded (a notebook's joined cells; ``data``: the bytes it came
+    from, when it came from a file's bytes)."""
+    if data is None:
+        if "\x00" in source:
+            raise AnalysisError("source contains a null byte")
+        data = source.encode("utf-8", "surrogatepass")
     too_deep = nesting_error(data, source)
     if too_deep is not None:
         raise AnalysisError(*too_deep)
@@ -278,8 +301,19 @@ def _python_syntax_error(source: str, path: str) -> tuple[str, int, int] | None:
     return None
 
 
-def analyzable_context(path: str, data: bytes, target: Target, errors: list[FileError]) -> FileContext | None:
-    """The file's context, or None: skipped by the prefilter, or unparseable (added to ``errors``)."""
+def analyzable_context(
+    path: str, data: bytes, target: Target, errors: list[FileError], notebook: Notebook | None = None
+) -> FileContext | None:
+    """The file's context, or None: skipped by the prefilter, or unparseable (added to ``errors``).
+    A notebook's context is that of its code cells joined (``notebook.python``)."""
+    if notebook is not None:
+        if not RELEVANT_TEXT.search(notebook.python):
+            return None
+        try:
+            return parse_source(path, notebook.python, target)
+        except AnalysisError as error:
+            errors.append(notebook_error(path, notebook, str(error), error.line, error.column))
+            return None
     if not RELEVANT.search(data):
         return None
     try:
@@ -287,6 +321,38 @@ def analyzable_context(path: str, data: bytes, target: Target, errors: list[File
     except AnalysisError as error:
         errors.append(FileError(path, str(error), line=error.line, column=error.column))
         return None
+
+
+def read_notebook(path: str, data: bytes, errors: list[FileError]) -> Notebook | None:
+    """The notebook in ``data``, or None with the reason added to ``errors``."""
+    try:
+        return Notebook.from_bytes(data)
+    except NotebookError as error:
+        errors.append(FileError(path, str(error), line=error.line, column=error.column))
+        return None
+
+
+def notebook_error(path: str, notebook: Notebook, message: str, line: int, column: int) -> FileError:
+    """An error at a line and column of the notebook's joined cells, placed in its cell and file."""
+    if not notebook.cells:
+        return FileError(path, message)
+    cell, cell_line, cell_column = notebook.cell_position(line, column)
+    file_line, file_column = notebook.file_position(line, column)
+    return FileError(path, message, line=file_line, column=file_column, cell=cell, cell_line=cell_line, cell_column=cell_column)
+
+
+def place_in_cells(notebook: Notebook, diagnostic: Diagnostic) -> Diagnostic:
+    """A diagnostic positioned in the joined cells, positioned in its cell and in the file."""
+    line, column, end_line, end_column = diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column
+    diagnostic.cell, diagnostic.cell_line, diagnostic.cell_column = notebook.cell_position(line, column)
+    end_cell, diagnostic.cell_end_line, diagnostic.cell_end_column = notebook.cell_position(end_line, end_column)
+    if end_cell != diagnostic.cell:  # a range cannot cross cells; never expected, kept within the cell
+        diagnostic.cell_end_line, diagnostic.cell_end_column = diagnostic.cell_line, diagnostic.cell_column
+        end_line, end_column = line, column
+    diagnostic.line, diagnostic.column = notebook.file_position(line, column)
+    diagnostic.end_line, diagnostic.end_column = notebook.file_position(end_line, end_column)
+    diagnostic.fix_edits = None  # edits of the joined cells would not apply to the file: `fix --diff` shows them
+    return diagnostic
 
 
 _OFFERED_BYTES = 16 * 1024
@@ -313,9 +379,17 @@ def attach_project(ctx: FileContext, settings: Settings, data: bytes | None = No
         project.keep(os.path.abspath(ctx.path), (stat.st_mtime_ns, stat.st_size), ctx)
 
 
-def project_context(path: str, data: bytes, settings: Settings, errors: list[FileError]) -> FileContext | None:
+def project_context(
+    path: str, data: bytes, settings: Settings, errors: list[FileError], notebook: Notebook | None = None
+) -> FileContext | None:
     """The file's context within its project: one already parsed in this process as another
-    file's dependency is reused."""
+    file's dependency is reused. A notebook imports its project's modules, but none imports it,
+    so it is neither looked up among them nor offered to them."""
+    if notebook is not None:
+        ctx = analyzable_context(path, data, settings.target, errors, notebook)
+        if ctx is not None:
+            attach_project(ctx, settings)
+        return ctx
     if settings.project_scope and RELEVANT.search(data):
         from advisor.project import project_for
 
@@ -475,8 +549,13 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
     except OSError as error:
         result.errors.append(FileError(path, f"cannot read: {error.strerror or error}"))
         return result
+    notebook = None
+    if is_notebook(path):
+        notebook = read_notebook(path, data, result.errors)
+        if notebook is None:
+            return result
     try:
-        ctx = project_context(path, data, settings, result.errors)
+        ctx = project_context(path, data, settings, result.errors, notebook)
         if ctx is None:
             return result
         findings, errors = run_rules(ctx, settings.codes_for(path))
@@ -487,13 +566,15 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         result.errors.append(FileError(path, TOO_DEEP_FOR_LIBCST))
         return result
     result.diagnostics = [to_diagnostic(f) for f in findings]
-    if settings.fix_edits:
+    if settings.fix_edits and notebook is None:
         for finding, diagnostic in zip(findings, result.diagnostics):
             if diagnostic.fix_applicability is not None:
                 # Expression-level fixes only (most: a keyword set, a name swapped): generating
                 # the whole file again per finding made JSON output four times slower. Fixes that
                 # add or remove statements or imports come without edits (``advisor fix --diff``).
                 diagnostic.fix_edits = _expression_edits(ctx, finding)
+    if notebook is not None:
+        result.diagnostics = [place_in_cells(notebook, d) for d in result.diagnostics]
     result.errors.extend(errors)
     return result
 

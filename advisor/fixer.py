@@ -32,6 +32,8 @@ from advisor.engine import (
     check_file,
     decode,
     map_files,
+    place_in_cells,
+    read_notebook,
     run_rules,
     source_encoding,
     to_diagnostic,
@@ -39,6 +41,7 @@ from advisor.engine import (
 from advisor.edits import ReplaceNodes, keep_removed_comments, realign_trailing_comments
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion
 from advisor.names import ImportTable
+from advisor.notebooks import Notebook, NotebookError, cell_diff, is_notebook
 from advisor.rule import Applicability, Finding, Fix
 
 MAX_ROUNDS = 10
@@ -70,12 +73,16 @@ class FixResult:
     written: bool = False
     # False when the loop stopped at MAX_ROUNDS with fixes still to apply.
     converged: bool = True
+    # A notebook's code cells joined, as the fixes left them (``fixed`` is the notebook's bytes).
+    fixed_python: bytes = b""
 
     @property
     def changed(self) -> bool:
         return self.fixed != self.original
 
     def diff(self) -> str:
+        if is_notebook(self.path):
+            return cell_diff(self.path, self.original, self.fixed)  # per cell, as ruff shows notebooks
         before = decode(self.original).splitlines(keepends=True)
         after = decode(self.fixed).splitlines(keepends=True)
         return "".join(difflib.unified_diff(before, after, f"a/{self.path}", f"b/{self.path}"))
@@ -171,9 +178,16 @@ def _compile_error(code: str, path: str) -> str | None:
 
 
 def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
-    """Fix rounds over one file; a file that cannot be fixed safely comes back unchanged, with an error."""
+    """Fix rounds over one file; a file that cannot be fixed safely comes back unchanged, with an error.
+    A notebook's code cells are fixed as one source, and each edit goes back into its cell."""
+    notebook = None
+    if is_notebook(path):
+        errors: list[FileError] = []
+        notebook = read_notebook(path, data, errors)
+        if notebook is None:
+            return FixResult(path, original=data, fixed=data, errors=errors)
     try:
-        result = _fix_rounds(path, data, settings, unsafe)
+        result = _fix_rounds(path, data, settings, unsafe, notebook)
     except UnicodeEncodeError as error:
         return FixResult(path, original=data, fixed=data, errors=[FileError(path, f"cannot fix: the fixed code cannot be written in {error.encoding}")])
     except Exception as error:
@@ -182,11 +196,24 @@ def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixR
         return FixResult(path, original=data, fixed=data, errors=[FileError(path, TOO_DEEP_FOR_LIBCST)])
     if result.dropped and not result.applied:
         # Every fix "breaks" a file that did not compile to begin with: say so once instead.
-        problem = _compile_error(decode(data), path)
+        problem = _compile_error(notebook.python if notebook is not None else decode(data), path)
         if problem is not None:
             result.dropped = []
             result.errors.append(FileError(path, f"cannot fix: the file does not compile as it is: {problem}"))
-    if result.changed:
+    if result.changed and notebook is not None:
+        try:
+            result.fixed = notebook.with_python(result.fixed.decode("utf-8"))
+        except NotebookError as error:
+            _left_unchanged(result, settings, f"cannot fix: {error}")
+            return result
+        fixed_notebook = Notebook.from_bytes(result.fixed)
+        if fixed_notebook.python == result.fixed_python.decode("utf-8"):
+            result.remaining = [place_in_cells(fixed_notebook, d) for d in result.remaining]
+        else:  # placeholders written differently after a fix moved them: place by a fresh check
+            result.remaining = check_file(path, settings, result.fixed).diagnostics
+    elif notebook is not None:
+        result.remaining = [place_in_cells(notebook, d) for d in result.remaining]
+    elif result.changed:
         encoding = source_encoding(data)
         if decode(data).encode(encoding) != data:
             # Rewriting would change bytes no fix touched (a codec that does not round-trip them).
@@ -201,12 +228,14 @@ def _left_unchanged(result: FixResult, settings: Settings, reason: str) -> None:
     result.errors.append(FileError(result.path, reason))
 
 
-def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
+def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebook: Notebook | None = None) -> FixResult:
+    """The fix rounds; for a notebook, ``fixed`` is its joined cells' source, fixed (utf-8)."""
     result = FixResult(path, original=data, fixed=data)
-    ctx = project_context(path, data, settings, result.errors)
+    ctx = project_context(path, data, settings, result.errors, notebook)
     if ctx is None:
         return result
-    encoding = source_encoding(data)
+    encoding = "utf-8" if notebook is not None else source_encoding(data)
+    original_source = notebook.python if notebook is not None else decode(data)
     codes = settings.codes_for(path)
     blocked: set[tuple[str, str]] = set()  # fixes that broke the code: reported, never retried
     for round_number in range(MAX_ROUNDS):
@@ -240,7 +269,9 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool) -> Fix
     result.errors = errors
     result.converged = not choose_fixes(ctx, findings, unsafe, blocked)
     result.remaining = [to_diagnostic(f) for f in findings]
-    result.fixed = ctx.source.encode(encoding) if ctx.source != decode(data) else data
+    result.fixed = ctx.source.encode(encoding) if ctx.source != original_source else data
+    if notebook is not None:
+        result.fixed_python = ctx.source.encode(encoding)
     return result
 
 

@@ -47,15 +47,39 @@ def render_text(
     if show_header:
         console.print(f"[dim]target: {escape(target.describe())}[/dim]")
     for error in errors:
-        console.print(f"[bold]{escape(error.path)}[/bold]:{error.line}:{error.column}: [bold red]{error.code}[/bold red] {escape(error.message)}")
+        console.print(f"[bold]{escape(error.path)}[/bold]:{where(error)}: [bold red]{error.code}[/bold red] {escape(error.message)}")
     for d in diagnostics:
         marker = " [cyan]\\[*][/cyan]" if d.fix_applicability == "safe" else ""
         console.print(
-            f"[bold]{escape(d.path)}[/bold]:{d.line}:{d.column}: [bold red]{d.code}[/bold red]{marker} {escape(d.message)}",
+            f"[bold]{escape(d.path)}[/bold]:{where(d)}: [bold red]{d.code}[/bold red]{marker} {escape(d.message)}",
             soft_wrap=True,
         )
     if show_footer:
         console.print(footer(diagnostics, errors))
+
+
+def where(item: Diagnostic | FileError) -> str:
+    """``line:column``, or in a notebook ``cell 4:line:column`` (the line and column in the cell), as ruff."""
+    if item.cell is not None:
+        return f"cell {item.cell}:{item.cell_line}:{item.cell_column}"
+    return f"{item.line}:{item.column}"
+
+
+def _cell_fields(d: Diagnostic) -> dict:
+    """A notebook finding's cell and its range in the cell; nothing for a .py file (its JSON stays as it was)."""
+    if d.cell is None:
+        return {}
+    return {
+        "cell": d.cell, "cell_line": d.cell_line, "cell_column": d.cell_column,
+        "cell_end_line": d.cell_end_line, "cell_end_column": d.cell_end_column,
+    }
+
+
+def _error_json(e: FileError) -> dict:
+    error = {"path": e.path, "message": e.message}
+    if e.cell is not None:
+        error.update(cell=e.cell, cell_line=e.cell_line, cell_column=e.cell_column)
+    return error
 
 
 def to_json(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], target: Target) -> str:
@@ -75,10 +99,11 @@ def to_json(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], targ
                 "fix": None
                 if d.fix_applicability is None
                 else _fix_json(d),
+                **_cell_fields(d),
             }
             for d in diagnostics
         ],
-        "errors": [{"path": e.path, "message": e.message} for e in errors],
+        "errors": [_error_json(e) for e in errors],
     }
     return indented_json(payload)
 
@@ -174,6 +199,11 @@ def to_sarif(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], tar
             result["ruleIndex"] = index[d.code]
         if d.fix_applicability:
             result["properties"] = {"fix": {"applicability": d.fix_applicability, "description": d.fix_description}}
+        if d.cell is not None:  # the region is in the .ipynb file's text; the cell, for people
+            result.setdefault("properties", {})["cell"] = {
+                "index": d.cell, "startLine": d.cell_line, "startColumn": d.cell_column,
+                "endLine": d.cell_end_line, "endColumn": d.cell_end_column,
+            }
         results.append(result)
     notifications = [
         {
@@ -225,12 +255,14 @@ def _github_escape(text: str, property_value: bool = False) -> str:
 def to_github(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> str:
     lines = []
     for e in errors:
-        lines.append(f"::error file={_github_escape(e.path, True)},line={e.line},col={e.column},title={e.code}::{_github_escape(e.message)}")
+        in_cell = f"{where(e)}: " if e.cell is not None else ""
+        lines.append(f"::error file={_github_escape(e.path, True)},line={e.line},col={e.column},title={e.code}::{_github_escape(in_cell + e.message)}")
     for d in diagnostics:
+        in_cell = f"{where(d)}: " if d.cell is not None else ""  # the line in the .ipynb file is JSON: say the cell
         lines.append(
             f"::warning file={_github_escape(d.path, True)},line={d.line},col={d.column},"
             f"endLine={d.end_line},endColumn={d.end_column},title={d.code} {_github_escape(d.name, True)}"
-            f"::{_github_escape(d.code + ' ' + d.message)}"
+            f"::{_github_escape(in_cell + d.code + ' ' + d.message)}"
         )
     return "\n".join(lines)
 
