@@ -42,23 +42,39 @@ def options(tmp_path: Path, **changes) -> VerifyOptions:
     return VerifyOptions(**values)
 
 
-# A regression trained the way scripts commonly are; it would run 1000 epochs.
+# A regression trained the way scripts commonly are; it would run 1000 epochs. Its samples are
+# decoded one by one (JSON lines), as a text data set's are: the data loading fixes pay there.
 TRAIN = '''\
 import argparse
+import json
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--epochs", type=int, default=1000)
 args = parser.parse_args()
 
+
+class JsonLines(Dataset):
+    def __init__(self, lines):
+        self.lines = lines
+
+    def __len__(self):
+        return len(self.lines)
+
+    def __getitem__(self, index):
+        sample = json.loads(self.lines[index])
+        return torch.tensor(sample["x"]), torch.tensor(sample["y"])
+
+
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 x = torch.randn(512, 16)
 y = x @ torch.randn(16, 1)
-loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+lines = [json.dumps({"x": a, "y": b}) for a, b in zip(x.tolist(), y.tolist())]
+loader = DataLoader(JsonLines(lines), batch_size=32, shuffle=True)
 model = torch.nn.Linear(16, 1).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 for epoch in range(args.epochs):

@@ -45,6 +45,9 @@ def test_script_arguments_follow_the_double_dash():
         (["fix", "--verify", "train.py", "--diff"], "--diff and --verify"),
         (["fix", "--verify", "train.py", "--steps", "1"], "--steps must be at least 2"),
         (["fix", "--verify", "train.py", "--timeout", "0"], "--timeout must be positive"),
+        (["fix", "--verify", "train.py", "--budget", "-5"], "--budget must be positive"),
+        (["fix", "--budget", "60", "train.py"], "--budget only with --verify"),
+        (["fix", "--output-format", "json", "train.py"], "--output-format only with --verify"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, args, message):
@@ -148,3 +151,26 @@ def test_sigterm_to_advisor_takes_the_run_down_and_leaves_the_file(tmp_path):
     assert not alive(int(pid_file.read_text()))
     assert script.read_text() == FOREVER_WITH_PID
     assert sorted(p.name for p in tmp_path.glob(".advisor_verify_*")) == []
+
+
+def test_json_output_is_the_report_and_nothing_else(tmp_path, capsys, monkeypatch):
+    """`--output-format json`: stdout parses as the report, stderr stays empty (no progress, no
+    run lines); in text mode off a terminal, each run's line still shows on stderr."""
+    for key, value in environment(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "train.py").write_text(TRAIN)
+    code, out, err = run(
+        ["fix", "--verify", "train.py", "--steps", "2", "--warmup", "1", "--budget", "300", "--output-format", "json"],
+        capsys, tmp_path,
+    )
+    report = json.loads(out)
+    assert code == 0 and report["applied"], report["verdict"]
+    assert_report_contract(report)
+    assert report["budget_s"] == 300 and report["wall_s"] > 0
+    assert err == ""
+    (tmp_path / "train.py").write_text(TRAIN)
+    code, out, err = run(["fix", "--verify", "train.py", "--steps", "2", "--warmup", "1", "--no-color"], capsys, tmp_path)
+    assert code == 0
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    assert [line.split(":")[0] for line in lines] == ["baseline", "patched", "baseline 2"], err
+    assert all(" ok after 3 steps" in line for line in lines)

@@ -74,7 +74,7 @@ x = torch.randn(512, 8)
 y = x @ torch.randn(8, 1)
 loader = DataLoader(TensorDataset(x, y), batch_size=16, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
 model = torch.nn.Linear(8, 1).to(device)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
 leave_processes_behind(loader)
 for epoch in range(1000):
     for inputs, targets in loader:
@@ -249,7 +249,8 @@ def test_verify_runs_exactly_the_named_script_from_anywhere(tmp_path, monkeypatc
     assert code == 0, report["verdict"]
     assert report["applied"] and report["script"] == relative
     codes = sorted({fix.code for fix in expected.applied})
-    assert report["verdict"].startswith(f"applied {len(codes)} fixes ({', '.join(codes)})"), report["verdict"]
+    plural = "es" if len(codes) != 1 else ""
+    assert report["verdict"].startswith(f"applied {len(codes)} fix{plural} ({', '.join(codes)})"), report["verdict"]
     assert script.read_bytes() == expected.fixed
     assert sorted(p.name for p in ran.iterdir()) == [], "only the named script may run"
     runs = recorded(tmp_path)
