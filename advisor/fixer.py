@@ -251,7 +251,10 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
             for finding in chosen:
                 if finding not in good:
                     blocked.add(_key(finding))
-                    result.dropped.append(f"{finding.code} at line {finding.line}: {finding.fix.description}")  # type: ignore[union-attr]
+                    where = f"line {finding.line}"
+                    if notebook is not None:
+                        where = "cell {}, line {}".format(*notebook.locate(ctx.source, finding.line))
+                    result.dropped.append(f"{finding.code} at {where}: {finding.fix.description}")  # type: ignore[union-attr]
             if not good:
                 continue
             code = apply_fixes(ctx, good)

@@ -203,6 +203,17 @@ class Notebook:
             return position, 1, 1
         return position, cell_line, column
 
+    def locate(self, python: str, line: int) -> tuple[int, int]:
+        """(cell number, line in the cell) of a line of ``python``, this notebook's joined cells as
+        fixes left them (a dropped fix of a later round is reported where it was)."""
+        position, marker_line = 0, 0
+        for number, text in enumerate(_split_lines(python)[:line], start=1):
+            marker = self._marker.match(text.strip())
+            if marker is not None:
+                position, marker_line = int(marker.group(1)), number
+        cell = self.cells[min(position, len(self.cells) - 1)]
+        return cell.index + 1, max(line - marker_line, 1)
+
     def python_line(self, cell_number: int, cell_line: int) -> int | None:
         """The 1-based line of ``python`` that holds line ``cell_line`` of cell ``cell_number``."""
         for number, (position, line) in enumerate(self._origins, start=1):

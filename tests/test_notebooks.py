@@ -498,3 +498,39 @@ def test_the_command_runs_on_a_notebook_as_a_process(project):
     )
     assert completed.returncode == 1 and completed.stderr == ""
     assert completed.stdout.startswith("train.ipynb:cell 4:2:10: ADV101")
+
+
+class BreaksTheCell(Rule):
+    """Test rule: a fix whose code does not compile (a `return` outside a function)."""
+
+    code = "ADV994"
+    name = "test-breaks-the-cell"
+    fix_applicability = Applicability.SAFE
+
+    def check(self, ctx):
+        for statement in ctx.module.body:
+            if "model = " in ctx.module.code_for_node(statement):
+                yield self.report(statement, "breaks", self.fix("insert a bad return", Edit(statement, cst.parse_statement("return 1"))))
+
+
+def test_a_dropped_fix_is_reported_at_its_cell_and_the_notebook_left_alone(monkeypatch):
+    instances = dict(engine.rule_instances())
+    instances["ADV994"] = BreaksTheCell()
+    monkeypatch.setattr(engine, "_RULE_INSTANCES", instances)
+    data = notebook(markdown("x"), code("import torch"), code("%%time\nx = 1\nmodel = build()"))
+    result = fix_source("t.ipynb", data, settings("ADV994"), unsafe=True)
+    assert result.fixed == data
+    assert result.dropped == ["ADV994 at cell 3, line 3: insert a bad return"]
+    assert [(d.cell, d.cell_line) for d in result.remaining] == [(3, 3)]
+
+
+def test_a_notebook_reads_the_device_from_a_sibling_module(tmp_path, capsys):
+    (tmp_path / "pyproject.toml").write_text('[tool.advisor]\nselect = ["ADV101"]\ngpu = "A100"\n')
+    (tmp_path / "config.py").write_text('import torch\ndevice = torch.device("cuda")\n')
+    (tmp_path / "train.ipynb").write_bytes(notebook(
+        code("from config import device\nimport torch\nmodel = Net().to(device)"),
+        code("loader = torch.utils.data.DataLoader(ds)\nfor x in loader:\n    model(x.to(device)).sum().backward()"),
+    ))
+    code_, out, _ = run(["check", "train.ipynb", "--no-cache", "-q"], capsys, tmp_path)
+    assert code_ == 1 and out.startswith("train.ipynb:cell 2:1:10: ADV101")
+    assert run(["check", "train.ipynb", "--no-cache", "-q", "--no-project"], capsys, tmp_path)[0] == 0

@@ -42,6 +42,20 @@ FIXABLE = textwrap.dedent(
 )
 CLEAN = FIXABLE.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
 
+
+def notebook_of(source: str) -> str:
+    """A notebook as Jupyter writes it, the script's code in one cell after a magic and a markdown cell."""
+    import json
+
+    cells = [
+        {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Training\n"]},
+        {"cell_type": "code", "execution_count": 1, "id": "train", "metadata": {}, "outputs": [],
+         "source": ("%matplotlib inline\n" + source).splitlines(True)},
+    ]
+    document = {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
 # The scripts above trip other rules too (ADV102 wants workers, ...), whose fixes are
 # not safe; selecting ADV101 keeps these tests about the hooks, not about the catalogue.
 # A fixed GPU keeps the outcome independent of the machine's own GPU.
@@ -144,6 +158,7 @@ def project(tmp_path: Path, hook_repo, env) -> Path:
     (tmp_path / "train.py").write_text(FIXABLE)
     (tmp_path / "clean.py").write_text(CLEAN)
     (tmp_path / "notes.txt").write_text("DataLoader(dataset) and model.cuda(), in prose\n")
+    (tmp_path / "train.ipynb").write_text(notebook_of(FIXABLE))
     (tmp_path / ".pre-commit-config.yaml").write_text(
         textwrap.dedent(
             f"""\
@@ -208,3 +223,15 @@ def test_fix_hook_rewrites_the_file_then_passes(project: Path, env):
 
     check = pre_commit("run", "advisor-check", "--files", "train.py", cwd=project, env=env)
     assert check.returncode == 0, check.stdout
+
+
+def test_hooks_run_on_notebooks(project: Path, env):
+    # types_or: [python, jupyter]: pre-commit hands the hooks .ipynb files too.
+    check = pre_commit("run", "advisor-check", "--files", "train.ipynb", cwd=project, env=env)
+    assert check.returncode == 1, check.stdout
+    assert "train.ipynb:cell 2:5:10: ADV101 [*] DataLoader without `pin_memory=True`" in check.stdout
+    fix = pre_commit("run", "advisor-fix", "--files", "train.ipynb", cwd=project, env=env)
+    assert fix.returncode == 1 and "files were modified by this hook" in fix.stdout, fix.stdout
+    assert (project / "train.ipynb").read_text() == notebook_of(CLEAN), "only the cell's line changes"
+    again = pre_commit("run", "--files", "train.ipynb", cwd=project, env=env)
+    assert again.returncode == 0 and again.stdout.count("Passed") == 2, again.stdout

@@ -143,7 +143,11 @@ def main() -> int:
     if args.extract_from:
         missing = extract(args.extract_from, args.corpus)
         print("blobs missing from the snapshots (skipped):", missing)
-    counts: collections.Counter = collections.Counter()
+    must_be_zero = (
+        "crashes", "invalid notebooks after fix", "changes outside code cells' sources",
+        "not idempotent (second fix changes something)", "unchanged notebook not written back byte for byte",
+    )
+    counts: collections.Counter = collections.Counter({key: 0 for key in must_be_zero})
     problems: list[str] = []
     validators = _schema_validators()
     with tempfile.TemporaryDirectory(prefix="advisor-notebooks-") as scratch:
@@ -176,6 +180,10 @@ def main() -> int:
 
         fix = advisor("fix", str(work), "--unsafe-fixes", "--gpu", "A100")
         counts["crashes"] += crashed(fix)
+        fix_output = fix.stdout + fix.stderr
+        counts["notebooks a fix was refused for (cannot fix: ..., left as they were)"] = fix_output.count("cannot fix:")
+        counts["fixes dropped (they would not compile)"] = fix_output.count("fix dropped")
+        problems += [f"fix: {line}" for line in fix_output.splitlines() if "cannot fix:" in line or "fix dropped" in line]
         for path, before in originals.items():
             after = path.read_bytes()
             if after == before:
@@ -196,16 +204,12 @@ def main() -> int:
         counts["crashes"] += crashed(again)
         counts["not idempotent (second fix changes something)"] = sum(1 for line in again.stdout.splitlines() if line.startswith("--- a/"))
         applied = fix.stdout.strip().splitlines()[-1] if fix.stdout.strip() else ""
-    print(f"schema validation: {'nbformat 4.4 / 4.5 JSON schemas' if validators else 'skipped (no jsonschema)'}")
+    print(f"schema validation: {'nbformat 4.0-4.5 JSON schemas' if validators else 'skipped (no jsonschema)'}")
     print(f"fix summary: {applied}")
     for key, value in counts.items():
         print(f"{key}: {value}")
-    for problem in problems[:40]:
+    for problem in sorted(problems, key=lambda text: text.startswith("error (reported)"))[:40]:
         print("  " + problem)
-    must_be_zero = (
-        "crashes", "invalid notebooks after fix", "changes outside code cells' sources",
-        "not idempotent (second fix changes something)", "unchanged notebook not written back byte for byte",
-    )
     return 1 if any(counts[key] for key in must_be_zero) else 0
 
 
