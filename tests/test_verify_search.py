@@ -61,8 +61,10 @@ def test_the_best_subset_is_written_and_each_dropped_fix_says_why(tmp_path):
     assert dropped["ADV602"].startswith("alone, the patch crashed") and "compiled model broke" in dropped["ADV602"]
     assert dropped["ADV203"].startswith("alone, the patch loss parity failed")
     assert dropped["ADV103"] == "changes nothing without ADV203, ADV602"
-    # Each fix alone once, the follower never (its patch alone is the original), nothing measured twice.
-    assert [trial["fixes"] for trial in search["trials"]] == [["ADV601"], ["ADV602"], ["ADV203"]]
+    # Each fix alone once, the follower never alone (its patch alone is the original); then the fixes
+    # that held alone with the follower, whose source is ADV601's alone: not run again.
+    assert [trial["fixes"] for trial in search["trials"]] == [["ADV601"], ["ADV602"], ["ADV203"], ["ADV103", "ADV601"]]
+    assert set(outcome.runs) == {"baseline", "patched", "only ADV601", "only ADV602", "only ADV203"}
     assert "1 of 4 fixes are kept" in report["verdict"] and "the whole patch crashed" in report["verdict"]
     assert report["verdict"].startswith("applied 1 fix (ADV601)")
     json.dumps(report, allow_nan=False)
@@ -127,3 +129,38 @@ def test_a_whole_patch_that_holds_needs_no_search(tmp_path):
     )
     assert outcome.applied and outcome.report["search"] is None
     assert set(outcome.runs) == {"baseline", "patched"}
+
+
+# Two fixes that hold alone and clash together (each is fine; both at once crash).
+CLASH = {
+    "ADV605": ("torch.manual_seed(0)\n", "torch.manual_seed(0)\nCLASH = 1\n"),
+    "ADV606": ("model = torch.nn.Linear(16, 1).to(device)\n",
+               "model = torch.nn.Linear(16, 1).to(device)\nif 'CLASH' in globals():\n    raise RuntimeError('these two fixes clash')\n"),
+}
+
+
+def clash_patch(codes: frozenset[str]) -> FixResult:
+    source = TRAIN
+    applied = []
+    for code, (old, new) in {"ADV601": EDITS["ADV601"], **CLASH}.items():
+        if code in codes:
+            source = source.replace(old, new, 1)
+            applied.append(AppliedFix(code, 1, f"edit {code}"))
+    return FixResult("train.py", TRAIN.encode(), source.encode(), applied, [], [])
+
+
+def test_fixes_that_clash_are_found_by_adding_them_one_at_a_time(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    whole = clash_patch(frozenset({"ADV601", "ADV605", "ADV606"}))
+    outcome = verify_patch(
+        str(script), TRAIN.encode(), whole.fixed, whole.applied, options(tmp_path, baseline_runs=1), subset=clash_patch
+    )
+    report = outcome.report
+    assert outcome.applied, report["verdict"]
+    assert report["fixes"] == ["ADV601", "ADV605"]
+    assert script.read_bytes() == clash_patch(frozenset({"ADV601", "ADV605"})).fixed
+    dropped = {entry["code"]: entry["reason"] for entry in report["search"]["dropped"]}
+    assert dropped == {"ADV606": "with ADV601, ADV605, the patch crashed (RuntimeError: these two fixes clash)"}
+    # Alone x 3, all three together (crashes: the same source as the whole patch, not run again),
+    # then ADV601 + ADV605; adding ADV606 is the whole patch again.
+    assert set(outcome.runs) == {"baseline", "patched", "only ADV601", "only ADV605", "only ADV606", "with ADV605"}

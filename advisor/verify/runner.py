@@ -579,7 +579,7 @@ def verify_patch(
                 best = subset(search.best.codes)
                 written = (fix_codes(best.applied), best.fixed, best.applied, search.best.judgement)
         if written is None:
-            verdict = f"not applied: {_rejection(full, 'the patched script')}"
+            verdict = "not applied: " + (full.reason if full.kind == "parity" else _rejection(full, "the patched script"))
             if full.kind == "slower":
                 verdict += "; --keep-slower keeps it anyway"
             if search is not None:
@@ -693,7 +693,7 @@ def _measured(session: _Session, label: str, source: bytes, codes: frozenset[str
 def _rejection(judgement: Judgement, subject: str) -> str:
     """Why a patch did not hold, as the verdict says it: "the patched script crashed (...)"."""
     if judgement.kind == "parity":
-        return judgement.reason
+        return f"{subject} failed loss parity ({judgement.reason.removeprefix('loss parity failed: ')})"
     if judgement.kind == "slower":
         return f"{subject} is {judgement.reason}"
     return f"{subject} {judgement.reason}"
