@@ -24,7 +24,6 @@ rewritten.
 """
 from __future__ import annotations
 
-import bisect
 import difflib
 import json
 import re
@@ -43,16 +42,36 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks Python's tokenizer knows
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # `files = !ls`, `a, b = %sx cmd`: an assignment from a shell command or a magic.
 _ASSIGNED_ESCAPE = re.compile(r"[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*[!%]")
-_CELL_MAGIC = re.compile(r"%%\s*(\w*)")
 # IPython's automagic: a line magic or shell alias called without its `%` (`pip install x`, `cd ..`,
 # `ls -la`). Masked only when the line does not compile as Python (`ls in paths` is Python).
-_AUTOMAGIC = re.compile(
+_AUTOMAGIC_NAMES = (
     r"(?:pip|conda|mamba|cd|pwd|ls|ll|env|set_env|mkdir|rmdir|rm|cp|mv|cat|clear|less|more|man|time|timeit|"
     r"matplotlib|load_ext|reload_ext|autoreload|run|history|who|whos|xdel|reset|store|sx|system|bookmark|"
-    r"config|alias|unalias|pdb|prun|tensorflow_version|tensorboard)\s+[\w\-./~\"'$]"
+    r"config|alias|unalias|pdb|prun|tensorflow_version|tensorboard)[ \t]+[\w\-./~\"'$]"
 )
+_AUTOMAGIC = re.compile(_AUTOMAGIC_NAMES)
+# A line that may be IPython syntax: most cells have none, and skip the line-by-line scan.
+_MAYBE_IPYTHON = re.compile(
+    r"^[ \t]*(?:[%!?]|[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*[ \t]*=[ \t]*[!%]|" + _AUTOMAGIC_NAMES + r")|\?[ \t]*(?:#.*)?$",
+    re.M,
+)
+# A cell magic on the cell's first line that is neither blank nor a comment.
+_CELL_MAGIC_OPENING = re.compile(r"(?:[ \t]*(?:#[^\r\n]*)?(?:\r\n|\r|\n))*[ \t]*%%[ \t]*(\w*)")
 _NON_ASCII_ESCAPE = re.compile(r"\\u(?:00[89a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F]{2})[0-9a-fA-F]")
 _DECODER = json.JSONDecoder()
+# The pieces of a JSON object, whitespace included, matched at once (a notebook has tens of
+# thousands of small members: one regular expression each instead of a scan per token).
+_OBJECT_OPENING = re.compile(r"\{[ \t\n\r]*(\}[ \t\n\r]*)?")
+_KEY = re.compile(r'[ \t\n\r]*("((?:[^"\\\x00-\x1f]|\\.)*)")[ \t\n\r]*:[ \t\n\r]*')
+_AFTER_MEMBER = re.compile(r"[ \t\n\r]*([,}])[ \t\n\r]*")
+# What a Python line's brackets and strings are made of, for the IPython-escape scanner.
+_CODE_SPECIAL = re.compile(r"""[#'"()\[\]{}]""")
+_STRING_REST = {  # the rest of a string up to its closing quote, escapes skipped
+    '"': re.compile(r'[^\\"]*(?:\\.[^\\"]*)*"'),
+    "'": re.compile(r"[^\\']*(?:\\.[^\\']*)*'"),
+    '"""': re.compile(r'[^\\"]*(?:(?:\\.|"(?!""))[^\\"]*)*"""', re.S),
+    "'''": re.compile(r"[^\\']*(?:(?:\\.|'(?!''))[^\\']*)*'''", re.S),
+}
 
 
 def is_notebook(path: str) -> bool:
@@ -97,7 +116,6 @@ class Notebook:
         self.text = text
         self.has_bom = has_bom
         self.cells = cells  # the code cells analysed, in order (a cell magic's cells left out)
-        self._line_starts: list[int] | None = None
         self._build_python()
 
     # -- reading --------------------------------------------------------------------------
@@ -144,7 +162,8 @@ class Notebook:
             self._cell_lines.append(cell_lines)
             added = bool(cell_lines) and not cell_lines[-1].endswith(("\n", "\r"))
             self._added_newline.append(added)
-            for number, line in enumerate(self._masked_lines(cell_lines), start=1):
+            python_lines = self._masked_lines(cell_lines) if _MAYBE_IPYTHON.search(cell.source) else cell_lines
+            for number, line in enumerate(python_lines, start=1):
                 lines.append(line)
                 origins.append((position, number))
             if added:
@@ -190,10 +209,10 @@ class Notebook:
         lines = self._cell_lines[position]
         offset = sum(len(text) for text in lines[: cell_line - 1]) + column - 1
         raw = _raw_offset(self.text, cell, min(offset, len(cell.source)))
-        if self._line_starts is None:
-            self._line_starts = [0] + [m.end() for m in _NEWLINE.finditer(self.text)]
-        file_line = bisect.bisect_right(self._line_starts, raw)
-        return file_line, raw - self._line_starts[file_line - 1] + 1
+        # Counted for the few positions reported, not indexed: a notebook's text is mostly
+        # outputs (images in base64), and a table of its line starts cost more than the rules.
+        line_start = self.text.rfind("\n", 0, raw) + 1
+        return self.text.count("\n", 0, raw) + 1, raw - line_start + 1
 
     def _cell_line(self, line: int, column: int) -> tuple[int, int, int]:
         if not self._origins:
@@ -325,31 +344,27 @@ def _members(
     """The members of the JSON object at ``text[index]``: key -> (value, key start, value start,
     value end), and where the object ends (after the whitespace that follows). A key of
     ``scanners`` has its value read by its scanner instead of decoded (the cells: read once)."""
-    if text[index : index + 1] != "{":
+    opening = _OBJECT_OPENING.match(text, index)
+    if opening is None:
         raise _Malformed("expected a JSON object")
     members: dict[str, tuple[object, int, int, int]] = {}
-    index = _skip(text, index + 1)
-    if text[index : index + 1] == "}":
-        return members, _skip(text, index + 1)
+    if opening.group(1):
+        return members, opening.end()
+    index = opening.end()
     while True:
-        if text[index : index + 1] != '"':
-            raise _Malformed("expected a key")
-        key_start = index
-        key, index = scanstring(text, index + 1)
-        index = _skip(text, index)
-        if text[index : index + 1] != ":":
-            raise _Malformed("expected ':'")
-        start = _skip(text, index + 1)
-        scanner = scanners.get(key) if scanners else None
-        value, end = (scanner or _DECODER.raw_decode)(text, start)
-        members[key] = (value, key_start, start, end)
-        index = _skip(text, end)
-        separator = text[index : index + 1]
-        index = _skip(text, index + 1)
-        if separator == "}":
-            return members, index
-        if separator != ",":
+        key = _KEY.match(text, index)
+        if key is None:
+            raise _Malformed("expected a key and ':'")
+        name = key.group(2) if "\\" not in key.group(2) else json.loads(key.group(1))
+        scanner = scanners.get(name) if scanners else None
+        value, end = (scanner or _DECODER.raw_decode)(text, key.end())
+        members[name] = (value, key.start(1), key.end(), end)
+        after = _AFTER_MEMBER.match(text, end)
+        if after is None:
             raise _Malformed("expected ',' or '}'")
+        index = after.end()
+        if after.group(1) == "}":
+            return members, index
 
 
 def _cell_members(text: str, index: int) -> tuple[list[tuple[dict, int]], int]:
@@ -433,11 +448,7 @@ def _is_python(metadata: object) -> bool:
 
 def _analysed(source: str) -> bool:
     """False for a cell whose cell magic runs it as something else than Python here."""
-    lines = _split_lines(source)
-    first = _first_code_line(lines)
-    if first is None:
-        return True
-    magic = _CELL_MAGIC.match(lines[first].lstrip(" \t"))
+    magic = _CELL_MAGIC_OPENING.match(source)
     return magic is None or magic.group(1) in PYTHON_CELL_MAGICS
 
 
@@ -536,41 +547,36 @@ class _LogicalLines:
 
     def _scan(self, line: str, record: bool) -> str:
         """The last character of code (outside strings and comments); with ``record``, the state
-        after the line is kept."""
-        depth, quote, last = self.depth, self.quote, ""
-        index, length = 0, len(line)
-        while index < length:
-            char = line[index]
+        after the line is kept. Regular expressions jump from one bracket, quote or ``#`` to the
+        next (a loop over characters in Python was most of the time a notebook took to read)."""
+        depth, quote, index, comment = self.depth, self.quote, 0, None
+        while True:
             if quote is not None:
-                if char == "\\":
-                    index += 2
-                    continue
-                if line.startswith(quote, index):
-                    index += len(quote)
-                    quote = None
-                    last = char
-                    continue
-                index += 1
+                closing = _STRING_REST[quote].match(line, index)
+                if closing is None:
+                    break  # the string goes on past this line
+                index, quote = closing.end(), None
                 continue
+            special = _CODE_SPECIAL.search(line, index)
+            if special is None:
+                break
+            char, index = special.group(), special.end()
             if char == "#":
+                comment = special.start()
                 break
             if char in "([{":
                 depth += 1
             elif char in ")]}":
                 depth = max(0, depth - 1)
-            elif char in "\"'":
-                quote = char * 3 if line.startswith(char * 3, index) else char
-                index += len(quote)
-                continue
-            if not char.isspace():
-                last = char
-            index += 1
+            else:
+                quote = char * 3 if line.startswith(char * 3, special.start()) else char
+                index = special.start() + len(quote)
         if record:
-            continued = line.endswith("\\") and "#" not in line[line.rfind("\\") :]
+            continued = comment is None and line.endswith("\\")
             if quote is not None and len(quote) == 1 and not continued:
                 quote = None  # an unterminated one-line string: a syntax error, not our business
             self.depth, self.quote, self.continued = depth, quote, continued
-        return last
+        return "" if quote is not None else line[:comment].rstrip()[-1:]
 
 
 # -- diff ---------------------------------------------------------------------------------

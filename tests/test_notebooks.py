@@ -253,9 +253,14 @@ def expected_after(data: bytes, *replacements: tuple[str, str]) -> bytes:
     return text.encode()
 
 
-@pytest.mark.parametrize("indent, sort_keys, ensure_ascii", [(1, True, False), (2, False, False), (4, True, True), (None, False, True)])
-def test_fix_changes_the_edited_sources_and_nothing_else(indent, sort_keys, ensure_ascii):
+@pytest.mark.parametrize(
+    "indent, sort_keys, ensure_ascii, crlf",
+    [(1, True, False, False), (2, False, False, False), (4, True, True, False), (None, False, True, False), (1, True, False, True)],
+)
+def test_fix_changes_the_edited_sources_and_nothing_else(indent, sort_keys, ensure_ascii, crlf):
     data = notebook(*TRAINING, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+    if crlf:  # written on Windows: the JSON's own line breaks (a source's are escaped, "\n")
+        data = data.replace(b"\n", b"\r\n")
     after = fixed(data)
     assert after == expected_after(
         data,
