@@ -87,6 +87,16 @@ class DataLoaderPinMemory(Rule):
           imported from other modules are taken as CPU ones;
         - the dataset is `range(n)`: the batches are integer indices, not the data; or a
           Python list of strings (prompts): pinning leaves strings as they are;
+        - the dataset is tensors held in memory: a `TensorDataset` (also one a function of
+          the file builds, or one handed in as a parameter), or a dataset class of the file
+          whose `__getitem__` only indexes or slices tensors it holds. The batch is in RAM
+          already and its copy to the GPU is small; pinning adds one more copy, in a thread
+          that competes for the GIL with the per-sample indexing that is most of such a
+          loader's cost (a benchmark MLP on an in-memory `TensorDataset` ran 0.60x as fast
+          on an H200 once pinning, `non_blocking` copies and the other fixes were applied,
+          its per-sample loading left as it was). ADV105 says what pays there:
+          indexing whole batches, or keeping the tensors on the GPU. An explicit
+          `pin_memory=False` is left alone there too;
         - the loader is a Lightning `test_dataloader()` / `predict_dataloader()` and the
           file builds its `Trainer` but never calls `trainer.test` / `trainer.predict`
           (nor uses `LightningCLI`): no batch of it reaches the GPU.
@@ -158,6 +168,36 @@ class DataLoaderPinMemory(Rule):
             loader = DataLoader(ds, batch_size=8)
             """,
             note="data already on the GPU: pinning would fail",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            train_set = TensorDataset(features, labels)
+            loader = DataLoader(train_set, batch_size=512, shuffle=True, drop_last=True)
+            for x, y in loader:
+                x, y = x.to("cuda"), y.to("cuda")
+            """,
+            note="tensors held in memory: pinning does not pay there (ADV105 is the advice)",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Windows(Dataset):
+                def __init__(self, series, width):
+                    self.series, self.width = series, width
+                def __len__(self):
+                    return len(self.series) - self.width
+                def __getitem__(self, i):
+                    window = self.series[i : i + self.width + 1]
+                    return window[:-1].float(), window[-1].float()
+
+            loader = DataLoader(Windows(series, 64), batch_size=128, shuffle=True, pin_memory=False)
+            model = model.cuda()
+            """,
+            note="a dataset class that only slices tensors it holds: `pin_memory=False` stays",
         ),
         Valid(
             """
@@ -455,7 +495,8 @@ class DataLoaderSyncLoading(Rule):
           list / tuple / `range`, or tensors already on the GPU: indexing them in-process
           is cheaper than shipping batches between processes; likewise a dataset class of
           the file whose `__getitem__` only indexes or slices tensors it holds
-          (`self.data[i : i + block]`), with no I/O, decoding or transform;
+          (`self.data[i : i + block]`), with no I/O, decoding or transform (ADV105 says
+          what pays there: indexing whole batches);
         - the dataset or `collate_fn` moves batches to the GPU (as for ADV101): a forked
           worker process cannot use CUDA.
 
@@ -1006,7 +1047,10 @@ class BlockingHostToDeviceCopy(Rule):
           `batch[0].float().to(device)`; a view of it, `x.reshape(-1, 784)` / `.view` /
           `.flatten` / `.unsqueeze` / `.squeeze`, is the same pinned memory and is reported);
         - `non_blocking` is already passed, or passed a value that cannot be read;
-        - the batch is on the GPU already (the dataset or `collate_fn` moves it there).
+        - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
+        - the loader does not pin and ADV101 leaves it so: over tensors held in memory
+          (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
+          non-blocking copy from pageable memory gains nothing, and ADV105 is the advice.
     """
     valid = [
         Valid(

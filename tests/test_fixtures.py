@@ -62,12 +62,12 @@ LOOKALIKES = {
 REQUIRED_CODES = {
     "plain_pytorch.py": {"ADV101", "ADV102", "ADV201", "ADV204", "ADV302", "ADV303", "ADV401", "ADV601"},
     "hf_trainer.py": {"ADV104", "ADV201", "ADV401", "ADV601"},
-    "accelerate_loop.py": {"ADV101", "ADV201", "ADV601"},
+    "accelerate_loop.py": {"ADV105", "ADV201", "ADV601"},
     "nanogpt_globals.py": {"ADV201", "ADV204", "ADV305", "ADV403", "ADV601", "ADV604", "ADV704"},
     "hf_no_trainer.py": {"ADV101", "ADV102", "ADV201", "ADV401", "ADV505", "ADV601", "ADV701", "ADV705"},
     "trainer_dataclass_args.py": {"ADV401", "ADV403", "ADV601", "ADV603"},
     "lightning_module.py": {"ADV101", "ADV201", "ADV601", "ADV605", "ADV701"},
-    "gan_loop.py": {"ADV101", "ADV203", "ADV601", "ADV602", "ADV605", "ADV701", "ADV704"},
+    "gan_loop.py": {"ADV105", "ADV203", "ADV601", "ADV602", "ADV605", "ADV701", "ADV704"},
     "hand_attention.py": {"ADV202", "ADV203", "ADV601", "ADV602", "ADV604"},
 }
 

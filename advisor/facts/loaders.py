@@ -417,9 +417,20 @@ class LoaderFacts:
 
     def name(self, call: cst.Call) -> str | None:
         """What the file calls a DataLoader: the name it is assigned to (``train_loader``,
-        ``self.train_loader``), or the function that returns it (``train_dataloader``)."""
+        ``self.train_loader``), or the function that returns it (``train_dataloader``); through
+        an iteration wrapper (``train_loader = cycle(DataLoader(...))``)."""
         ctx = self.ctx
         parent = ctx.parent.get(call)
+        wrapper = ctx.parent.get(parent) if isinstance(parent, cst.Arg) else None
+        if (
+            isinstance(wrapper, cst.Call)
+            and wrapper.args
+            and wrapper.args[0] is parent
+            and parent.keyword is None
+            and not parent.star
+            and dotted_name(wrapper.func) in _ITERATION_WRAPPERS
+        ):
+            return self.name(wrapper)
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             return dotted_name(parent.targets[0].target)
         if isinstance(parent, cst.AnnAssign):
@@ -578,11 +589,14 @@ class LoaderFacts:
         return self.ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"]) is MISSING
 
     def pinnable(self, call: cst.Call) -> bool:
-        """A loader whose batches pinning would speed up: host data, not indices, built where
-        training runs, and not a Lightning loader that never runs."""
+        """A loader whose batches pinning would speed up: host data read or decoded per item,
+        not indices, built where training runs, and not a Lightning loader that never runs.
+        Not a loader over tensors held in memory (:meth:`in_memory`): its batch is in RAM
+        already, and a pinning thread that copies it once more competes for the GIL with
+        the per-sample indexing that makes most of its cost (ADV105 is the advice there)."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
-        if self.text_dataset(call):
+        if self.text_dataset(call) or self.in_memory(call):
             return False
         return self.runs_for_training(call)
 
@@ -698,17 +712,35 @@ class LoaderFacts:
             for source in self.dataset_sources(dataset) or ()
         )
 
+    def in_memory(self, call: cst.Call) -> bool:
+        """The loader's dataset is tensors held in memory: a ``TensorDataset``
+        (:meth:`in_memory_tensors`) or a class of the file that only indexes them
+        (:meth:`indexes_memory`). Each item costs a few tensor operations in Python."""
+        return self.in_memory_tensors(call) or self.indexes_memory(call)
+
     def unsuited_to_workers(self, call: cst.Call) -> bool:
         """Iterable datasets (each worker would replay the stream) and in-memory datasets
         (tensor datasets, Python sequences, a class of the file that only indexes what it holds)."""
         if self.file_streams_data or self._python_sequence_dataset(call):
             return True
-        return self.in_memory_tensors(call) or self.indexes_memory(call)
+        return self.in_memory(call)
 
-    def indexes_memory(self, call: cst.Call) -> bool:
+    def copies_items_to_gpu(self, call: cst.Call) -> bool:
+        """The loader's dataset is a class of the file whose ``__getitem__`` indexes data it holds
+        in host memory and moves each item to a device itself (``return self.data[i:j].cuda()``):
+        one small host-to-device copy per sample, and the batch stacked on the GPU. Not where the
+        data it is given is on the GPU already (``TextSampler(data.cuda(), n)``)."""
+        if not self.indexes_memory(call, moving=True) or self.indexes_memory(call):
+            return False
+        dataset = self.ctx.argument(call, "dataset", 0)
+        sources = self.dataset_sources(dataset) if isinstance(dataset, cst.BaseExpression) else None
+        return bool(sources) and not any(self._gpu_tensor_dataset(source) for source in sources)
+
+    def indexes_memory(self, call: cst.Call, moving: bool = False) -> bool:
         """The loader's dataset is a class of the file whose ``__getitem__`` only indexes or slices
         data it holds (``self.data[i : i + n].long()``), with no I/O, decoding or transform: each
-        item costs a few tensor operations, which worker processes would only add to."""
+        item costs a few tensor operations, which worker processes would only add to. With
+        ``moving``, a move of the item to a device (``.cuda()``, ``.to(device)``) is allowed too."""
         ctx = self.ctx
         dataset = ctx.argument(call, "dataset", 0)
         if dataset is None or dataset is MISSING:
@@ -719,11 +751,11 @@ class LoaderFacts:
             return False
         for cls in classes:
             getters = class_methods(ctx, cls, ("__getitem__", "__getitems__"))  # type: ignore[arg-type]
-            if not getters or not all(self._only_indexes(getter) for getter in getters):
+            if not getters or not all(self._only_indexes(getter, moving) for getter in getters):
                 return False
         return True
 
-    def _only_indexes(self, getter: cst.FunctionDef) -> bool:
+    def _only_indexes(self, getter: cst.FunctionDef, moving: bool = False) -> bool:
         ctx = self.ctx
         if not any(
             isinstance(sub.value, cst.Attribute) and dotted_name(sub.value.value) == "self"
@@ -738,6 +770,8 @@ class LoaderFacts:
             if isinstance(func, cst.Name) and func.value in _CHEAP_BUILTINS and not ctx.lookup(func.value, func):
                 continue
             if isinstance(func, cst.Attribute) and func.attr.value in _CHEAP_TENSOR_METHODS:
+                continue
+            if moving and ctx.facts.devices.moves_off_cpu(inner):
                 continue
             return False
         return True
