@@ -312,7 +312,10 @@ def analyzable_context(
         try:
             return parse_source(path, notebook.python, target)
         except AnalysisError as error:
-            errors.append(notebook_error(path, notebook, str(error), error.line, error.column))
+            message, line, column = str(error), error.line, error.column
+            if message.startswith("syntax error"):  # the cell that breaks, as Jupyter would run it
+                message, line, column = notebook.first_cell_syntax_error() or (message, line, column)
+            errors.append(notebook_error(path, notebook, message, line, column))
             return None
     if not RELEVANT.search(data):
         return None

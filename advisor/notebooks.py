@@ -24,6 +24,7 @@ rewritten.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import re
@@ -59,6 +60,8 @@ _MAYBE_IPYTHON = re.compile(
 _CELL_MAGIC_OPENING = re.compile(r"(?:[ \t]*(?:#[^\r\n]*)?(?:\r\n|\r|\n))*[ \t]*%%[ \t]*(\w*)")
 _NON_ASCII_ESCAPE = re.compile(r"\\u(?:00[89a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F]{2})[0-9a-fA-F]")
 _DECODER = json.JSONDecoder()
+# A cell compiled alone, as IPython compiles it (top-level `await` allowed), to an AST only.
+_COMPILE_CELL = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 # The pieces of a JSON object, whitespace included, matched at once (a notebook has tens of
 # thousands of small members: one regular expression each instead of a scan per token).
 _OBJECT_OPENING = re.compile(r"\{[ \t\n\r]*(\}[ \t\n\r]*)?")
@@ -232,6 +235,24 @@ class Notebook:
                 position, marker_line = int(marker.group(1)), number
         cell = self.cells[min(position, len(self.cells) - 1)]
         return cell.index + 1, max(line - marker_line, 1)
+
+    def first_cell_syntax_error(self) -> tuple[str, int, int] | None:
+        """Python's syntax error in the first cell that does not compile on its own, at its line and
+        column of ``python``: a cell that ends inside a string is reported there, not in the cell
+        where the joined source gives up (Jupyter runs each cell alone). None where every cell
+        compiles alone."""
+        lines = _split_lines(self.python)
+        markers = [number for number, (_, cell_line) in enumerate(self._origins) if cell_line == 0] + [len(lines)]
+        for start, end in zip(markers, markers[1:]):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # invalid escapes and the like: not ours to print
+                    compile("".join(lines[start + 1 : end]), "<cell>", "exec", _COMPILE_CELL, dont_inherit=True)
+            except SyntaxError as error:
+                return f"syntax error: {error.msg}", start + 1 + (error.lineno or 1), error.offset or 1
+            except (ValueError, RecursionError, MemoryError, OverflowError):
+                return None
+        return None
 
     def python_line(self, cell_number: int, cell_line: int) -> int | None:
         """The 1-based line of ``python`` that holds line ``cell_line`` of cell ``cell_number``."""

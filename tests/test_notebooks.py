@@ -243,6 +243,16 @@ def test_a_syntax_error_is_reported_in_its_cell(tmp_path, capsys):
     assert code_ == 2 and "broken.ipynb:cell 3:1:5: ADV000 syntax error" in out
 
 
+def test_a_cell_that_ends_inside_a_string_is_the_one_reported():
+    # Joined, the string would close in the next cell and the error surface there; Jupyter runs
+    # each cell alone, and the broken one is the first.
+    data = notebook(code('import torch\ndef f():\n    """Docs.\n'), code('def g():\n    """More docs."""\n    return 1\n'))
+    result = check_file("cut.ipynb", settings(), data=data)
+    assert [(e.cell, e.cell_line, e.message.split(" (")[0]) for e in result.errors] == [
+        (1, 3, "syntax error: unterminated triple-quoted string literal")
+    ]
+
+
 # -- fix ------------------------------------------------------------------------------------
 def expected_after(data: bytes, *replacements: tuple[str, str]) -> bytes:
     """The notebook's text with the given stored (JSON-escaped) strings replaced, once each."""
