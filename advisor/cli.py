@@ -24,7 +24,7 @@ from advisor.config import Config, ConfigError, find_pyproject, load_config
 from advisor.engine import Settings, check_paths, discover
 from advisor.notebooks import is_notebook
 from advisor.registry import select_codes, unknown_selectors
-from advisor.report import FORMATS, explain, render_text, rules_json, rules_table, statistics, to_github, to_json, to_sarif
+from advisor.report import FORMATS, explain, render_text, rules_json, rules_table, statistics, to_github, to_json, to_sarif, where
 from advisor.targets import UnknownGPU, resolve_target
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -273,7 +273,7 @@ def _add_noqa(args: argparse.Namespace) -> int:
             write_atomic(result.path, updated, expected=original)
     errors += [e for r in results for e in r.errors]
     for error in errors:
-        print(f"{error.path}:{error.line}:{error.column}: {error.code} {error.message}", file=sys.stderr)
+        print(f"{error.path}:{where(error)}: {error.code} {error.message}", file=sys.stderr)
     if not args.quiet:
         print(f"Added {added} noqa directive{'s' if added != 1 else ''}."
               + (f" {skipped} line{'s' if skipped != 1 else ''} could not take one (inside a string or after a backslash)." if skipped else ""))

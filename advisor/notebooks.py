@@ -53,7 +53,8 @@ _AUTOMAGIC_NAMES = (
 _AUTOMAGIC = re.compile(_AUTOMAGIC_NAMES)
 # A line that may be IPython syntax: most cells have none, and skip the line-by-line scan.
 _MAYBE_IPYTHON = re.compile(
-    r"^[ \t]*(?:[%!?]|[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*[ \t]*=[ \t]*[!%]|" + _AUTOMAGIC_NAMES + r")|\?[ \t]*(?:#.*)?$",
+    r"^[ \t]*(?:[%!?]|[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*[ \t]*=[ \t]*[!%]|" + _AUTOMAGIC_NAMES + r")"
+    r"|\?[ \t]*(?:#.*)?$",
     re.M,
 )
 # A cell magic on the cell's first line that is neither blank nor a comment.

@@ -256,7 +256,10 @@ def to_github(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) ->
     lines = []
     for e in errors:
         in_cell = f"{where(e)}: " if e.cell is not None else ""
-        lines.append(f"::error file={_github_escape(e.path, True)},line={e.line},col={e.column},title={e.code}::{_github_escape(in_cell + e.message)}")
+        lines.append(
+            f"::error file={_github_escape(e.path, True)},line={e.line},col={e.column},title={e.code}"
+            f"::{_github_escape(in_cell + e.message)}"
+        )
     for d in diagnostics:
         in_cell = f"{where(d)}: " if d.cell is not None else ""  # the line in the .ipynb file is JSON: say the cell
         lines.append(
