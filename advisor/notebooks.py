@@ -164,13 +164,16 @@ class Notebook:
             origins.append((position, 0))
             cell_lines = _split_lines(cell.source)
             self._cell_lines.append(cell_lines)
-            added = bool(cell_lines) and not cell_lines[-1].endswith(("\n", "\r"))
+            # The cell's last line has no line break (Jupyter writes none): the joined source
+            # gives it one, which goes when the cell is written back. An empty cell written
+            # back with code follows the same convention.
+            added = not cell_lines or not cell_lines[-1].endswith(("\n", "\r"))
             self._added_newline.append(added)
             python_lines = self._masked_lines(cell_lines) if _MAYBE_IPYTHON.search(cell.source) else cell_lines
             for number, line in enumerate(python_lines, start=1):
                 lines.append(line)
                 origins.append((position, number))
-            if added:
+            if added and cell_lines:
                 lines[-1] += "\n"
         self.python = "".join(lines)
         self._origins = origins

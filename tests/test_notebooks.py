@@ -549,3 +549,12 @@ def test_a_notebook_reads_the_device_from_a_sibling_module(tmp_path, capsys):
     code_, out, _ = run(["check", "train.ipynb", "--no-cache", "-q"], capsys, tmp_path)
     assert code_ == 1 and out.startswith("train.ipynb:cell 2:1:10: ADV101")
     assert run(["check", "train.ipynb", "--no-cache", "-q", "--no-project"], capsys, tmp_path)[0] == 0
+
+
+def test_an_empty_cell_that_gets_code_is_laid_out_like_its_neighbours():
+    data = notebook(code(""), code("import torch\n"))
+    nb = Notebook.from_bytes(data)
+    first_marker = nb.python.splitlines(True)[0]
+    after = nb.with_python(nb.python.replace(first_marker, first_marker + "x = 1\ny = 2\n", 1))
+    assert after == expected_after(data, ('"source": []', '"source": [\n    "x = 1\\n",\n    "y = 2"\n   ]'))
+    assert_valid_nbformat(after)
