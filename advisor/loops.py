@@ -555,13 +555,11 @@ class TrainingLoopModel:
         for ancestor in self.ctx.ancestors(node):
             if isinstance(ancestor, cst.With):
                 for item in ancestor.items:
-                    call = item.item
-                    if (
-                        isinstance(call, cst.Call)
-                        and isinstance(call.func, cst.Attribute)
-                        and call.func.attr.value in methods
-                    ):
-                        return True
+                    # ``with model.no_sync() if not last else nullcontext():`` counts too.
+                    calls = [item.item] if isinstance(item.item, cst.Call) else self.ctx.walk(item.item, cst.Call)
+                    for call in calls:
+                        if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
+                            return True
         return False
 
     # -- what runs every training step -------------------------------------------------------

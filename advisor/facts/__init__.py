@@ -9,6 +9,8 @@ one answer per file (computed once, on first use, and kept on the file's context
   it train on a CUDA GPU?
 - :mod:`advisor.facts.frameworks`: who owns the training step: a hand-written loop, the HF
   ``Trainer`` (and TRL), Accelerate, Lightning, Fabric or DeepSpeed, and whether it runs.
+- :mod:`advisor.facts.distributed`: several processes: the process group and its backend, the
+  DDP / FSDP wraps a file makes itself, the samplers that shard the data.
 - :mod:`advisor.facts.models`, :mod:`advisor.facts.loaders`, :mod:`advisor.facts.precision`,
   :mod:`advisor.facts.tensors`: the models trained and where, the DataLoaders and their
   roles, the precision regime, which expressions hold CUDA tensors.
@@ -102,3 +104,9 @@ class Facts:
         from advisor.facts.frameworks import FrameworkFacts
 
         return self.ctx.memo(FrameworkFacts, lambda: FrameworkFacts(self.ctx))
+
+    @property
+    def distributed(self):
+        from advisor.facts.distributed import DistributedFacts
+
+        return self.ctx.memo(DistributedFacts, lambda: DistributedFacts(self.ctx))

@@ -40,7 +40,7 @@ WIDE_WINDOW = 15
 WIDE = frozenset({"ADV203", "ADV602", "ADV705", "ADV604", "ADV303", "ADV301", "ADV302"})
 FILE_LEVEL = frozenset({"ADV202", "ADV605"})
 # Codes advisor implements; labels with other codes (ADV8xx) are reported apart.
-IMPLEMENTED_PREFIXES = ("ADV1", "ADV2", "ADV3", "ADV4", "ADV5", "ADV6", "ADV7")
+IMPLEMENTED_PREFIXES = ("ADV1", "ADV2", "ADV3", "ADV4", "ADV5", "ADV6", "ADV7", "ADV8")
 NOT_YET: frozenset[str] = frozenset()
 _LISTED_LINES = re.compile(r"more reads? in this step: lines? ([\d, ]+)")
 _PLACED_AT = re.compile(r"` at line (\d+)")

@@ -1,0 +1,177 @@
+"""Several processes: the process group, the DDP / FSDP wraps, and the samplers that shard data.
+
+A file does *its own* data parallelism when it wraps a model in ``DistributedDataParallel`` or
+FSDP itself: then it, not a framework, must shard the data (``DistributedSampler``), skip the
+all-reduce on micro-steps that do not step (``no_sync()``) and reshuffle every epoch
+(``set_epoch``). Accelerate, Lightning, Fabric, the HF ``Trainer`` and DeepSpeed's engine do
+those for the scripts they drive, so a file that uses one of them is not one of these.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.names import dotted_name
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+
+INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+FSDP = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+)
+DISTRIBUTED_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
+# Frameworks that shard the data, sync gradients and reshuffle for the scripts they drive.
+_FRAMEWORKS = (ACCELERATOR, FABRIC, LIGHTNING_TRAINER, "deepspeed.initialize", *TRAINING_ARGUMENTS)
+# Calls that only iterate what they are given: a loader passed to them is not handed over.
+_ITERATING = frozenset({"enumerate", "iter", "len", "zip", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "print", "next"})
+
+
+_MACHINE_TEST = re.compile(r"cuda|gpu|device|platform|windows|darwin|nccl|backend", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Backend:
+    call: cst.Call
+    expr: cst.BaseExpression | None  # the backend argument as written; None when not passed
+    value: str | None  # its value where it resolves to a string
+    follows_availability: bool  # ``"nccl" if torch.cuda.is_available() else "gloo"``
+
+
+class DistributedFacts:
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def ddp_wraps(self) -> list[cst.Call]:
+        return self.ctx.calls(*DISTRIBUTED_DATA_PARALLEL)
+
+    @cached_property
+    def fsdp_wraps(self) -> list[cst.Call]:
+        return self.ctx.calls(*FSDP)
+
+    @cached_property
+    def data_parallel_wraps(self) -> list[cst.Call]:
+        return self.ctx.calls(*DATA_PARALLEL)
+
+    @cached_property
+    def framework_driven(self) -> bool:
+        """A framework owns the processes: Accelerate, Lightning, Fabric, the HF Trainer, DeepSpeed."""
+        ctx = self.ctx
+        return bool(ctx.calls(*_FRAMEWORKS)) or bool(ctx.facts.frameworks.hf_trainer_calls)
+
+    @cached_property
+    def hand_written(self) -> bool:
+        """The file wraps a model in DDP or FSDP itself, with no framework driving it."""
+        return bool(self.ddp_wraps or self.fsdp_wraps) and not self.framework_driven
+
+    @cached_property
+    def accelerate_prepares_model(self) -> bool:
+        """An ``Accelerator`` prepares the model (it wraps it in DDP on several processes)."""
+        ctx = self.ctx
+        if not ctx.calls(ACCELERATOR):
+            return False
+        return any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare" and call.args
+            for call in ctx.method_calls("prepare")
+        )
+
+    @cached_property
+    def wrapped_names(self) -> set[str]:
+        """Names bound to a DDP / FSDP wrap (``model = DDP(model, ...)``, ``self.model = ...``)."""
+        names: set[str] = set()
+        wraps = set(self.ddp_wraps) | set(self.fsdp_wraps)
+        for assign in self.ctx.nodes(cst.Assign):
+            if assign.value in wraps:
+                for target in assign.targets:
+                    name = dotted_name(target.target)
+                    if name:
+                        names.add(name)
+        return names
+
+    @cached_property
+    def backends(self) -> list[Backend]:
+        from advisor.context import MISSING
+
+        ctx = self.ctx
+        found = []
+        for call in ctx.calls(INIT_PROCESS_GROUP):
+            expr = ctx.argument(call, "backend", 0)
+            if expr is None or expr is MISSING:
+                found.append(Backend(call, None, None, False))
+                continue
+            value = ctx.values.value_of(expr)
+            found.append(Backend(call, expr, value if isinstance(value, str) else None, self._follows_availability(expr)))
+        # Two calls with different backends: the file picks one per machine (``if platform.system()
+        # == "Windows": ... "gloo" else: ... "nccl"``), as a conditional expression would.
+        if len({b.value for b in found}) > 1:
+            found = [Backend(b.call, b.expr, b.value, True) for b in found]
+        found = [
+            Backend(b.call, b.expr, b.value, b.follows_availability or self._under_machine_test(b.call)) for b in found
+        ]
+        return found
+
+    def _under_machine_test(self, call: cst.Call) -> bool:
+        """Inside an ``if`` that asks about the machine (CUDA, the platform, a device)."""
+        for ancestor in self.ctx.ancestors(call):
+            if isinstance(ancestor, cst.If) and _MACHINE_TEST.search(self.ctx.code(ancestor.test)):
+                return True
+        return False
+
+    def _follows_availability(self, expr: cst.BaseExpression) -> bool:
+        """The backend is chosen by what the machine has: a conditional on the device, or a name
+        assigned such a conditional (or more than one value)."""
+        ctx = self.ctx
+        if isinstance(expr, cst.IfExp):
+            return True
+        if isinstance(expr, cst.Name):
+            bindings = ctx.lookup(expr.value, expr)
+            values = [b.value for b in bindings if b.value is not None]
+            if len(bindings) > 1 or any(isinstance(v, cst.IfExp) for v in values):
+                return True
+        return False
+
+    @cached_property
+    def distributed_samplers(self) -> list[cst.Call]:
+        return self.ctx.calls(*DISTRIBUTED_SAMPLERS)
+
+    @cached_property
+    def sets_epoch(self) -> bool:
+        """Some ``.set_epoch(...)`` call in the file, on whatever receiver."""
+        return bool(self.ctx.method_calls("set_epoch"))
+
+    def handed_over(self, name: str, at: cst.CSTNode) -> bool | None:
+        """Whether the value of ``name`` is passed to a function this file cannot see into: True
+        when to a function of another project module that mentions ``set_epoch`` or to one
+        outside the project (unknown); False when only to the file's own functions, to iteration
+        helpers, or to project functions whose module never mentions it."""
+        ctx = self.ctx
+        scope = ctx.enclosing(at, cst.FunctionDef) or ctx.module
+        for call in ctx.walk(scope, cst.Call):
+            passed = any(
+                not arg.star and dotted_name(arg.value) == name
+                for arg in call.args
+            )
+            if not passed:
+                continue
+            callee = dotted_name(call.func) or ""
+            if callee in _ITERATING or ctx.qualname(call.func) in _ITERATING or ctx.loops.callee(call) is not None:
+                continue
+            if callee.split(".")[-1] in ("DataLoader", "prepare"):
+                continue
+            project = ctx.project
+            found = project.binding(call.func) if project is not None else None
+            if found is None:
+                return True  # a library or something this file cannot read
+            other, _ = found
+            if "set_epoch" in other.source:
+                return True
+        return False

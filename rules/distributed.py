@@ -1,0 +1,958 @@
+"""Beyond one GPU: data parallelism done by hand (ADV801-ADV806).
+
+The premises come from :mod:`advisor.facts.distributed`: a file that wraps its model in DDP or
+FSDP itself (no Accelerate, Lightning, Fabric, HF Trainer or DeepSpeed engine driving it) owns
+sharding the data, skipping the all-reduce of micro-steps and reshuffling every epoch.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from advisor.apis import DATALOADER
+from advisor.context import MISSING, FileContext
+from advisor.edits import expression, remove_keyword, set_keyword, statement
+from advisor.facts.distributed import DISTRIBUTED_SAMPLERS
+from advisor.loops import TrainingLoop, modulo_divisor
+from advisor.names import dotted_name
+from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+
+GUIDE = "Multi-GPU training (PyTorch DDP notes; guide: DeepSpeed ZeRO)"
+DDP_FIND_UNUSED = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "lightning.pytorch.strategies.DDPStrategy",
+    "accelerate.utils.DistributedDataParallelKwargs",
+    "accelerate.DistributedDataParallelKwargs",
+)
+
+
+class DataParallel(Rule):
+    code = "ADV801"
+    name = "data-parallel"
+    summary = "`nn.DataParallel` drives every GPU from one Python process; DDP runs one process per GPU."
+    guide = GUIDE
+    why = """
+        `nn.DataParallel` runs in one process: on every forward it copies the model's
+        weights to each GPU, scatters the batch, gathers the outputs on the first GPU and
+        computes the loss there, and one Python thread per GPU competes for the GIL. The
+        first GPU holds more memory than the others and the others wait for it. PyTorch's
+        documentation recommends `DistributedDataParallel` instead "even on a single node":
+        one process per GPU, weights replicated once, gradients all-reduced in buckets while
+        the backward pass still runs.
+    """
+    example = """
+        model = nn.DataParallel(model).cuda()
+    """
+    use_instead = """
+        # torchrun --nproc_per_node=<GPUs> train.py
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(model.to(local_rank), device_ids=[local_rank])
+        loader = DataLoader(dataset, batch_size=per_gpu_batch, sampler=DistributedSampler(dataset))
+    """
+    silent_when = """
+        - the file trains nothing (inference with `DataParallel` keeps only the scatter cost);
+        - `device_ids` names a single GPU: nothing runs in parallel.
+    """
+    valid = [
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(model).cuda()
+            model.eval()
+            with torch.no_grad():
+                for x in loader:
+                    print(model(x.cuda()))
+            """,
+            note="inference only",
+        ),
+        Valid(
+            """
+            import torch
+            model = torch.nn.DataParallel(model, device_ids=[0]).cuda()
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="one device",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.DataParallel(model).cuda()
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not (ctx.loops.training_loops or ctx.facts.frameworks.trains):
+            return
+        for call in ctx.facts.distributed.data_parallel_wraps:
+            devices = ctx.argument(call, "device_ids", 1)
+            if isinstance(devices, (cst.List, cst.Tuple)) and len(devices.elements) == 1:
+                continue
+            yield self.report(
+                call,
+                "`nn.DataParallel` drives every GPU from one process: it replicates the model and "
+                "scatters each batch on every step, gathers on the first GPU, and its threads share "
+                "one GIL; use `DistributedDataParallel`, one process per GPU, launched with "
+                "`torchrun --nproc_per_node=<GPUs> train.py` (and a `DistributedSampler` for the data)",
+            )
+
+
+class FindUnusedParameters(Rule):
+    code = "ADV802"
+    name = "ddp-find-unused-parameters"
+    summary = "`find_unused_parameters=True` makes DDP traverse the autograd graph after every forward."
+    guide = GUIDE
+    why = """
+        With `find_unused_parameters=True`, DDP walks the autograd graph from the outputs
+        after every forward pass to mark the parameters that will get no gradient, so
+        that their buckets are not waited for. The walk costs time on every step, and
+        it delays the all-reduce of the buckets it marks. Most models use every
+        parameter on every step and need none of it; DDP raises an error that names the
+        unused parameters when one does not get a gradient, so dropping the flag is
+        safe to try. Where some parameters really go unused, the same set on every step,
+        `static_graph=True` finds them once, on the first iteration.
+    """
+    example = """
+        model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    """
+    use_instead = """
+        model = DDP(model, device_ids=[local_rank])
+        # some parameters unused, the same ones every step:
+        model = DDP(model, device_ids=[local_rank], static_graph=True)
+    """
+    silent_when = """
+        - the value is not `True` (or an argparse default of `True`), or cannot be read;
+        - `static_graph=True` is passed too: the graph is walked once.
+
+        Also read: Lightning's `DDPStrategy(find_unused_parameters=True)` and
+        `strategy="ddp_find_unused_parameters_true"`, Accelerate's
+        `DistributedDataParallelKwargs(find_unused_parameters=True)`, and
+        `TrainingArguments(ddp_find_unused_parameters=True)`.
+    """
+    valid = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank])
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=args.find_unused)
+            """,
+            note="a value the file does not know",
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=True, static_graph=True)
+            """,
+            note="static graph: the walk happens once",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+            """
+        ),
+        Invalid(
+            """
+            import lightning as L
+            trainer = L.Trainer(accelerator="gpu", devices=4, strategy="ddp_find_unused_parameters_true")
+            """,
+            note="Lightning's strategy name",
+        ),
+        Invalid(
+            """
+            from transformers import TrainingArguments
+            args = TrainingArguments("out", ddp_find_unused_parameters=True)
+            """
+        ),
+    ]
+
+    MESSAGE = (
+        "`find_unused_parameters=True` makes DDP walk the autograd graph after every forward pass; "
+        "drop it if every parameter gets a gradient each step (DDP names the ones that do not), "
+        "or pass `static_graph=True` where the same parameters go unused every step"
+    )
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        from advisor.apis import LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+
+        for call in ctx.calls(*DDP_FIND_UNUSED):
+            if self._true(ctx, call, "find_unused_parameters") and not self._true(ctx, call, "static_graph"):
+                yield self.report(self.at_keyword(call, "find_unused_parameters"), self.MESSAGE)
+        for call in ctx.calls(*TRAINING_ARGUMENTS):
+            if self._true(ctx, call, "ddp_find_unused_parameters"):
+                yield self.report(self.at_keyword(call, "ddp_find_unused_parameters"), self.MESSAGE)
+        for call in ctx.calls(LIGHTNING_TRAINER):
+            strategy = ctx.argument(call, "strategy")
+            if strategy is not None and strategy is not MISSING and ctx.values.value_of(strategy) == "ddp_find_unused_parameters_true":
+                yield self.report(self.at_keyword(call, "strategy"), self.MESSAGE)
+
+    @staticmethod
+    def _true(ctx: FileContext, call: cst.Call, keyword: str) -> bool:
+        arg = ctx.keyword_arg(call, keyword)
+        return arg is not None and ctx.values.value_of(arg.value) is True
+
+
+class AccumulationWithoutNoSync(Rule):
+    code = "ADV803"
+    name = "ddp-accumulation-without-no-sync"
+    summary = "Gradient accumulation under DDP all-reduces the gradients on every micro-step, not only the last."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        DDP all-reduces the gradients during every `backward()`. When a loop accumulates
+        gradients over k micro-steps before `optimizer.step()`, only the last all-reduce
+        is needed: the first k - 1 send the whole gradient over the interconnect for
+        nothing (the guide's *Gradient Accumulation* trades steps for memory; the
+        communication should not multiply with it). `model.no_sync()` skips the
+        all-reduce: gradients accumulate locally and the next synchronised backward
+        reduces their sum. The forward pass must run inside the context too.
+    """
+    example = """
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / accumulation_steps
+            loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    use_instead = """
+        for i, (x, y) in enumerate(loader):
+            with (model.no_sync() if (i + 1) % accumulation_steps != 0 else contextlib.nullcontext()):
+                loss = criterion(model(x), y) / accumulation_steps
+                loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    silent_when = """
+        - the model is not wrapped in DDP / FSDP by the file itself, and not prepared by
+          Accelerate in a loop that counts its micro-steps by hand (Accelerate's `accumulate`,
+          Lightning, Fabric's `no_backward_sync`, the HF Trainer and DeepSpeed skip the
+          all-reduce themselves);
+        - the backward already runs under a `no_sync()` context, or the file sets
+          `require_backward_grad_sync` (nanoGPT's way);
+        - the loop steps on every iteration (no accumulation).
+
+        The fix wraps the loop body from its first statement to the backward in
+        `with (model.no_sync() if not <step condition> else contextlib.nullcontext()):`;
+        it is unsafe because the gradients of the micro-steps are then reduced once, as a
+        sum, which is the same in exact arithmetic but not bit for bit. It is offered only
+        where the loop body up to the backward has no `break` / `continue` / `return` and the
+        step condition reads nothing assigned before it in the body; elsewhere the finding
+        is advice.
+    """
+    valid = [
+        Valid(
+            """
+            import contextlib
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            for i, (x, y) in enumerate(loader):
+                with model.no_sync() if (i + 1) % accum != 0 else contextlib.nullcontext():
+                    loss = criterion(model(x.cuda()), y.cuda()) / accum
+                    loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="no_sync already",
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="no accumulation",
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            for step in range(max_steps):
+                for micro_step in range(accum):
+                    model.require_backward_grad_sync = micro_step == accum - 1
+                    loss = model(*get_batch())
+                    loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="nanoGPT's require_backward_grad_sync",
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from utils import misc
+            ddp = DDP(net.cuda(), device_ids=[rank])
+            while True:
+                optimizer.zero_grad(set_to_none=True)
+                for round_idx in range(num_accumulation_rounds):
+                    with misc.ddp_sync(ddp, round_idx == num_accumulation_rounds - 1):
+                        loss = loss_fn(net=ddp, images=next(batches))
+                        loss.sum().backward()
+                optimizer.step()
+            """,
+            note="EDM: a helper named for the sync calls no_sync on the rounds that do not step",
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator(gradient_accumulation_steps=4)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for x, y in loader:
+                with accelerator.accumulate(model):
+                    loss = criterion(model(x), y)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="Accelerate skips the all-reduce itself",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accum
+                accelerator.backward(loss)
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="accumulation counted by hand under Accelerate: advice to use accelerator.accumulate",
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            for step in range(max_steps):
+                for micro_step in range(grad_accum_steps):
+                    loss = model(*get_batch()) / grad_accum_steps
+                    loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="nanoGPT's micro-step loop without require_backward_grad_sync: advice",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda()) / accum
+                loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            import contextlib
+            model = DDP(model.cuda(), device_ids=[rank])
+            for i, (x, y) in enumerate(loader):
+                with (model.no_sync() if not ((i + 1) % accum == 0) else contextlib.nullcontext()):
+                    loss = criterion(model(x.cuda()), y.cuda()) / accum
+                    loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
+            step = 0
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda()) / accum
+                loss.backward()
+                step += 1
+                if step % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="the step condition reads a counter the body changes first: advice only",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = ctx.facts.distributed
+        accelerate = not facts.hand_written and facts.accelerate_prepares_model
+        if not (facts.hand_written or accelerate) or self._syncs_by_flag(ctx):
+            return
+        models = sorted(facts.wrapped_names)
+        for loop in ctx.loops.training_loops:
+            divisor = ctx.loops.accumulation_divisor(loop)
+            micro = None
+            if divisor is None:
+                micro = next(filter(None, (ctx.loops.micro_step_loop(loop, o) for o in loop.optimizers)), None)
+                if micro is None:
+                    continue
+            for event in loop.of_kind("backward"):
+                if micro is None and event.in_nested_loop or ctx.loops.accumulate_context(event.call):
+                    continue
+                if self._under_sync_helper(ctx, event.call):
+                    continue
+                if accelerate:
+                    message = (
+                        "Gradient accumulation counted by hand under Accelerate: on several GPUs every "
+                        "micro-step's backward all-reduces the gradients, though only the one before "
+                        "`optimizer.step()` needs to; run each micro-step under `accelerator.accumulate(model)` "
+                        "(with `Accelerator(gradient_accumulation_steps=k)`), or `accelerator.no_sync(model)`"
+                    )
+                    yield self.report(event.call, message)
+                    continue
+                name = models[0] if len(models) == 1 else "model"
+                message = (
+                    f"Gradient accumulation under DDP: every micro-step's `backward()` all-reduces the gradients, "
+                    f"though only the one before `optimizer.step()` needs to; run the other micro-steps "
+                    f"(forward and backward) under `{name}.no_sync()`"
+                )
+                fix = self._fix(ctx, loop, event, models[0]) if len(models) == 1 and micro is None else None
+                yield self.report(event.call, message, fix)
+
+    @staticmethod
+    def _under_sync_helper(ctx: FileContext, node: cst.CSTNode) -> bool:
+        """Inside ``with misc.ddp_sync(ddp, last_round):`` or another context manager of the
+        project named for the gradient sync (EDM's way to call ``no_sync`` on some rounds)."""
+        for ancestor in ctx.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    for call in [item.item] if isinstance(item.item, cst.Call) else ctx.walk(item.item, cst.Call):
+                        if "sync" in (dotted_name(call.func) or "").split(".")[-1].lower():
+                            return True
+        return False
+
+    @staticmethod
+    def _syncs_by_flag(ctx: FileContext) -> bool:
+        return any(attribute.attr.value == "require_backward_grad_sync" for attribute in ctx.nodes(cst.Attribute))
+
+    def _fix(self, ctx: FileContext, loop: TrainingLoop, backward, model: str):
+        body = loop.node.body
+        if not isinstance(body, cst.IndentedBlock) or backward.via_helper is not None or not backward.straight_line:
+            return None
+        statements = list(body.body)
+        if backward.statement not in statements:
+            return None
+        end = statements.index(backward.statement)
+        steps = [e for e in loop.of_kind("step") if not e.in_nested_loop]
+        guard = steps[0].guards[0] if steps and steps[0].guards else None
+        if guard is None or guard not in statements or statements.index(guard) <= end:
+            return None
+        if modulo_divisor(guard.test) is None:
+            return None
+        wrapped = statements[: end + 1]
+        for node in wrapped:
+            if ctx.walk(node, cst.Break) or ctx.walk(node, cst.Continue) or ctx.walk(node, cst.Return):
+                return None
+        read = {n.value for n in ctx.walk(guard.test, cst.Name)}
+        for node in statements[: statements.index(guard)]:
+            for target in ctx.walk(node, cst.AssignTarget) + ctx.walk(node, cst.AugAssign):
+                written = target.target if isinstance(target, (cst.AssignTarget, cst.AugAssign)) else None
+                if written is not None and {n.value for n in ctx.walk(written, cst.Name)} & read:
+                    return None
+        nullcontext, imports = ctx.reference("contextlib.nullcontext", loop.node)
+        condition = ctx.code(guard.test)
+        header = expression(
+            f"({model}.no_sync() if not ({condition}) else {ctx.code(nullcontext)}())"
+        )
+        first = wrapped[0]
+        with_block = cst.With(
+            items=[cst.WithItem(item=header)],
+            body=cst.IndentedBlock(body=[
+                wrapped[0].with_changes(leading_lines=[]) if hasattr(wrapped[0], "leading_lines") else wrapped[0],
+                *wrapped[1:],
+            ]),
+            leading_lines=getattr(first, "leading_lines", ()),
+        )
+        edits = [Edit(first, with_block)] + [Edit(node, cst.RemovalSentinel.REMOVE) for node in wrapped[1:]]
+        return self.fix(
+            f"Run the micro-steps that do not step under `{model}.no_sync()`", *edits, imports=imports or ("contextlib",)
+        )
+
+
+class WithoutDistributedSampler(Rule):
+    code = "ADV804"
+    name = "ddp-without-distributed-sampler"
+    summary = "A DDP training DataLoader without a `DistributedSampler`: every rank reads the same data."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        DDP runs one process per GPU, each with its own copy of the DataLoader. Without a
+        sampler that gives each rank its own share of the indices, every rank draws the
+        whole data set, in the same order when the seeds match: N GPUs train N times on
+        the same batches, an epoch takes as long as on one GPU, and the effective batch
+        is N copies of one batch. `DistributedSampler` splits the indices by rank (and
+        shuffles them, with `set_epoch` each epoch).
+    """
+    example = """
+        model = DDP(model.to(rank), device_ids=[rank])
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    """
+    use_instead = """
+        model = DDP(model.to(rank), device_ids=[rank])
+        loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+    """
+    silent_when = """
+        - the file does not wrap a model in DDP / FSDP itself (Accelerate's `prepare`,
+          Lightning, Fabric, the HF Trainer and DeepSpeed shard the data themselves);
+        - the loader is given a `sampler=` or `batch_sampler=` (the file chose how to split);
+        - the data set is an `IterableDataset` (it must shard itself by rank);
+        - the loader is not a training loader, or which loader trains cannot be told.
+
+        The fix moves `shuffle` into the sampler (`DistributedSampler` shuffles by default) and
+        is unsafe: each rank then sees 1/N of the data per epoch, so an epoch has N times
+        fewer steps (learning-rate schedules counted in epochs change). Offered only where
+        the data set is a plain name or attribute (it is written twice).
+    """
+    valid = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, DistributedSampler
+            model = DDP(model.to(rank), device_ids=[rank])
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = criterion(model(x.to(rank)), y.to(rank))
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            model = model.cuda()
+            loader = DataLoader(dataset, batch_size=32, shuffle=True)
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="one process",
+        ),
+        Valid(
+            """
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+            accelerator = Accelerator()
+            loader = DataLoader(dataset, batch_size=32, shuffle=True)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            note="Accelerate shards the prepared loader",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            model = DDP(model.to(rank), device_ids=[rank])
+            loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4)
+            for x, y in loader:
+                loss = criterion(model(x.to(rank)), y.to(rank))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            model = DDP(model.to(rank), device_ids=[rank])
+            loader = DataLoader(dataset, batch_size=32, num_workers=4, sampler=torch.utils.data.DistributedSampler(dataset))
+            for x, y in loader:
+                loss = criterion(model(x.to(rank)), y.to(rank))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = ctx.facts.distributed
+        if not facts.hand_written:
+            return
+        loaders = ctx.facts.loaders
+        for call in loaders.of_training_loops or ():
+            if ctx.argument(call, "sampler", 2) is not MISSING or ctx.argument(call, "batch_sampler", 3) is not MISSING:
+                continue
+            if loaders.file_streams_data:
+                continue
+            yield self.report(
+                call,
+                "DDP training DataLoader without a `DistributedSampler`: every rank reads the whole data set, "
+                "so N GPUs train on the same batches; pass `sampler=DistributedSampler(dataset)` "
+                "(it shuffles; call `sampler.set_epoch(epoch)` each epoch)",
+                self._fix(ctx, call),
+            )
+
+    def _fix(self, ctx: FileContext, call: cst.Call):
+        dataset = ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING or dotted_name(dataset) is None:
+            return None
+        shuffle = ctx.argument(call, "shuffle", 2)
+        if shuffle is not MISSING and shuffle is not None and not isinstance(shuffle, cst.Name):
+            return None
+        if any(arg.star for arg in call.args):
+            return None
+        shuffled = shuffle is not MISSING and shuffle is not None and ctx.values.value_of(shuffle) is True
+        sampler, imports = ctx.reference(DISTRIBUTED_SAMPLERS[0], call)
+        sampler_code = f"{ctx.code(sampler)}({ctx.code(dataset)}{'' if shuffled else ', shuffle=False'})"
+        if shuffle is not MISSING and shuffle is not None and not shuffled and ctx.values.value_of(shuffle) is not False:
+            sampler_code = f"{ctx.code(sampler)}({ctx.code(dataset)}, shuffle={ctx.code(shuffle)})"
+        new = remove_keyword(call, "shuffle") if ctx.keyword_arg(call, "shuffle") is not None else call
+        new = set_keyword(new, "sampler", expression(sampler_code))
+        return self.fix("Pass `sampler=DistributedSampler(dataset)`", Edit(call, new), imports=imports)
+
+
+class GlooOnCuda(Rule):
+    code = "ADV805"
+    name = "gloo-on-cuda"
+    summary = "`init_process_group(\"gloo\")` in a CUDA training script: NCCL is the backend for GPU collectives."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        Gloo all-reduces CUDA tensors by copying them to host memory and back; NCCL runs
+        the collectives on the GPUs over NVLink / InfiniBand. For DDP on GPUs PyTorch's
+        documentation says to use NCCL; with Gloo the gradient all-reduce of every step
+        goes through the CPU and the PCIe bus.
+    """
+    example = """
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        model = DDP(model.to(rank), device_ids=[rank])
+    """
+    use_instead = """
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        model = DDP(model.to(rank), device_ids=[rank])
+    """
+    silent_when = """
+        - the backend follows the machine (`"nccl" if torch.cuda.is_available() else "gloo"`,
+          a variable set in more than one place, `"gloo"` under an `if` about the platform or
+          the device, another `init_process_group` with another backend) or cannot be read;
+        - the file does not train on CUDA.
+
+        The fix is unsafe: NCCL only handles CUDA tensors, so a collective the script runs on
+        CPU tensors (an `all_reduce` of a metric kept on the CPU) would then fail; `"cpu:gloo,cuda:nccl"`
+        keeps both. Where the script falls back to the CPU when there is no GPU, the fix writes
+        `"nccl" if torch.cuda.is_available() else "gloo"`, following it.
+    """
+    valid = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            model = model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            model = model.to("cpu")
+            """,
+            note="CPU training",
+        ),
+        Valid(
+            """
+            import platform
+            import torch
+            from torch.distributed import init_process_group
+            if platform.system() == "Windows":
+                init_process_group(backend="gloo", rank=rank, world_size=world_size)
+            else:
+                init_process_group(backend="nccl", rank=rank, world_size=world_size)
+            torch.cuda.set_device(rank)
+            """,
+            note="gloo only where NCCL does not exist",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = model.to(device)
+            """,
+            fixed="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = model.to(device)
+            """,
+            note="the script falls back to the CPU: the backend follows it",
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)
+            model = DDP(model.to(rank), device_ids=[rank])
+            """,
+            fixed="""
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+            model = DDP(model.to(rank), device_ids=[rank])
+            """,
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        if not ctx.facts.devices.gpu.yes:
+            return
+        for backend in ctx.facts.distributed.backends:
+            if backend.value != "gloo" or backend.follows_availability or backend.expr is None:
+                continue
+            fix = None
+            if isinstance(backend.expr, cst.SimpleString):
+                nccl = backend.expr.with_changes(value=backend.expr.value.replace("gloo", "nccl"))
+                if ctx.facts.devices.always_cuda:
+                    fix = self.fix('Use the `"nccl"` backend', Edit(backend.expr, nccl))
+                else:
+                    # The script falls back to the CPU, where NCCL does not exist: follow its choice.
+                    available, imports = ctx.reference("torch.cuda.is_available", backend.call)
+                    choice = expression(f"{ctx.code(nccl)} if {ctx.code(available)}() else {ctx.code(backend.expr)}")
+                    fix = self.fix(
+                        'Use `"nccl"` where CUDA is available', Edit(backend.expr, choice), imports=imports
+                    )
+            yield self.report(
+                backend.expr,
+                'The "gloo" backend all-reduces CUDA tensors through host memory on every step; '
+                'use "nccl" for GPU training ("cpu:gloo,cuda:nccl" if the script also reduces CPU tensors)',
+                fix,
+            )
+
+
+class SamplerWithoutSetEpoch(Rule):
+    code = "ADV806"
+    name = "sampler-without-set-epoch"
+    summary = "A shuffled `DistributedSampler` without `set_epoch(epoch)`: the same order every epoch."
+    guide = GUIDE
+    fix_applicability = Applicability.UNSAFE
+    why = """
+        `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
+        epoch only changes when the script calls `sampler.set_epoch(epoch)`. Without it,
+        every epoch draws the same permutation: each rank sees the same samples in the
+        same order, and the batches are the same every epoch, which usually trains
+        worse than a fresh shuffle (PyTorch's documentation: "calling the `set_epoch()`
+        method at the beginning of each epoch before creating the DataLoader iterator is
+        necessary to make shuffling work properly across multiple epochs").
+    """
+    example = """
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+        for epoch in range(epochs):
+            for x, y in loader:
+                ...
+    """
+    use_instead = """
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                ...
+    """
+    silent_when = """
+        - the sampler does not shuffle (`shuffle=False`) or its `shuffle` cannot be read;
+        - the file calls `set_epoch` anywhere;
+        - the sampler or its loader is handed to a function of a library, or of a project
+          module that mentions `set_epoch`: it may be called there.
+
+        The fix inserts `<sampler>.set_epoch(<epoch>)` at the top of the loop over epochs
+        around the loop over the loader (`<loader>.sampler.set_epoch(...)` for a sampler
+        without a name); unsafe, since the data order changes from the second epoch on.
+        Where there is no such loop (one epoch, or a loop over steps) it is advice.
+    """
+    valid = [
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset, shuffle=False)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                for x, y in loader:
+                    train_step(x, y)
+            """,
+            note="no shuffle",
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    train_step(x, y)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            from trainer_lib import train_one_epoch
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                train_one_epoch(model, loader, epoch)
+            """,
+            note="handed to a library function, which may call set_epoch",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                for x, y in loader:
+                    train_step(x, y)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+                for x, y in loader:
+                    train_step(x, y)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            train_loader = torch.utils.data.DataLoader(
+                train_set, batch_size=64, sampler=torch.utils.data.distributed.DistributedSampler(train_set)
+            )
+            for epoch in range(start_epoch, epochs):
+                model.train()
+                for images, target in train_loader:
+                    train_step(images, target)
+            """,
+            fixed="""
+            import torch
+            train_loader = torch.utils.data.DataLoader(
+                train_set, batch_size=64, sampler=torch.utils.data.distributed.DistributedSampler(train_set)
+            )
+            for epoch in range(start_epoch, epochs):
+                train_loader.sampler.set_epoch(epoch)
+                model.train()
+                for images, target in train_loader:
+                    train_step(images, target)
+            """,
+            note="an unnamed sampler: through the loader",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        facts = ctx.facts.distributed
+        if not facts.distributed_samplers or facts.sets_epoch:
+            return
+        for sampler in facts.distributed_samplers:
+            shuffle = ctx.argument(sampler, "shuffle", 3)
+            if shuffle is None or (shuffle is not MISSING and ctx.values.value_of(shuffle) is not True):
+                continue
+            sampler_name, loader_name = self._names(ctx, sampler)
+            if sampler_name is None and loader_name is None:
+                continue
+            if any(name and facts.handed_over(name, sampler) for name in (sampler_name, loader_name)):
+                continue
+            yield self.report(
+                sampler,
+                "Shuffled `DistributedSampler` without `set_epoch(epoch)`: it draws the same permutation "
+                "every epoch; call `sampler.set_epoch(epoch)` at the start of each epoch",
+                self._fix(ctx, sampler_name, loader_name),
+            )
+
+    @staticmethod
+    def _names(ctx: FileContext, sampler: cst.Call) -> tuple[str | None, str | None]:
+        """The name the sampler is bound to, and the name of the loader it is passed to."""
+        sampler_name = loader_name = None
+        statement_ = ctx.statement_of(sampler)
+        if isinstance(statement_, cst.SimpleStatementLine) and isinstance(statement_.body[0], cst.Assign):
+            assign = statement_.body[0]
+            if assign.value is sampler and len(assign.targets) == 1:
+                sampler_name = dotted_name(assign.targets[0].target)
+        for call in ctx.calls(DATALOADER):
+            value = ctx.argument(call, "sampler", 2)
+            if value is sampler or (sampler_name and isinstance(value, cst.BaseExpression) and dotted_name(value) == sampler_name):
+                outer = ctx.statement_of(call)
+                if isinstance(outer, cst.SimpleStatementLine) and isinstance(outer.body[0], cst.Assign):
+                    assign = outer.body[0]
+                    if assign.value is call and len(assign.targets) == 1:
+                        loader_name = dotted_name(assign.targets[0].target)
+        return sampler_name, loader_name
+
+    def _fix(self, ctx: FileContext, sampler_name: str | None, loader_name: str | None):
+        if loader_name is None:
+            return None
+        for loop in ctx.nodes(cst.For):
+            iterated, _ = ctx.facts.loaders.unwrap(loop.iter)
+            if dotted_name(iterated) != loader_name:
+                continue
+            epoch_loop = ctx.enclosing(loop, cst.For)
+            if not isinstance(epoch_loop, cst.For) or not isinstance(epoch_loop.target, cst.Name):
+                return None
+            body = epoch_loop.body
+            if not isinstance(body, cst.IndentedBlock) or not body.body:
+                return None
+            receiver = sampler_name or f"{loader_name}.sampler"
+            new = statement(f"{receiver}.set_epoch({epoch_loop.target.value})")
+            first = body.body[0]
+            return self.fix(
+                f"Call `{receiver}.set_epoch({epoch_loop.target.value})` at the start of each epoch",
+                Edit(first, cst.FlattenSentinel([new, first])),
+            )
+        return None

@@ -1,0 +1,143 @@
+"""The ADV8xx fixes on real torch: a DDP script run as one process over gloo on the CPU (the
+collectives are real, the world has one rank), before and after advisor's fix."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+from helpers import fix, lint
+
+# A DDP script as people write it: a device chosen by availability, a shuffled loader with no
+# DistributedSampler, gradient accumulation without no_sync. It prints its final parameters
+# and the first indices each epoch drew.
+SCRIPT = '''\
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+
+class Indexed(Dataset):
+    def __init__(self, size):
+        self.x = torch.randn(size, 4)
+        self.y = self.x.sum(dim=1, keepdim=True)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, index):
+        return self.x[index], self.y[index], index
+
+
+def main():
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dataset = Indexed(64)
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = DDP(torch.nn.Linear(4, 1).to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    accum = 2
+    first = []
+    for epoch in range(3):
+        for i, (x, y, index) in enumerate(loader):
+            if i == 0:
+                first.append(index.tolist())
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)) / accum
+            loss.backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    weights = [p.detach().flatten().tolist() for p in model.parameters()]
+    print(json.dumps({"weights": weights, "first": first, "sampler": type(loader.sampler).__name__}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def run(source: str, tmp_path, port: int) -> dict:
+    script = tmp_path / f"train_{port}.py"
+    script.write_text(source)
+    completed = subprocess.run([sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as handle:
+        handle.bind(("127.0.0.1", 0))
+        return handle.getsockname()[1]
+
+
+def test_the_script_gets_its_findings():
+    codes = {d.code for d in lint(SCRIPT, codes=["ADV803", "ADV804", "ADV805", "ADV806"])}
+    # gloo on a script that trains on CUDA where there is one; no sampler yet, so no ADV806.
+    assert codes == {"ADV803", "ADV804", "ADV805"}
+    fixed = fix(SCRIPT, codes=["ADV805"]).fixed.decode()
+    assert 'dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", init_method=' in fixed
+
+
+def test_no_sync_fix_trains_the_same(tmp_path):
+    """Wrapping the micro-steps that do not step in no_sync() changes when gradients are
+    reduced, not what they add up to."""
+    result = fix(SCRIPT, codes=["ADV803"])
+    fixed = result.fixed.decode()
+    assert "with (model.no_sync() if not ((i + 1) % accum == 0) else contextlib.nullcontext()):" in fixed
+    assert fixed.count("import contextlib") == 1
+    before, after = run(SCRIPT, tmp_path, free_port()), run(fixed, tmp_path, free_port())
+    assert before["first"] == after["first"]
+    for a, b in zip(before["weights"], after["weights"]):
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-7)
+    assert fix(fixed, codes=["ADV803"]).fixed.decode() == fixed  # idempotent
+
+
+def test_sampler_fix_then_set_epoch_reshuffles_every_epoch(tmp_path):
+    """ADV804 gives the loader a DistributedSampler; the next round, ADV806 sees a sampler that
+    never gets set_epoch and inserts it: each epoch then draws a new order."""
+    result = fix(SCRIPT, codes=["ADV804", "ADV806"])
+    fixed = result.fixed.decode()
+    assert "loader = DataLoader(dataset, batch_size=8, sampler=torch.utils.data.DistributedSampler(dataset))" in fixed
+    assert "    for epoch in range(3):\n        loader.sampler.set_epoch(epoch)\n" in fixed
+    assert [f.code for f in result.applied] == ["ADV804", "ADV806"]
+    outcome = run(fixed, tmp_path, free_port())
+    assert outcome["sampler"] == "DistributedSampler"
+    assert len({tuple(order) for order in outcome["first"]}) == 3
+    without_set_epoch = run(fix(SCRIPT, codes=["ADV804"]).fixed.decode(), tmp_path, free_port())
+    assert len({tuple(order) for order in without_set_epoch["first"]}) == 1  # what ADV806 is about
+
+
+def test_lookalikes_stay_silent():
+    silent = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        dist.init_process_group("nccl")
+        model = DDP(model.cuda(), device_ids=[rank])
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+        for epoch in range(10):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        ''')
+    assert [d.code for d in lint(silent) if d.code.startswith("ADV8")] == []
