@@ -73,6 +73,7 @@ def rules_fingerprint() -> str:
 def settings_fingerprint(settings: "Settings") -> str:
     target = dataclasses.asdict(settings.target)
     target.pop("source", None)
+    target.pop("gpus_source", None)
     payload = {
         "version": __version__,
         "rules": rules_fingerprint(),

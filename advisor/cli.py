@@ -45,6 +45,16 @@ NOTEBOOK_VERIFY_REFUSED = (
 )
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
 def _codes_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -86,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
             "--exit-non-zero-on-fix", action="store_true", help="exit 1 when a fix was applied, even if nothing remains"
         )
         sub.add_argument("--gpu", help="target GPU (e.g. A100, H100, V100, T4, RTX4090); default: config, then local GPU")
+        sub.add_argument(
+            "--gpus", type=_positive_int, metavar="N",
+            help="GPUs the training runs on, for the multi-GPU rules; default: config, then the local count",
+        )
         sub.add_argument("--config", type=Path, help="pyproject.toml to read [tool.advisor] from")
         sub.add_argument("--jobs", "-j", type=int, help="worker processes (default: one per core)")
         sub.add_argument("--no-color", action="store_true", help="plain text output")
@@ -148,7 +162,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Config]:
         unknown = unknown_selectors(selectors)
         if unknown:
             raise UsageError(f"unknown rule code(s) in {origin}: {', '.join(unknown)}")
-    target = resolve_target(args.gpu, config.gpu)
+    target = resolve_target(args.gpu, config.gpu, cli_gpus=getattr(args, "gpus", None), config_gpus=config.gpus)
     if config.torch_version:
         target = replace(target, torch_version=config.torch_version)
     per_file = tuple((pattern, frozenset(c.upper() for c in codes)) for pattern, codes in config.per_file_ignores.items())

@@ -14,7 +14,7 @@ else:  # pragma: no cover
 
 KNOWN_KEYS = {
     "select", "extend-select", "ignore", "extend-ignore", "per-file-ignores", "gpu", "exclude", "extend-exclude",
-    "torch-version",
+    "torch-version", "gpus",
 }
 # Test code is left out of folder walks (a file named on the command line is still checked):
 # tests pin fp16, run on the CPU and build loaders to test them, on purpose; a fix there
@@ -40,6 +40,7 @@ class Config:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     gpu: str | dict | None = None
     torch_version: str | None = None  # the oldest torch the code must run on (as ruff's target-version)
+    gpus: int | None = None  # GPUs the training runs on, for the multi-GPU rules
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     path: Path | None = None  # the pyproject.toml it came from
 
@@ -106,7 +107,11 @@ def load_config(path: Path | None) -> Config:
     torch_version = section.get("torch-version")
     if torch_version is not None and (not isinstance(torch_version, str) or not _TORCH_VERSION.match(torch_version)):
         raise ConfigError(f'{path}: [tool.advisor] torch-version must be a version string like "2.1"')
+    gpus = section.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ConfigError(f"{path}: [tool.advisor] gpus must be a positive whole number")
     return Config(
+        gpus=gpus,
         torch_version=torch_version,
         select=str_list("select"),
         extend_select=str_list("extend-select") or [],

@@ -25,6 +25,10 @@ class Target:
     # The oldest torch the project must run on (``[tool.advisor] torch-version``); None: its
     # declared requirements decide, else a current release is assumed.
     torch_version: str | None = None
+    # How many GPUs the training runs on (``--gpus``, ``[tool.advisor] gpus``, else NVML's count
+    # of the local ones); None: not known, and rules that need it assume what is safe.
+    gpus: int | None = None
+    gpus_source: str | None = None
 
     @property
     def ampere_or_newer(self) -> bool:
@@ -32,11 +36,12 @@ class Target:
 
     def describe(self) -> str:
         """One short line: what the checks assume, and where that came from."""
-        if self is ASSUMED or self.source == ASSUMED.source:
-            return "Ampere or newer, assumed (no --gpu, no [tool.advisor] gpu, no local GPU)"
+        count = f"; {self.gpus} GPU{'s' if self.gpus != 1 else ''}, from {self.gpus_source}" if self.gpus else ""
+        if self.source == ASSUMED.source:
+            return "Ampere or newer, assumed (no --gpu, no [tool.advisor] gpu, no local GPU)" + count
         memory = f", {self.memory_gb:g} GB" if self.memory_gb else ""
         cc = ".".join(map(str, self.compute_capability))
-        return f"{self.name} (sm {cc}{memory}{', bf16' if self.bf16 else ', no bf16'}), from {self.source}"
+        return f"{self.name} (sm {cc}{memory}{', bf16' if self.bf16 else ', no bf16'}), from {self.source}" + count
 
 
 def _profile(name: str, cc: tuple[int, int], memory: float | None, multiple: int = 8, tflops: float | None = None) -> Target:
@@ -151,9 +156,13 @@ def detect_local() -> Target | None:
             cc = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
         except Exception:
             cc = None
+        count = int(pynvml.nvmlDeviceGetCount())
         profile = lookup(name, memory_gb)
         if profile is not None:
-            return replace(profile, name=name, memory_gb=round(memory_gb, 1), source="local GPU (NVML)")
+            return replace(
+                profile, name=name, memory_gb=round(memory_gb, 1), source="local GPU (NVML)", gpus=count,
+                gpus_source="local GPUs (NVML)",
+            )
         if cc is None:
             return None
         return Target(
@@ -163,6 +172,8 @@ def detect_local() -> Target | None:
             bf16=cc >= (8, 0),
             tf32=cc >= (8, 0),
             source="local GPU (NVML)",
+            gpus=count,
+            gpus_source="local GPUs (NVML)",
         )
     except Exception:
         return None
@@ -177,7 +188,24 @@ class UnknownGPU(ValueError):
     pass
 
 
-def resolve_target(cli_gpu: str | None, config_gpu: "str | dict | None", detect: bool = True) -> Target:
+def resolve_target(
+    cli_gpu: str | None,
+    config_gpu: "str | dict | None",
+    detect: bool = True,
+    cli_gpus: int | None = None,
+    config_gpus: int | None = None,
+) -> Target:
+    """The target GPU and how many of them: ``--gpus`` > ``[tool.advisor] gpus`` > NVML's count
+    of the local GPUs (when the local GPU is the target) > unknown."""
+    target = _resolve_gpu(cli_gpu, config_gpu, detect)
+    if cli_gpus is not None:
+        return replace(target, gpus=cli_gpus, gpus_source="--gpus")
+    if config_gpus is not None:
+        return replace(target, gpus=config_gpus, gpus_source="[tool.advisor] gpus")
+    return target
+
+
+def _resolve_gpu(cli_gpu: str | None, config_gpu: "str | dict | None", detect: bool = True) -> Target:
     if not cli_gpu and isinstance(config_gpu, dict):
         return described(config_gpu, "[tool.advisor] gpu")
     for name, source in ((cli_gpu, "--gpu"), (config_gpu, "[tool.advisor] gpu")):

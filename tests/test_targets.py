@@ -50,3 +50,22 @@ def test_detection_without_a_gpu_falls_back():
     # This machine has no NVIDIA driver: NVML fails and the assumed target is used.
     target = resolve_target(None, None, detect=True)
     assert target is ASSUMED or target.source == "local GPU (NVML)"
+
+
+def test_gpu_count_precedence_and_header(tmp_path, capsys):
+    from advisor.cli import main
+    from advisor.config import ConfigError, load_config
+
+    assert resolve_target("H100", None, detect=False).gpus is None
+    assert resolve_target("H100", None, detect=False, config_gpus=4).gpus == 4
+    both = resolve_target("H100", None, detect=False, cli_gpus=8, config_gpus=4)
+    assert (both.gpus, both.gpus_source) == (8, "--gpus")
+    assert both.describe().endswith("; 8 GPUs, from --gpus")
+    (tmp_path / "pyproject.toml").write_text("[tool.advisor]\ngpus = 2\n")
+    (tmp_path / "train.py").write_text("import torch\n")
+    assert load_config(tmp_path / "pyproject.toml").gpus == 2
+    main(["check", str(tmp_path / "train.py"), "--config", str(tmp_path / "pyproject.toml"), "--gpu", "A100"])
+    assert "2 GPUs, from [tool.advisor] gpus" in capsys.readouterr().out
+    (tmp_path / "pyproject.toml").write_text("[tool.advisor]\ngpus = 0\n")
+    with pytest.raises(ConfigError, match="gpus must be a positive whole number"):
+        load_config(tmp_path / "pyproject.toml")
