@@ -956,3 +956,168 @@ class SamplerWithoutSetEpoch(Rule):
                 Edit(first, cst.FlattenSentinel([new, first])),
             )
         return None
+
+
+GB = 1e9
+# A ZeRO choice is judged on model states only (weights, gradients, Adam states): activations
+# come on top, so "fits" leaves half the GPU to them, and "cannot fit" means the states alone
+# exceed the whole GPU.
+FITS_SHARE = 0.5
+LARGE_WORLD = 64  # what "any number of GPUs" means for stage 1's sharded optimizer states
+
+
+class ZeroStageChoice(Rule):
+    code = "ADV807"
+    name = "zero-stage-choice"
+    summary = "A DeepSpeed ZeRO stage or offload that does not match the model's size on the target GPUs."
+    guide = "DeepSpeed ZeRO"
+    why = """
+        The guide's *DeepSpeed ZeRO* section: "If your model fits onto a single GPU and you
+        have enough space to fit a small batch size, you don't need to use DeepSpeed as it'll
+        only slow things down. If the model doesn't fit onto a single GPU or you can't fit a
+        small batch, you can leverage DeepSpeed ZeRO + CPU Offload, or NVMe Offload for much
+        larger models." Training with mixed precision and Adam keeps 16 bytes of model
+        states per parameter (16-bit weights and gradients, fp32 master weights and two
+        moments). ZeRO stage 1 shards the optimizer states over the GPUs, stage 2 the
+        gradients too, stage 3 the weights too; offloading moves the optimizer step (and at
+        stage 3 the weights) to the CPU, over PCIe, which is much slower than the GPU. So
+        offload on a model whose states fit the GPUs without it costs speed for nothing,
+        and stage 0 or 1 on a model whose states cannot fit runs out of memory.
+    """
+    example = """
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        args = TrainingArguments("out", deepspeed="ds_offload.json")  # stage 3, offload_optimizer: cpu
+    """
+    use_instead = """
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        args = TrainingArguments("out", deepspeed="ds_stage2.json")  # stage 2, no offload (or plain DDP)
+    """
+    silent_when = """
+        - the model's size is not known from the file (a Hub id advisor knows, or a size in
+          its name: `-7b`, `1.3B`);
+        - the config cannot be read (`"auto"` values, a file that is not there, a path built
+          at run time);
+        - for "offload is not needed": the target GPU's memory is not known (`--gpu`, config
+          or a local GPU), or the states without offload need more than half the GPU (the
+          rest is for activations). With the number of GPUs unknown (`--gpus`), one is assumed,
+          which is where sharding helps least;
+        - for "cannot fit": the states fit the GPU at the config's stage on the number of GPUs
+          given (unknown: on any number). With no target GPU the largest known GPU is used.
+    """
+    valid = [
+        Valid(
+            """
+            from transformers import AutoModelForCausalLM
+            ds = {"zero_optimization": {"stage": 2}}
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")
+            """,
+            gpu="A100-80GB",
+            note="stage 2 without offload: 7B needs 14 GB + 98 GB / N per GPU; not judged without --gpus for the offload question",
+        ),
+        Valid(
+            """
+            from transformers import AutoModelForCausalLM
+            ds = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-70b-hf")
+            """,
+            gpu="A100-80GB",
+            note="70B: 1.1 TB of states, offload is what makes it fit",
+        ),
+        Valid(
+            """
+            from transformers import AutoModelForCausalLM
+            ds = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+            model = AutoModelForCausalLM.from_pretrained(args.model)
+            """,
+            gpu="A100-80GB",
+            note="model size unknown",
+        ),
+    ]
+    invalid = [
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM
+            ds = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            """,
+            gpu="A100-80GB",
+            note="124M parameters: 2 GB of states on one GPU; offload only slows it",
+        ),
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM
+            ds = {"zero_optimization": {"stage": 1}}
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-70b-hf")
+            """,
+            gpu="A100-80GB",
+            note="70B at stage 1: 280 GB of weights and gradients on every GPU",
+        ),
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, TrainingArguments
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")
+            args = TrainingArguments("out", deepspeed={"zero_optimization": {"stage": 0}})
+            """,
+            note="13B without sharding: 208 GB of states on every GPU, more than any GPU has",
+        ),
+    ]
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        from advisor.facts.distributed import zero_bytes_per_gpu, zero_configs
+        from advisor.facts.models import pretrained_sizes
+        from advisor.model_sizes import describe_count
+
+        configs = zero_configs(ctx)
+        if not configs:
+            return
+        sizes = pretrained_sizes(ctx)
+        if not sizes:
+            return
+        parameters = max(size.parameters for _, size in sizes)
+        model = max(sizes, key=lambda item: item[1].parameters)[1]
+        target = ctx.target
+        gpus = target.gpus
+        count = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "one GPU (no --gpus)"
+        for config in configs:
+            if config.offload_optimizer or config.offload_param:
+                if not target.memory_gb or target.source == "assumed":
+                    continue
+                needed = zero_bytes_per_gpu(parameters, config.stage, gpus or 1, False, False)
+                if needed <= FITS_SHARE * target.memory_gb * GB:
+                    what = "the optimizer" + (" and the weights" if config.offload_param else "")
+                    yield self.report(
+                        config.at,
+                        f"ZeRO offload on a model that fits: {model.model_id} ({describe_count(parameters)} parameters) "
+                        f"needs about {needed / GB:.0f} GB per GPU for its model states at stage {config.stage} "
+                        f"without offload on {count}, of the {target.name}'s {target.memory_gb:g} GB; offloading "
+                        f"{what} ({config.where}) moves every optimizer step to the CPU over PCIe: remove it "
+                        "(guide: DeepSpeed ZeRO)",
+                    )
+                continue
+            if config.stage >= 2:
+                continue
+            memory_gb = target.memory_gb if target.memory_gb and target.source != "assumed" else None
+            if memory_gb is None:
+                from advisor.targets import PROFILES
+
+                memory_gb = max(p.memory_gb or 0 for p in PROFILES.values())
+            needed = zero_bytes_per_gpu(parameters, config.stage, gpus or LARGE_WORLD, False, False)
+            if needed <= memory_gb * GB:
+                continue
+            suggestion = next(
+                (
+                    f"stage {stage}{' with optimizer offload' if offload else ''} "
+                    f"(about {zero_bytes_per_gpu(parameters, stage, gpus or 8, offload, False) / GB:.0f} GB per GPU "
+                    f"on {gpus or 8} GPUs)"
+                    for stage, offload in ((2, False), (3, False), (3, True))
+                    if zero_bytes_per_gpu(parameters, stage, gpus or 8, offload, False) <= FITS_SHARE * memory_gb * GB
+                ),
+                "stage 3 with parameter and optimizer offload",
+            )
+            yield self.report(
+                config.at,
+                f"ZeRO stage {config.stage} ({config.where}) keeps {'all model states' if config.stage == 0 else 'the weights and gradients'} "
+                f"whole on every GPU: {model.model_id} ({describe_count(parameters)} parameters) needs about "
+                f"{needed / GB:.0f} GB per GPU for them, more than {memory_gb:g} GB: it runs out of memory; use "
+                f"{suggestion} (guide: DeepSpeed ZeRO)",
+            )

@@ -20,6 +20,7 @@ import libcst as cst
 from advisor.apis import TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.facts import Tri
+from advisor.facts.models import is_model_load, model_loads, pretrained_model_id
 from advisor.facts.precision import autocasts, resolve_dtype
 from advisor.edits import remove_keyword, set_keyword, string_like
 from advisor.model_sizes import ModelSize, model_size
@@ -99,8 +100,6 @@ TRAINERS = (
     "trl.RewardTrainer",
     "trl.GRPOTrainer",
 )
-_MODEL_CLASS = re.compile(r"Model|For[A-Z]")
-_NOT_MODEL_CLASS = re.compile(r"Tokenizer|Config|Processor|Extractor|PeftModel")
 # Methods that return the same model (moved, cast or switched to train mode).
 _SAME_MODEL_METHODS = ("to", "cuda", "train", "half", "bfloat16", "float", "requires_grad_")
 # Libraries and names that mean the weights are not all trained on one device: adapters,
@@ -208,18 +207,6 @@ def _not_full_on_one_gpu(ctx: FileContext) -> bool:
     return bool(ctx.method_calls("requires_grad_"))
 
 
-def is_model_load(ctx: FileContext, call: cst.Call) -> bool:
-    """``<transformers model class>.from_pretrained(...)``."""
-    parts = (ctx.qualname(call.func) or "").split(".")
-    if parts[0] != "transformers" or len(parts) < 3 or parts[-1] != "from_pretrained":
-        return False
-    return bool(_MODEL_CLASS.search(parts[-2])) and not _NOT_MODEL_CLASS.search(parts[-2])
-
-
-def model_loads(ctx: FileContext) -> list[cst.Call]:
-    return [call for call in ctx.method_calls("from_pretrained") if is_model_load(ctx, call)]
-
-
 @dataclass(frozen=True)
 class _Load:
     size: ModelSize
@@ -231,7 +218,7 @@ def _read_load(ctx: FileContext, call: cst.Call) -> _Load | None:
     model_id = ctx.argument(call, "pretrained_model_name_or_path", 0)
     if model_id is None or model_id is MISSING:
         return None
-    resolved = _model_id(ctx, model_id)  # type: ignore[arg-type]
+    resolved = pretrained_model_id(ctx, model_id)  # type: ignore[arg-type]
     if resolved is None:
         return None
     size = model_size(resolved)
@@ -248,34 +235,6 @@ def _read_load(ctx: FileContext, call: cst.Call) -> _Load | None:
     if not _single_device(ctx, ctx.argument(call, "device_map")):
         return None
     return _Load(size, _weights_precision(ctx, call, size))
-
-
-def _model_id(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
-    """The string ``expr`` holds; for a parameter of a loader function (``def load(name):
-    return AutoModel.from_pretrained(name)``), the argument of its one call in the file."""
-    value = ctx.values.value_of(expr)
-    if isinstance(value, str):
-        return value
-    if not isinstance(expr, cst.Name):
-        return None
-    bindings = ctx.lookup(expr.value, expr)
-    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
-        return None
-    param = bindings[0].node
-    function = ctx.enclosing(param, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
-        return None
-    callers = ctx.loops.callers(function)
-    if len(callers) != 1:
-        return None
-    position = list(function.params.params).index(param)
-    if ctx.enclosing(function, cst.ClassDef) is not None:
-        position -= 1  # ``self``
-    argument = ctx.argument(callers[0], param.name.value, position)
-    if argument is None or argument is MISSING:
-        return None
-    value = ctx.values.value_of(argument)  # type: ignore[arg-type]
-    return value if isinstance(value, str) else None
 
 
 def _single_device(ctx: FileContext, expr) -> bool:

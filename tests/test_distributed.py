@@ -141,3 +141,34 @@ def test_lookalikes_stay_silent():
                 optimizer.zero_grad()
         ''')
     assert [d.code for d in lint(silent) if d.code.startswith("ADV8")] == []
+
+
+def test_zero_config_read_from_the_json_file_the_trainer_names(tmp_path):
+    """ADV807 reads the DeepSpeed JSON next to the script (never runs anything) and points at
+    the line of its stage; without the file, or without a known GPU, it says nothing."""
+    from advisor.engine import Settings, check_file
+    from advisor.targets import resolve_target
+
+    (tmp_path / "ds_config.json").write_text(
+        '{\n  "train_micro_batch_size_per_gpu": "auto",\n  "zero_optimization": {\n    "stage": 2,\n'
+        '    "offload_optimizer": {"device": "cpu", "pin_memory": true}\n  }\n}\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent('''\
+        from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+        model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+        args = TrainingArguments("out", deepspeed="ds_config.json", bf16=True)
+        Trainer(model=model, args=args, train_dataset=train_set).train()
+        '''))
+
+    def findings(gpu, gpus=None):
+        target = resolve_target(gpu, None, detect=False, cli_gpus=gpus)
+        result = check_file(str(script), Settings(codes=frozenset({"ADV807"}), target=target))
+        return [d for d in result.diagnostics if d.code == "ADV807"]
+
+    (found,) = findings("A100-80GB", gpus=8)
+    assert found.line == 3 and "ds_config.json line 4" in found.message and "8 GPUs" in found.message
+    assert "bert-base-uncased (110M parameters)" in found.message
+    assert findings(None) == []  # the GPU's memory unknown: no claim that offload is not needed
+    (tmp_path / "ds_config.json").unlink()
+    assert findings("A100-80GB") == []

@@ -175,3 +175,119 @@ class DistributedFacts:
             if "set_epoch" in other.source:
                 return True
         return False
+
+
+# -- DeepSpeed ZeRO ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ZeroConfig:
+    """A DeepSpeed config the file shows: a dict with ``zero_optimization`` in the file, or a
+    JSON file it names (read as text, never run)."""
+
+    stage: int  # 0 when the config has no ZeRO section or no stage
+    offload_optimizer: bool
+    offload_param: bool
+    at: cst.CSTNode  # where to report: the dict's key, or the string naming the JSON file
+    where: str  # how the message names it: 'ds_config.json line 12', 'the config dict'
+
+
+_STAGE_LINE = re.compile(r'"stage"\s*:')
+
+
+def zero_configs(ctx: "FileContext") -> list[ZeroConfig]:
+    return ctx.memo(zero_configs, lambda: list(_zero_configs(ctx)))
+
+
+def _zero_configs(ctx: "FileContext"):
+    import json
+    import os
+
+    from advisor.facts.environment import read_project_file
+
+    text = ctx.source
+    if "zero_optimization" not in text and ".json" not in text:
+        return
+    seen: set[str] = set()
+    for string in ctx.nodes(cst.SimpleString):
+        value = ctx.values.value_of(string)
+        if not isinstance(value, str):
+            continue
+        if value == "zero_optimization":
+            parent = ctx.parent.get(string)
+            if isinstance(parent, cst.DictElement) and parent.key is string:
+                entries = ctx.values.dict_entries(parent.value)
+                if entries is None:
+                    continue
+                config = {key: ctx.values.value_of(expr) for key, expr in entries.items()}
+                for key in ("offload_optimizer", "offload_param"):
+                    if key in entries:
+                        nested = ctx.values.dict_entries(entries[key])
+                        config[key] = {k: ctx.values.value_of(v) for k, v in (nested or {}).items()} if nested is not None else "unknown"
+                found = _from_section(config, string, "the config dict")
+                if found is not None:
+                    yield found
+        elif value.endswith(".json") and value not in seen:
+            seen.add(value)
+            folder = os.path.dirname(os.path.abspath(ctx.path))
+            for candidate in (os.path.join(folder, value), value):
+                data = read_project_file(ctx, candidate)
+                if data is None:
+                    continue
+                try:
+                    config = json.loads(data)
+                except ValueError:
+                    break
+                if not isinstance(config, dict) or "zero_optimization" not in config:
+                    break
+                match = _STAGE_LINE.search(data)
+                line = data.count("\n", 0, match.start()) + 1 if match else None
+                where = f"{value}" + (f" line {line}" if line else "")
+                found = _from_section(config["zero_optimization"], string, where)
+                if found is not None:
+                    yield found
+                break
+
+
+def _from_section(section, at: cst.CSTNode, where: str) -> ZeroConfig | None:
+    if not isinstance(section, dict):
+        return None
+    stage = section.get("stage", 0)
+    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage <= 3:
+        return None  # "auto" or a value read at run time
+
+    def offloads(key: str) -> bool | None:
+        value = section.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, dict):
+            return None
+        device = value.get("device", "cpu")
+        if not isinstance(device, str) or device == "auto":
+            return None
+        return device.lower() != "none"
+
+    optimizer, param = offloads("offload_optimizer"), offloads("offload_param")
+    if optimizer is None or param is None:
+        return None
+    return ZeroConfig(stage, optimizer, param, at, where)
+
+
+MIXED_PRECISION_BYTES = (2, 2, 12)  # per parameter: 16-bit weights, 16-bit gradients, fp32 master + Adam's two moments
+
+
+def zero_bytes_per_gpu(parameters: float, stage: int, gpus: int, offload_optimizer: bool, offload_param: bool) -> float:
+    """Model states per GPU under ZeRO with mixed-precision Adam (the ZeRO paper's 2 + 2 + 12
+    bytes per parameter): stage 1 shards the optimizer states, 2 the gradients too, 3 the
+    weights too; offloading moves the states (and, at stage 3, the weights) to the CPU.
+    Activations come on top."""
+    weights, gradients, states = (parameters * b for b in MIXED_PRECISION_BYTES)
+    if stage >= 1:
+        states /= gpus
+    if stage >= 2:
+        gradients /= gpus
+    if stage >= 3:
+        weights /= gpus
+    if offload_optimizer:
+        states = 0.0
+    if offload_param and stage >= 3:
+        weights = 0.0
+    return weights + gradients + states

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -20,6 +21,9 @@ from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, 
 from advisor.context import MISSING, FileContext
 from advisor.facts.devices import Where, join
 from advisor.names import dotted_name
+
+if TYPE_CHECKING:
+    from advisor.model_sizes import ModelSize
 
 PARAMS_POSITION = 0
 # What a module defining an ``nn.Module`` class must say (a text test before parsing it).
@@ -1095,3 +1099,65 @@ def _registry(ctx: FileContext, table: cst.BaseExpression) -> bool:
         found = ctx.project.definition(table)
         return found is not None and isinstance(found[1], cst.Dict)
     return False
+
+
+# -- pretrained models and their size -------------------------------------------------------
+_MODEL_CLASS = re.compile(r"Model|For[A-Z]")
+_NOT_MODEL_CLASS = re.compile(r"Tokenizer|Config|Processor|Extractor|PeftModel")
+
+
+def is_model_load(ctx: FileContext, call: cst.Call) -> bool:
+    """``<transformers model class>.from_pretrained(...)``."""
+    parts = (ctx.qualname(call.func) or "").split(".")
+    if parts[0] != "transformers" or len(parts) < 3 or parts[-1] != "from_pretrained":
+        return False
+    return bool(_MODEL_CLASS.search(parts[-2])) and not _NOT_MODEL_CLASS.search(parts[-2])
+
+
+def model_loads(ctx: FileContext) -> list[cst.Call]:
+    return [call for call in ctx.method_calls("from_pretrained") if is_model_load(ctx, call)]
+
+
+def pretrained_model_id(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
+    """The string ``expr`` holds; for a parameter of a loader function (``def load(name):
+    return AutoModel.from_pretrained(name)``), the argument of its one call in the file."""
+    value = ctx.values.value_of(expr)
+    if isinstance(value, str):
+        return value
+    if not isinstance(expr, cst.Name):
+        return None
+    bindings = ctx.lookup(expr.value, expr)
+    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+        return None
+    param = bindings[0].node
+    function = ctx.enclosing(param, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
+        return None
+    callers = ctx.loops.callers(function)
+    if len(callers) != 1:
+        return None
+    position = list(function.params.params).index(param)
+    if ctx.enclosing(function, cst.ClassDef) is not None:
+        position -= 1  # ``self``
+    argument = ctx.argument(callers[0], param.name.value, position)
+    if argument is None or argument is MISSING:
+        return None
+    value = ctx.values.value_of(argument)  # type: ignore[arg-type]
+    return value if isinstance(value, str) else None
+
+
+def pretrained_sizes(ctx: FileContext) -> list[tuple[cst.Call, "ModelSize"]]:
+    """Every ``<transformers model>.from_pretrained(id)`` of the file whose id tells its size."""
+    from advisor.model_sizes import model_size
+
+    found = []
+    for call in model_loads(ctx):
+        expr = ctx.argument(call, "pretrained_model_name_or_path", 0)
+        if expr is None or expr is MISSING:
+            continue
+        name = pretrained_model_id(ctx, expr)  # type: ignore[arg-type]
+        size = model_size(name) if name else None
+        if size is not None:
+            found.append((call, size))
+    return found
+
