@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import libcst as cst
@@ -28,7 +29,7 @@ def code(source: str, execution_count=None, outputs=None, cell_id=None, as_strin
     cell = {
         "cell_type": "code",
         "execution_count": execution_count,
-        "id": cell_id or f"cell-{abs(hash(text)) % 10**8}",
+        "id": cell_id or f"cell-{zlib.crc32(text.encode()):08x}",
         "metadata": metadata if metadata is not None else {},
         "outputs": outputs if outputs is not None else [],
         "source": text if as_string else text.splitlines(True),
@@ -37,7 +38,7 @@ def code(source: str, execution_count=None, outputs=None, cell_id=None, as_strin
 
 
 def markdown(text: str) -> dict:
-    return {"cell_type": "markdown", "id": f"md-{abs(hash(text)) % 10**8}", "metadata": {}, "source": text.splitlines(True)}
+    return {"cell_type": "markdown", "id": f"md-{zlib.crc32(text.encode()):08x}", "metadata": {}, "source": text.splitlines(True)}
 
 
 def notebook(*cells: dict, indent=1, ensure_ascii=False, sort_keys=True, minor=5) -> bytes:
