@@ -284,6 +284,16 @@ class AccumulationWithoutNoSync(Rule):
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model.cuda(), device_ids=[rank])
+            for idx, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)
+            """,
+            note="a loss scaler that steps every time",
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
             for x, y in loader:
                 loss = criterion(model(x.cuda()), y.cuda())
                 loss.backward()
@@ -356,6 +366,19 @@ class AccumulationWithoutNoSync(Rule):
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model.cuda(), device_ids=[rank])
+            for idx, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda()) / accumulation_steps
+                loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=(idx + 1) % accumulation_steps == 0)
+                if (idx + 1) % accumulation_steps == 0:
+                    optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="timm's loss scaler told when to step (Swin): advice",
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[rank])
             for step in range(max_steps):
                 for micro_step in range(grad_accum_steps):
                     loss = model(*get_batch()) / grad_accum_steps
@@ -420,12 +443,16 @@ class AccumulationWithoutNoSync(Rule):
         for loop in ctx.loops.training_loops:
             divisor = ctx.loops.accumulation_divisor(loop)
             micro = None
+            by_scaler = False
             if divisor is None:
                 micro = next(filter(None, (ctx.loops.micro_step_loop(loop, o) for o in loop.optimizers)), None)
-                if micro is None:
+                by_scaler = micro is None and self._scaler_accumulates(ctx, loop)
+                if micro is None and not by_scaler:
                     continue
             for event in loop.of_kind("backward"):
                 if micro is None and event.in_nested_loop or ctx.loops.accumulate_context(event.call):
+                    continue
+                if by_scaler and not event.by_scaler:
                     continue
                 if self._under_sync_helper(ctx, event.call):
                     continue
@@ -444,8 +471,20 @@ class AccumulationWithoutNoSync(Rule):
                     f"though only the one before `optimizer.step()` needs to; run the other micro-steps "
                     f"(forward and backward) under `{name}.no_sync()`"
                 )
-                fix = self._fix(ctx, loop, event, models[0]) if len(models) == 1 and micro is None else None
+                fix = self._fix(ctx, loop, event, models[0]) if len(models) == 1 and micro is None and not by_scaler else None
                 yield self.report(event.call, message, fix)
+
+    @staticmethod
+    def _scaler_accumulates(ctx: FileContext, loop: TrainingLoop) -> bool:
+        """timm's loss scaler (Swin, DeiT, MAE) steps when told: ``loss_scaler(loss, optimizer,
+        update_grad=(idx + 1) % accumulation_steps == 0)``."""
+        for event in loop.of_kind("backward"):
+            if not event.by_scaler:
+                continue
+            update = ctx.keyword_arg(event.call, "update_grad")
+            if update is not None and modulo_divisor(update.value) is not None:
+                return True
+        return False
 
     @staticmethod
     def _under_sync_helper(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -530,8 +569,9 @@ class WithoutDistributedSampler(Rule):
         loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
     """
     silent_when = """
-        - the file does not wrap a model in DDP / FSDP itself (Accelerate's `prepare`,
-          Lightning, Fabric, the HF Trainer and DeepSpeed shard the data themselves);
+        - the file does not wrap a model in DDP / FSDP itself, nor drive DeepSpeed's engine
+          without `training_data=` (Accelerate's `prepare`, Lightning, Fabric, the HF Trainer
+          and DeepSpeed given the data set shard it themselves);
         - the loader is given a `sampler=` or `batch_sampler=` (the file chose how to split);
         - the data set is an `IterableDataset` (it must shard itself by rank);
         - the loader is not a training loader, or which loader trains cannot be told.
@@ -542,6 +582,19 @@ class WithoutDistributedSampler(Rule):
         the data set is a plain name or attribute (it is written twice).
     """
     valid = [
+        Valid(
+            """
+            import deepspeed
+            engine, optimizer, loader, _ = deepspeed.initialize(
+                model=model, model_parameters=model.parameters(), training_data=dataset, config=ds_config
+            )
+            for x, y in loader:
+                loss = engine(x, y)
+                engine.backward(loss)
+                engine.step()
+            """,
+            note="DeepSpeed builds the distributed loader from training_data",
+        ),
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -590,6 +643,30 @@ class WithoutDistributedSampler(Rule):
     invalid = [
         Invalid(
             """
+            import deepspeed
+            from torch.utils.data import DataLoader
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+            loader = DataLoader(dataset, batch_size=32, shuffle=True)
+            for x, y in loader:
+                loss = engine(x.to(engine.device), y.to(engine.device))
+                engine.backward(loss)
+                engine.step()
+            """,
+            fixed="""
+            import deepspeed
+            from torch.utils.data import DataLoader
+            import torch
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+            loader = DataLoader(dataset, batch_size=32, sampler=torch.utils.data.DistributedSampler(dataset))
+            for x, y in loader:
+                loss = engine(x.to(engine.device), y.to(engine.device))
+                engine.backward(loss)
+                engine.step()
+            """,
+            note="DeepSpeed's engine without training_data= leaves the data to the script",
+        ),
+        Invalid(
+            """
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
             from torch.utils.data import DataLoader
@@ -618,10 +695,12 @@ class WithoutDistributedSampler(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         facts = ctx.facts.distributed
-        if not facts.hand_written:
+        if not facts.shards_data_itself:
             return
         loaders = ctx.facts.loaders
-        for call in loaders.of_training_loops or ():
+        for call in ctx.calls(DATALOADER):
+            if not loaders.is_training(call):
+                continue
             if ctx.argument(call, "sampler", 2) is not MISSING or ctx.argument(call, "batch_sampler", 3) is not MISSING:
                 continue
             if loaders.file_streams_data:
@@ -808,13 +887,15 @@ class SamplerWithoutSetEpoch(Rule):
     silent_when = """
         - the sampler does not shuffle (`shuffle=False`) or its `shuffle` cannot be read;
         - the file calls `set_epoch` anywhere;
+        - the file does not iterate the sampler's loader in a loop over epochs (a factory that
+          returns the loader, an evaluation loader, a loader drawn from forever): the loop that
+          should call `set_epoch` is not here to judge;
         - the sampler or its loader is handed to a function of a library, or of a project
           module that mentions `set_epoch`: it may be called there.
 
         The fix inserts `<sampler>.set_epoch(<epoch>)` at the top of the loop over epochs
         around the loop over the loader (`<loader>.sampler.set_epoch(...)` for a sampler
         without a name); unsafe, since the data order changes from the second epoch on.
-        Where there is no such loop (one epoch, or a loop over steps) it is advice.
     """
     valid = [
         Valid(
@@ -841,6 +922,15 @@ class SamplerWithoutSetEpoch(Rule):
         Valid(
             """
             from torch.utils.data import DataLoader, DistributedSampler
+            def build_loader(dataset, batch_size):
+                sampler = DistributedSampler(dataset, shuffle=True)
+                return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+            """,
+            note="a factory: the epoch loop, and its set_epoch, are in the module that calls it",
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
             from trainer_lib import train_one_epoch
             sampler = DistributedSampler(dataset)
             loader = DataLoader(dataset, batch_size=32, sampler=sampler)
@@ -858,7 +948,10 @@ class SamplerWithoutSetEpoch(Rule):
             loader = DataLoader(dataset, batch_size=32, sampler=sampler)
             for epoch in range(10):
                 for x, y in loader:
-                    train_step(x, y)
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
             """,
             fixed="""
             from torch.utils.data import DataLoader, DistributedSampler
@@ -867,7 +960,10 @@ class SamplerWithoutSetEpoch(Rule):
             for epoch in range(10):
                 sampler.set_epoch(epoch)
                 for x, y in loader:
-                    train_step(x, y)
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
             """,
         ),
         Invalid(
@@ -904,8 +1000,11 @@ class SamplerWithoutSetEpoch(Rule):
             shuffle = ctx.argument(sampler, "shuffle", 3)
             if shuffle is None or (shuffle is not MISSING and ctx.values.value_of(shuffle) is not True):
                 continue
-            sampler_name, loader_name = self._names(ctx, sampler)
-            if sampler_name is None and loader_name is None:
+            sampler_name, loader_name, loader = self._names(ctx, sampler)
+            # The premise is the epoch loop: where the loader is only built here (a factory
+            # that returns it), the loop that would call set_epoch is elsewhere.
+            epoch_loop = self._epoch_loop(ctx, loader_name) if loader_name else None
+            if epoch_loop is None or loader is None or not ctx.facts.loaders.is_training(loader):
                 continue
             if any(name and facts.handed_over(name, sampler) for name in (sampler_name, loader_name)):
                 continue
@@ -913,13 +1012,26 @@ class SamplerWithoutSetEpoch(Rule):
                 sampler,
                 "Shuffled `DistributedSampler` without `set_epoch(epoch)`: it draws the same permutation "
                 "every epoch; call `sampler.set_epoch(epoch)` at the start of each epoch",
-                self._fix(ctx, sampler_name, loader_name),
+                self._fix(ctx, sampler_name, loader_name, epoch_loop),
             )
 
     @staticmethod
-    def _names(ctx: FileContext, sampler: cst.Call) -> tuple[str | None, str | None]:
-        """The name the sampler is bound to, and the name of the loader it is passed to."""
+    def _epoch_loop(ctx: FileContext, loader_name: str) -> cst.For | None:
+        """The ``for epoch in ...`` around a loop over the loader, in this file."""
+        for loop in ctx.nodes(cst.For):
+            iterated, _ = ctx.facts.loaders.unwrap(loop.iter)
+            if dotted_name(iterated) != loader_name:
+                continue
+            outer = ctx.enclosing(loop, cst.For)
+            if isinstance(outer, cst.For) and isinstance(outer.target, cst.Name):
+                return outer
+        return None
+
+    @staticmethod
+    def _names(ctx: FileContext, sampler: cst.Call) -> tuple[str | None, str | None, cst.Call | None]:
+        """The name the sampler is bound to, and the name and call of the loader it is passed to."""
         sampler_name = loader_name = None
+        loader = None
         statement_ = ctx.statement_of(sampler)
         if isinstance(statement_, cst.SimpleStatementLine) and isinstance(statement_.body[0], cst.Assign):
             assign = statement_.body[0]
@@ -933,29 +1045,20 @@ class SamplerWithoutSetEpoch(Rule):
                     assign = outer.body[0]
                     if assign.value is call and len(assign.targets) == 1:
                         loader_name = dotted_name(assign.targets[0].target)
-        return sampler_name, loader_name
+                        loader = call
+        return sampler_name, loader_name, loader
 
-    def _fix(self, ctx: FileContext, sampler_name: str | None, loader_name: str | None):
-        if loader_name is None:
+    def _fix(self, ctx: FileContext, sampler_name: str | None, loader_name: str, epoch_loop: cst.For):
+        body = epoch_loop.body
+        if not isinstance(body, cst.IndentedBlock) or not body.body or not isinstance(epoch_loop.target, cst.Name):
             return None
-        for loop in ctx.nodes(cst.For):
-            iterated, _ = ctx.facts.loaders.unwrap(loop.iter)
-            if dotted_name(iterated) != loader_name:
-                continue
-            epoch_loop = ctx.enclosing(loop, cst.For)
-            if not isinstance(epoch_loop, cst.For) or not isinstance(epoch_loop.target, cst.Name):
-                return None
-            body = epoch_loop.body
-            if not isinstance(body, cst.IndentedBlock) or not body.body:
-                return None
-            receiver = sampler_name or f"{loader_name}.sampler"
-            new = statement(f"{receiver}.set_epoch({epoch_loop.target.value})")
-            first = body.body[0]
-            return self.fix(
-                f"Call `{receiver}.set_epoch({epoch_loop.target.value})` at the start of each epoch",
-                Edit(first, cst.FlattenSentinel([new, first])),
-            )
-        return None
+        receiver = sampler_name or f"{loader_name}.sampler"
+        new = statement(f"{receiver}.set_epoch({epoch_loop.target.value})")
+        first = body.body[0]
+        return self.fix(
+            f"Call `{receiver}.set_epoch({epoch_loop.target.value})` at the start of each epoch",
+            Edit(first, cst.FlattenSentinel([new, first])),
+        )
 
 
 GB = 1e9

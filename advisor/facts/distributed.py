@@ -74,6 +74,18 @@ class DistributedFacts:
         return bool(self.ddp_wraps or self.fsdp_wraps) and not self.framework_driven
 
     @cached_property
+    def shards_data_itself(self) -> bool:
+        """The file must split the data by rank itself: it wraps the model in DDP / FSDP by hand,
+        or drives DeepSpeed's engine without handing it the data set (``training_data=``, with
+        which DeepSpeed builds a distributed loader)."""
+        if self.hand_written:
+            return True
+        ctx = self.ctx
+        engines = ctx.calls("deepspeed.initialize")
+        others = ctx.calls(ACCELERATOR, FABRIC, LIGHTNING_TRAINER, *TRAINING_ARGUMENTS) or ctx.facts.frameworks.hf_trainer_calls
+        return bool(engines) and not others and all(ctx.keyword_arg(call, "training_data") is None for call in engines)
+
+    @cached_property
     def accelerate_prepares_model(self) -> bool:
         """An ``Accelerator`` prepares the model (it wraps it in DDP on several processes)."""
         ctx = self.ctx
