@@ -48,6 +48,8 @@ def test_script_arguments_follow_the_double_dash():
         (["fix", "--verify", "train.py", "--budget", "-5"], "--budget must be positive"),
         (["fix", "--budget", "60", "train.py"], "--budget only with --verify"),
         (["fix", "--output-format", "json", "train.py"], "--output-format only with --verify"),
+        (["fix", "--launcher", "torchrun", "train.py"], "--launcher only with --verify"),
+        (["fix", "--verify", "train.py", "--launcher", " "], "--launcher needs a command"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, args, message):

@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -22,7 +23,7 @@ from advisor.verify import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP
 
 # Options that only mean something with --verify; their argparse default is None so that a
 # stray one without --verify is reported instead of ignored.
-VERIFY_ONLY = ("steps", "warmup", "timeout", "budget", "ablate", "report", "plot", "keep_slower", "output_format")
+VERIFY_ONLY = ("steps", "warmup", "timeout", "budget", "ablate", "report", "plot", "keep_slower", "output_format", "launcher")
 
 
 def add_arguments(fix: argparse.ArgumentParser) -> None:
@@ -40,6 +41,11 @@ def add_arguments(fix: argparse.ArgumentParser) -> None:
         "(a second baseline, the search for the best subset, the batch probe, --ablate)",
     )
     group.add_argument("--ablate", action="store_true", default=None, help="also run each fix alone")
+    group.add_argument(
+        "--launcher", default=None, metavar="COMMAND",
+        help='run every variant through a launcher, e.g. "torchrun --nproc_per_node 2" or "accelerate launch"; '
+        "steps are counted on every rank, the slowest rank's step time is reported, loss parity is checked on rank 0",
+    )
     group.add_argument(
         "--output-format", choices=("text", "json"), default=None,
         help="text (default): tables and a line per run on stderr; json: the report on stdout and nothing else",
@@ -91,6 +97,8 @@ def script_of(args: argparse.Namespace, usage_error: type[Exception]) -> str:
         raise usage_error("--timeout must be positive")
     if args.budget is not None and args.budget <= 0:
         raise usage_error("--budget must be positive")
+    if args.launcher is not None and not shlex.split(args.launcher):
+        raise usage_error("--launcher needs a command, e.g. \"torchrun --nproc_per_node 2\"")
     if args.plot is not None:
         from advisor.verify.display import matplotlib_missing
 
@@ -131,6 +139,7 @@ def run_verify(args: argparse.Namespace, script: str, settings: Settings, consol
         ablate=bool(args.ablate),
         keep_slower=bool(args.keep_slower),
         budget=args.budget,
+        launcher=tuple(shlex.split(args.launcher)) if args.launcher else (),
         script_args=tuple(getattr(args, "script_args", ()) or ()),
     )
     as_json = args.output_format == "json"

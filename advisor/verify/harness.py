@@ -396,11 +396,20 @@ def main(argv: list[str] | None = None) -> None:
             os.environ["PYTHONPATH"] = os.pathsep.join(parts)
         else:
             os.environ.pop("PYTHONPATH", None)
+    # Under a launcher every rank runs this harness: each writes its own result, and rank 0
+    # reports progress through the named pipe the runner reads.
+    rank = int(os.environ.get("RANK", "0") or 0)
+    result_path = config["result"] + (f".rank{rank}" if config.get("per_rank") else "")
+    if config.get("progress_fifo") and rank == 0:
+        try:
+            config["progress_fd"] = os.open(config["progress_fifo"], os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            config["progress_fd"] = None
     result = run(config)
-    temp = config["result"] + ".tmp"
+    temp = result_path + ".tmp"
     with open(temp, "w") as handle:
         json.dump(result, handle)
-    os.replace(temp, config["result"])
+    os.replace(temp, result_path)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -80,6 +80,9 @@ class VerifyOptions:
     env: Mapping[str, str] | None = None  # extra environment variables for the runs
     baseline_runs: int = 2
     budget: float | None = None  # seconds for all the runs together; None: each run's timeout bounds it
+    # A launcher the runs go through, split as a shell would (``torchrun --nproc_per_node 2``):
+    # every rank runs the harness, counts its steps and writes its own result.
+    launcher: tuple[str, ...] = ()
 
 
 # A run given less than this is not started: it could not even import torch and take a step.
@@ -158,6 +161,8 @@ def summarize(raw: dict) -> dict:
         memory_kind=raw.get("memory_kind"),
         timing=raw.get("timing"),
         device=raw.get("device"),
+        ranks=raw.get("ranks"),
+        rank_steps=raw.get("rank_steps"),
         resident_memory_bytes=raw.get("resident_memory_bytes"),
         device_memory_bytes=raw.get("device_memory_bytes"),
     )
@@ -226,7 +231,17 @@ def run_variant(
     observer.started(label, options.warmup + options.steps)
     started = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="advisor-verify-")
-    read_fd, write_fd = os.pipe()
+    if options.launcher:
+        # The launcher starts the ranks itself and closes inherited descriptors: rank 0 reports
+        # progress through a named pipe. The write end held here keeps the pipe from reading
+        # as ended before rank 0 opens it.
+        fifo = os.path.join(workdir, "progress")
+        os.mkfifo(fifo)
+        read_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        write_fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    else:
+        fifo = None
+        read_fd, write_fd = os.pipe()
     stop = threading.Event()
     last = [0]
     try:
@@ -242,7 +257,9 @@ def run_variant(
                     "steps": options.steps,
                     "warmup": options.warmup,
                     "result": result_path,
-                    "progress_fd": write_fd,
+                    "progress_fd": None if fifo else write_fd,
+                    "progress_fifo": fifo,
+                    "per_rank": bool(options.launcher),
                     "pythonpath_added": ADVISOR_ROOT,
                 },
                 handle,
@@ -257,17 +274,25 @@ def run_variant(
         reader.start()
         timed_out = False
         with open(log_path, "wb") as log:
+            if options.launcher:
+                bootstrap = os.path.join(workdir, "advisor_verify_harness.py")
+                with open(bootstrap, "w") as handle:
+                    handle.write(HARNESS_BOOTSTRAP)
+                command = [*launcher_command(options.launcher), bootstrap, config_path]
+            else:
+                command = [sys.executable, "-c", HARNESS_BOOTSTRAP, config_path]
             process = subprocess.Popen(
-                [sys.executable, "-c", HARNESS_BOOTSTRAP, config_path],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
+                pass_fds=() if fifo else (write_fd,),
                 start_new_session=True,
                 env=env,
             )
-            os.close(write_fd)
-            write_fd = -1
+            if not fifo:
+                os.close(write_fd)
+                write_fd = -1
             try:
                 try:
                     process.wait(timeout=options.timeout)
@@ -302,14 +327,67 @@ def run_variant(
     return run
 
 
-def _outcome(result_path: str, log_path: str, returncode: int, timed_out: bool, progress: int, options: VerifyOptions) -> dict:
-    raw = None
-    if os.path.exists(result_path):
+_RENDEZVOUS = frozenset({"--standalone", "--rdzv-endpoint", "--rdzv-backend", "--master-port", "--master-addr", "--nnodes"})
+
+
+def launcher_command(launcher: Sequence[str]) -> list[str]:
+    """The launcher, run by this interpreter where it is torch's or Accelerate's (``torchrun``
+    on PATH may belong to another environment)."""
+    words = list(launcher)
+    if words and os.path.basename(words[0]) == "torchrun":
+        options = words[1:]
+        # One node and no rendezvous given: --standalone picks a free port, so that a run never
+        # meets a port the previous one (or anything else) still holds.
+        chosen = any(w.split("=")[0].replace("_", "-") in _RENDEZVOUS for w in options)
+        return [sys.executable, "-m", "torch.distributed.run", *([] if chosen else ["--standalone"]), *options]
+    if len(words) > 1 and os.path.basename(words[0]) == "accelerate" and words[1] == "launch":
+        return [sys.executable, "-m", "accelerate.commands.launch", *words[2:]]
+    return words
+
+
+def combine_ranks(ranks: list[dict]) -> dict:
+    """One run from every rank's result: the slowest rank's time for each step (a step ends
+    when the last rank ends it), the fewest steps, rank 0's losses, the largest peak memory,
+    and the worst status."""
+    first = dict(ranks[0])
+    failed = next((r for r in ranks if r.get("status") != "ok"), None)
+    if failed is not None:
+        first.update(status=failed.get("status"), error=failed.get("error"), completed=False)
+    times = [r.get("step_times_ms") or [] for r in ranks]
+    count = min(len(t) for t in times)
+    first["step_times_ms"] = [max(t[i] for t in times) for i in range(count)]
+    first["steps"] = min(int(r.get("steps") or 0) for r in ranks)
+    first["completed"] = all(r.get("completed") for r in ranks)
+    memories = [r.get("peak_memory_bytes") for r in ranks if r.get("peak_memory_bytes") is not None]
+    first["peak_memory_bytes"] = max(memories) if memories else None
+    samples = [r.get("window_samples") for r in ranks]
+    first["window_samples"] = sum(samples) if all(samples) else None  # every rank draws its own batches
+    first["ranks"] = len(ranks)
+    first["rank_steps"] = [int(r.get("steps") or 0) for r in ranks]
+    return first
+
+
+def _read_results(result_path: str) -> dict | None:
+    """The harness's result; under a launcher, every rank's (``result.json.rank<N>``) combined."""
+    import glob
+
+    paths = [result_path] if os.path.exists(result_path) else []
+    if not paths:
+        paths = sorted(glob.glob(result_path + ".rank*"), key=lambda p: int(p.rsplit("rank", 1)[1]))
+    ranks = []
+    for path in paths:
         try:
-            with open(result_path) as handle:
-                raw = json.load(handle)
+            with open(path) as handle:
+                ranks.append(json.load(handle))
         except (OSError, ValueError):
-            raw = None
+            return None
+    if not ranks:
+        return None
+    return ranks[0] if len(ranks) == 1 and paths[0] == result_path else combine_ranks(ranks)
+
+
+def _outcome(result_path: str, log_path: str, returncode: int, timed_out: bool, progress: int, options: VerifyOptions) -> dict:
+    raw = _read_results(result_path)
     if timed_out:
         message = f"no result after --timeout {options.timeout:g} s; the run was stopped"
         if raw is not None and not raw.get("completed"):
@@ -637,6 +715,7 @@ def verify_patch(
         "cuda": session.cuda,
         "batch_probe": probe_entries,
         "budget_s": options.budget,
+        "launcher": " ".join(options.launcher) or None,
         "wall_s": round(sum(r.get("wall_s") or 0.0 for r in session.runs.values()), 2),
         "search": None,
     }
