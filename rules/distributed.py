@@ -6,6 +6,7 @@ sharding the data, skipping the all-reduce of micro-steps and reshuffling every 
 """
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -19,6 +20,7 @@ from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 
 GUIDE = "Multi-GPU training (PyTorch DDP notes; guide: DeepSpeed ZeRO)"
+_EVALUATION = re.compile(r"eval|test|predict|infer|valid|generate|sample", re.IGNORECASE)
 DDP_FIND_UNUSED = (
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
@@ -54,7 +56,8 @@ class DataParallel(Rule):
         loader = DataLoader(dataset, batch_size=per_gpu_batch, sampler=DistributedSampler(dataset))
     """
     silent_when = """
-        - the file trains nothing (inference with `DataParallel` keeps only the scatter cost);
+        - the file trains nothing (inference with `DataParallel` keeps only the scatter cost), or
+          the wrap is in an evaluation or inference function (`evaluate()`, `predict()`);
         - `device_ids` names a single GPU: nothing runs in parallel.
     """
     valid = [
@@ -101,6 +104,9 @@ class DataParallel(Rule):
         if not (ctx.loops.training_loops or ctx.facts.frameworks.trains):
             return
         for call in ctx.facts.distributed.data_parallel_wraps:
+            function = ctx.enclosing(call, cst.FunctionDef)
+            if isinstance(function, cst.FunctionDef) and _EVALUATION.search(function.name.value):
+                continue  # wrapped for evaluation or inference: the training wrap is reported where it is
             devices = ctx.argument(call, "device_ids", 1)
             if isinstance(devices, (cst.List, cst.Tuple)) and len(devices.elements) == 1:
                 continue
@@ -252,8 +258,9 @@ class AccumulationWithoutNoSync(Rule):
           Accelerate in a loop that counts its micro-steps by hand (Accelerate's `accumulate`,
           Lightning, Fabric's `no_backward_sync`, the HF Trainer and DeepSpeed skip the
           all-reduce themselves);
-        - the backward already runs under a `no_sync()` context, or the file sets
-          `require_backward_grad_sync` (nanoGPT's way);
+        - the backward already runs under a `no_sync()` context (or one named for the sync,
+          EDM's `ddp_sync`), the file mentions `no_sync` anywhere (a caller may wrap the step
+          function in it), or the file sets `require_backward_grad_sync` (nanoGPT's way);
         - the loop steps on every iteration (no accumulation).
 
         The fix wraps the loop body from its first statement to the backward in
@@ -439,6 +446,8 @@ class AccumulationWithoutNoSync(Rule):
         accelerate = not facts.hand_written and facts.accelerate_prepares_model
         if not (facts.hand_written or accelerate) or self._syncs_by_flag(ctx):
             return
+        if facts.hand_written and "no_sync" in ctx.source:
+            return  # the file skips the all-reduce somewhere (a caller's ``with model.no_sync():``)
         models = sorted(facts.wrapped_names)
         for loop in ctx.loops.training_loops:
             divisor = ctx.loops.accumulation_divisor(loop)
@@ -473,6 +482,7 @@ class AccumulationWithoutNoSync(Rule):
                 )
                 fix = self._fix(ctx, loop, event, models[0]) if len(models) == 1 and micro is None and not by_scaler else None
                 yield self.report(event.call, message, fix)
+                break  # one finding per loop: the fp16 and fp32 branches' backwards are one problem
 
     @staticmethod
     def _scaler_accumulates(ctx: FileContext, loop: TrainingLoop) -> bool:
@@ -579,7 +589,11 @@ class WithoutDistributedSampler(Rule):
         The fix moves `shuffle` into the sampler (`DistributedSampler` shuffles by default) and
         is unsafe: each rank then sees 1/N of the data per epoch, so an epoch has N times
         fewer steps (learning-rate schedules counted in epochs change). Offered only where
-        the data set is a plain name or attribute (it is written twice).
+        the data set is a plain name or attribute (it is written twice) and the file's
+        `init_process_group` runs before the loader is built, in the same function or above
+        it at module level (a `DistributedSampler` reads the world size when it is built:
+        before the process group exists it raises; DeepSpeed's `initialize` creates the group
+        after the loaders a script builds, so there it is advice).
     """
     valid = [
         Valid(
@@ -652,24 +666,17 @@ class WithoutDistributedSampler(Rule):
                 engine.backward(loss)
                 engine.step()
             """,
-            fixed="""
-            import deepspeed
-            from torch.utils.data import DataLoader
-            import torch
-            engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-            loader = DataLoader(dataset, batch_size=32, sampler=torch.utils.data.DistributedSampler(dataset))
-            for x, y in loader:
-                loss = engine(x.to(engine.device), y.to(engine.device))
-                engine.backward(loss)
-                engine.step()
-            """,
-            note="DeepSpeed's engine without training_data= leaves the data to the script",
+            fixed=None,
+            note="DeepSpeed's engine without training_data= leaves the data to the script; advice, "
+            "since the process group is created inside initialize",
         ),
         Invalid(
             """
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel as DDP
             from torch.utils.data import DataLoader
+            dist.init_process_group("nccl")
             model = DDP(model.to(rank), device_ids=[rank])
             loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4)
             for x, y in loader:
@@ -680,8 +687,10 @@ class WithoutDistributedSampler(Rule):
             """,
             fixed="""
             import torch
+            import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel as DDP
             from torch.utils.data import DataLoader
+            dist.init_process_group("nccl")
             model = DDP(model.to(rank), device_ids=[rank])
             loader = DataLoader(dataset, batch_size=32, num_workers=4, sampler=torch.utils.data.DistributedSampler(dataset))
             for x, y in loader:
@@ -714,6 +723,8 @@ class WithoutDistributedSampler(Rule):
             )
 
     def _fix(self, ctx: FileContext, call: cst.Call):
+        if not _after_process_group(ctx, call):
+            return None  # DistributedSampler reads the world size when it is built
         dataset = ctx.argument(call, "dataset", 0)
         if dataset is None or dataset is MISSING or dotted_name(dataset) is None:
             return None
@@ -730,6 +741,21 @@ class WithoutDistributedSampler(Rule):
         new = remove_keyword(call, "shuffle") if ctx.keyword_arg(call, "shuffle") is not None else call
         new = set_keyword(new, "sampler", expression(sampler_code))
         return self.fix("Pass `sampler=DistributedSampler(dataset)`", Edit(call, new), imports=imports)
+
+
+def _after_process_group(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """An ``init_process_group`` runs before ``node``: earlier in the same function, or at
+    module level above it (DeepSpeed's engine creates the group inside ``initialize``, after
+    the loaders a script builds for it)."""
+    from advisor.facts.distributed import INIT_PROCESS_GROUP
+
+    scope = ctx.enclosing(node, cst.FunctionDef)
+    line = ctx.position(node)[0]
+    for init in ctx.calls(INIT_PROCESS_GROUP):
+        init_scope = ctx.enclosing(init, cst.FunctionDef)
+        if ctx.position(init)[0] < line and (init_scope is scope or init_scope is None):
+            return True
+    return False
 
 
 class GlooOnCuda(Rule):
@@ -758,10 +784,11 @@ class GlooOnCuda(Rule):
           the device, another `init_process_group` with another backend) or cannot be read;
         - the file does not train on CUDA.
 
-        The fix is unsafe: NCCL only handles CUDA tensors, so a collective the script runs on
-        CPU tensors (an `all_reduce` of a metric kept on the CPU) would then fail; `"cpu:gloo,cuda:nccl"`
-        keeps both. Where the script falls back to the CPU when there is no GPU, the fix writes
-        `"nccl" if torch.cuda.is_available() else "gloo"`, following it.
+        The fix writes `"cpu:gloo,cuda:nccl"` (torch 2.0 or later): NCCL for CUDA tensors,
+        Gloo still for the collectives a script runs on CPU tensors (an `all_reduce` of a metric
+        kept on the CPU, which plain `"nccl"` would fail on). Where the script falls back to the
+        CPU when there is no GPU, it writes `"cpu:gloo,cuda:nccl" if torch.cuda.is_available()
+        else "gloo"`, following it. Unsafe: the process group's communicator changes.
     """
     valid = [
         Valid(
@@ -806,7 +833,7 @@ class GlooOnCuda(Rule):
             fixed="""
             import torch
             import torch.distributed as dist
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
             device = "cuda" if torch.cuda.is_available() else "cpu"
             model = model.to(device)
             """,
@@ -822,7 +849,7 @@ class GlooOnCuda(Rule):
             fixed="""
             import torch.distributed as dist
             from torch.nn.parallel import DistributedDataParallel as DDP
-            dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+            dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world_size)
             model = DDP(model.to(rank), device_ids=[rank])
             """,
         ),
@@ -836,15 +863,18 @@ class GlooOnCuda(Rule):
                 continue
             fix = None
             if isinstance(backend.expr, cst.SimpleString):
-                nccl = backend.expr.with_changes(value=backend.expr.value.replace("gloo", "nccl"))
+                nccl = backend.expr.with_changes(value=backend.expr.value.replace("gloo", "cpu:gloo,cuda:nccl"))
                 if ctx.facts.devices.always_cuda:
-                    fix = self.fix('Use the `"nccl"` backend', Edit(backend.expr, nccl))
+                    fix = self.fix(
+                        'Use NCCL for CUDA tensors: `"cpu:gloo,cuda:nccl"`', Edit(backend.expr, nccl), requires=(("torch", "2.0"),)
+                    )
                 else:
                     # The script falls back to the CPU, where NCCL does not exist: follow its choice.
                     available, imports = ctx.reference("torch.cuda.is_available", backend.call)
                     choice = expression(f"{ctx.code(nccl)} if {ctx.code(available)}() else {ctx.code(backend.expr)}")
                     fix = self.fix(
-                        'Use `"nccl"` where CUDA is available', Edit(backend.expr, choice), imports=imports
+                        'Use NCCL for CUDA tensors where CUDA is available', Edit(backend.expr, choice), imports=imports,
+                        requires=(("torch", "2.0"),),
                     )
             yield self.report(
                 backend.expr,
@@ -894,8 +924,11 @@ class SamplerWithoutSetEpoch(Rule):
           module that mentions `set_epoch`: it may be called there.
 
         The fix inserts `<sampler>.set_epoch(<epoch>)` at the top of the loop over epochs
-        around the loop over the loader (`<loader>.sampler.set_epoch(...)` for a sampler
-        without a name); unsafe, since the data order changes from the second epoch on.
+        around the loop over the loader (`<loader>.sampler.set_epoch(...)` where the sampler's
+        name is not bound there); unsafe, since the data order changes from the second epoch
+        on. It is advice where the sampler is a `DistributedSampler` on one path only
+        (`RandomSampler(...) if local_rank == -1 else DistributedSampler(...)`, a sampler made
+        under an `if`): a `RandomSampler` has no `set_epoch`.
     """
     valid = [
         Valid(
@@ -990,6 +1023,21 @@ class SamplerWithoutSetEpoch(Rule):
             """,
             note="an unnamed sampler: through the loader",
         ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+            train_sampler = RandomSampler(train_set) if args.local_rank == -1 else DistributedSampler(train_set)
+            train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
+            for epoch in range(epochs):
+                for batch in train_loader:
+                    loss = model(**batch).loss
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="a RandomSampler on one path has no set_epoch: advice",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1003,28 +1051,56 @@ class SamplerWithoutSetEpoch(Rule):
             sampler_name, loader_name, loader = self._names(ctx, sampler)
             # The premise is the epoch loop: where the loader is only built here (a factory
             # that returns it), the loop that would call set_epoch is elsewhere.
-            epoch_loop = self._epoch_loop(ctx, loader_name) if loader_name else None
-            if epoch_loop is None or loader is None or not ctx.facts.loaders.is_training(loader):
+            found = self._epoch_loop(ctx, loader) if loader is not None else None
+            if found is None or not ctx.facts.loaders.is_training(loader):
                 continue
+            epoch_loop, iterated = found
             if any(name and facts.handed_over(name, sampler) for name in (sampler_name, loader_name)):
                 continue
             yield self.report(
                 sampler,
                 "Shuffled `DistributedSampler` without `set_epoch(epoch)`: it draws the same permutation "
                 "every epoch; call `sampler.set_epoch(epoch)` at the start of each epoch",
-                self._fix(ctx, sampler_name, loader_name, epoch_loop),
+                self._fix(ctx, sampler, sampler_name, iterated, epoch_loop),
             )
 
     @staticmethod
-    def _epoch_loop(ctx: FileContext, loader_name: str) -> cst.For | None:
-        """The ``for epoch in ...`` around a loop over the loader, in this file."""
+    def _always_distributed(ctx: FileContext, sampler: cst.Call, sampler_name: str | None) -> bool:
+        """The loader's sampler is this DistributedSampler on every path: assigned directly (not
+        one branch of a conditional), its name bound once, the loader built once."""
+        parent = ctx.parent.get(sampler)
+        if isinstance(parent, cst.Arg):
+            parent = ctx.parent.get(parent)
+            return isinstance(parent, cst.Call)  # ``DataLoader(..., sampler=DistributedSampler(...))``
+        statement_ = ctx.statement_of(sampler)
+        if not (isinstance(statement_, cst.SimpleStatementLine) and isinstance(statement_.body[0], cst.Assign)):
+            return False
+        if statement_.body[0].value is not sampler or ctx.enclosing(statement_, cst.If) is not None:
+            return False
+        return not (sampler_name and "." not in sampler_name and len(ctx.lookup(sampler_name, sampler)) != 1)
+
+    @staticmethod
+    def _reaches(ctx: FileContext, name: str, loop: cst.For) -> bool:
+        """``name`` is bound where ``loop`` runs: in its function, or at module level."""
+        if "." in name:
+            return False
+        first = name
+        bindings = ctx.lookup(first, loop)
+        return bool(bindings)
+
+    @staticmethod
+    def _epoch_loop(ctx: FileContext, loader: cst.Call) -> tuple[cst.For, str] | None:
+        """The ``for epoch in ...`` around a loop over this loader (and only this one), in this
+        file, with the loader as the loop spells it."""
+        loaders = ctx.facts.loaders
         for loop in ctx.nodes(cst.For):
-            iterated, _ = ctx.facts.loaders.unwrap(loop.iter)
-            if dotted_name(iterated) != loader_name:
+            iterated, _ = loaders.unwrap(loop.iter)
+            name = dotted_name(iterated)
+            if name is None or loaders.behind(iterated) != [loader]:
                 continue
             outer = ctx.enclosing(loop, cst.For)
             if isinstance(outer, cst.For) and isinstance(outer.target, cst.Name):
-                return outer
+                return outer, name
         return None
 
     @staticmethod
@@ -1035,7 +1111,10 @@ class SamplerWithoutSetEpoch(Rule):
         statement_ = ctx.statement_of(sampler)
         if isinstance(statement_, cst.SimpleStatementLine) and isinstance(statement_.body[0], cst.Assign):
             assign = statement_.body[0]
-            if assign.value is sampler and len(assign.targets) == 1:
+            value = assign.value
+            # ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)`` names it too.
+            chosen = value is sampler or (isinstance(value, cst.IfExp) and sampler in (value.body, value.orelse))
+            if chosen and len(assign.targets) == 1:
                 sampler_name = dotted_name(assign.targets[0].target)
         for call in ctx.calls(DATALOADER):
             value = ctx.argument(call, "sampler", 2)
@@ -1048,11 +1127,17 @@ class SamplerWithoutSetEpoch(Rule):
                         loader = call
         return sampler_name, loader_name, loader
 
-    def _fix(self, ctx: FileContext, sampler_name: str | None, loader_name: str, epoch_loop: cst.For):
+    def _fix(self, ctx: FileContext, sampler: cst.Call, sampler_name: str | None, loader_name: str, epoch_loop: cst.For):
+        """``loader_name``: the loader as the loop over it spells it."""
         body = epoch_loop.body
         if not isinstance(body, cst.IndentedBlock) or not body.body or not isinstance(epoch_loop.target, cst.Name):
             return None
-        receiver = sampler_name or f"{loader_name}.sampler"
+        if not self._always_distributed(ctx, sampler, sampler_name):
+            return None  # ``RandomSampler(...) if local_rank == -1 else DistributedSampler(...)``: no set_epoch there
+        if sampler_name and self._reaches(ctx, sampler_name, epoch_loop):
+            receiver = sampler_name
+        else:
+            receiver = f"{loader_name}.sampler"
         new = statement(f"{receiver}.set_epoch({epoch_loop.target.value})")
         first = body.body[0]
         return self.fix(
