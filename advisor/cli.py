@@ -1,4 +1,4 @@
-"""Command line: ``advisor check | fix | clean | rules | explain``, modelled on ruff.
+"""Command line: ``advisor check | fix | clean | rules | explain | server``, modelled on ruff.
 
 Exit codes: 0 clean, 1 findings, 2 usage error or a file that could not be analyzed.
 ``advisor fix --verify`` (advisor/verify/command.py): 0 applied or nothing to fix, 1 rejected.
@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--config", type=Path, help="pyproject.toml whose folder holds the cache")
     rules = commands.add_parser("rules", help="list the rules")
     rules.add_argument("--output-format", "--format", dest="format", choices=("text", "json"), default="text")
+    server = commands.add_parser(
+        "server", help="a Language Server Protocol server over stdio, for editors (needs advisor[server])"
+    )
+    # Editors' LSP clients often pass --stdio; it is the only transport, so it is accepted and changes nothing.
+    server.add_argument("--stdio", action="store_true", help=argparse.SUPPRESS)
     explain_parser = commands.add_parser("explain", help="show a rule's documentation")
     explain_parser.add_argument("code", help="rule code or name, e.g. ADV101, or ADV000 (files that cannot be analyzed)")
     return parser
@@ -453,6 +458,24 @@ def _run_fixes(args: argparse.Namespace, unsafe: bool, diff: bool) -> int:
     return EXIT_FINDINGS if applied and args.exit_non_zero_on_fix else EXIT_CLEAN
 
 
+SERVER_NEEDS_PYGLS = (
+    "`advisor server` needs pygls and lsprotocol, which the core install leaves out: "
+    "pip install 'advisor[server]'"
+)
+
+
+def run_server() -> int:
+    """The language server; its libraries are imported only here, so that the core install works without them."""
+    try:
+        from advisor.server import main as serve
+    except ImportError as error:
+        if error.name is not None and error.name.split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
+            raise
+        print(f"advisor: error: {SERVER_NEEDS_PYGLS} ({error})", file=sys.stderr)
+        return EXIT_ERROR
+    return serve()
+
+
 def _fixed_summary(args: argparse.Namespace, results, applied, remaining, unsafe: bool) -> str:
     files_changed = sum(1 for r in results if r.written or (r.changed and _reads_stdin(args)))
     message = f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}"
@@ -516,6 +539,8 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         return run_fix(args)
     if args.command == "clean":
         return run_clean(args)
+    if args.command == "server":
+        return run_server()
     if args.command == "rules":
         if args.format == "json":
             sys.stdout.write(rules_json() + "\n")

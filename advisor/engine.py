@@ -397,13 +397,22 @@ def project_context(
         from advisor.project import project_for
 
         cached = project_for(path, settings.target, parse).cached(os.path.abspath(path), len(data))
-        if cached is not None and cached.project is not None:
+        # The same size on disk is not the same text: an editor's unsaved buffer (advisor server)
+        # that changed `0` to `4` has the size of the file it came from.
+        if cached is not None and cached.project is not None and _same_text(cached, data):
             cached.path = path  # reported as the caller names it
             return cached
     ctx = analyzable_context(path, data, settings.target, errors)
     if ctx is not None:
         attach_project(ctx, settings, data)
     return ctx
+
+
+def _same_text(ctx: FileContext, data: bytes) -> bool:
+    try:
+        return ctx.source == decode(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return False
 
 
 def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]:

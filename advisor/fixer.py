@@ -402,3 +402,38 @@ class _FixChunk:
     def __call__(self, args: tuple[list[str], Settings]) -> list[FixResult]:
         paths, settings = args
         return _fix_chunk(((paths, self.unsafe, self.write), settings))
+
+
+def fix_finding(path: str, data: bytes, settings: Settings, code: str, line: int, column: int) -> bytes | None:
+    """The file with one finding's fix applied: the finding ``code`` reports at ``line``:``column``
+    (1-based, as ``check`` reports it), by the same transform as ``advisor fix`` (formatting and
+    comments kept, imports added in the file's style), compiled before it is returned. None when
+    no such finding has a fix, the fix would break the code, or the file is a notebook (its cells
+    are not one text an editor edits). The editor's code action for one finding (advisor.server)."""
+    if is_notebook(path):
+        return None
+    errors: list[FileError] = []
+    try:
+        ctx = project_context(path, data, settings, errors)
+        if ctx is None:
+            return None
+        findings, _ = run_rules(ctx, settings.codes_for(path))
+        finding = next(
+            (f for f in findings if (f.code, f.line, f.column) == (code, line, column) and allowed(f.fix, unsafe=True)), None
+        )
+        if finding is None:
+            return None
+        fixed = apply_fixes(ctx, [finding])
+    except Exception as error:
+        if not from_recursion(error):
+            raise
+        return None
+    if not _compiles(fixed, path):
+        return None
+    encoding = source_encoding(data)
+    try:
+        if decode(data).encode(encoding) != data:
+            return None  # rewriting would change bytes no fix touched, as fix_source refuses
+        return fixed.encode(encoding)
+    except UnicodeEncodeError:
+        return None
