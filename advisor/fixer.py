@@ -404,23 +404,33 @@ class _FixChunk:
         return _fix_chunk(((paths, self.unsafe, self.write), settings))
 
 
-def fix_finding(path: str, data: bytes, settings: Settings, code: str, line: int, column: int) -> bytes | None:
-    """The file with one finding's fix applied: the finding ``code`` reports at ``line``:``column``
-    (1-based, as ``check`` reports it), by the same transform as ``advisor fix`` (formatting and
-    comments kept, imports added in the file's style), compiled before it is returned. None when
-    no such finding has a fix, the fix would break the code, or the file is a notebook (its cells
-    are not one text an editor edits). The editor's code action for one finding (advisor.server)."""
-    if is_notebook(path):
-        return None
+def fix_finding(path: str, data: bytes, settings: Settings, diagnostic: Diagnostic) -> bytes | None:
+    """The file with one finding's fix applied, the finding ``diagnostic`` reports (found again by
+    its code and position: line and column, or in a notebook its cell, line and column in the
+    cell), by the same transform as ``advisor fix`` (formatting and comments kept, imports added in
+    the file's style), compiled before it is returned; a notebook's fixed cells go back into it
+    as ``fix`` writes them. None when no such finding has a fix or the fix would break the code.
+    The editor's code action for one finding (advisor.server)."""
     errors: list[FileError] = []
+    notebook = read_notebook(path, data, errors) if is_notebook(path) else None
+    if is_notebook(path) and notebook is None:
+        return None
+
+    def reported_at(finding: Finding) -> tuple:
+        if notebook is not None:
+            return (finding.code, *notebook.cell_position(finding.line, finding.column))
+        return (finding.code, finding.line, finding.column)
+
+    wanted = (
+        (diagnostic.code, diagnostic.cell, diagnostic.cell_line, diagnostic.cell_column)
+        if notebook is not None else (diagnostic.code, diagnostic.line, diagnostic.column)
+    )
     try:
-        ctx = project_context(path, data, settings, errors)
+        ctx = project_context(path, data, settings, errors, notebook)
         if ctx is None:
             return None
         findings, _ = run_rules(ctx, settings.codes_for(path))
-        finding = next(
-            (f for f in findings if (f.code, f.line, f.column) == (code, line, column) and allowed(f.fix, unsafe=True)), None
-        )
+        finding = next((f for f in findings if allowed(f.fix, unsafe=True) and reported_at(f) == wanted), None)
         if finding is None:
             return None
         fixed = apply_fixes(ctx, [finding])
@@ -430,6 +440,11 @@ def fix_finding(path: str, data: bytes, settings: Settings, code: str, line: int
         return None
     if not _compiles(fixed, path):
         return None
+    if notebook is not None:
+        try:
+            return notebook.with_python(fixed)
+        except NotebookError:
+            return None
     encoding = source_encoding(data)
     try:
         if decode(data).encode(encoding) != data:

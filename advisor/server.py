@@ -101,6 +101,8 @@ class Checked:
     settings: Settings | None
     diagnostics: list[Diagnostic]
     errors: list[FileError]
+    # A notebook's: its cells' URIs, in order (a finding's ``cell`` is its 1-based number here).
+    cell_uris: list[str] | None = None
 
 
 # -- text and positions ----------------------------------------------------------------------
@@ -405,6 +407,7 @@ class AdvisorServer(LanguageServer):
         if not path.endswith(".ipynb"):
             path += ".ipynb"
         checked = await self.run_analysis(self.check_text, path, content, version)
+        checked.cell_uris = cell_uris
         current = self.workspace.notebook_documents.get(uri)
         if current is None or current.version != version:
             return checked
@@ -429,23 +432,37 @@ class AdvisorServer(LanguageServer):
         return checked
 
     # -- code actions
+    def shown_in(self, uri: str, checked: Checked) -> list[tuple[Diagnostic, types.Diagnostic]]:
+        """The findings shown in document ``uri`` (a file, or one notebook cell), with their LSP form."""
+        if checked.cell_uris is None:
+            lines = lsp_lines(checked.text)
+            return [
+                (d, self.lsp_diagnostic(lines, d, d.line, d.column, d.end_line, d.end_column)) for d in checked.diagnostics
+            ]
+        if uri not in checked.cell_uris:
+            return []
+        number = checked.cell_uris.index(uri) + 1
+        document = self.workspace.text_documents.get(uri)
+        lines = lsp_lines(document.source if document is not None else "")
+        return [
+            (d, self.lsp_diagnostic(lines, d, d.cell_line, d.cell_column, d.cell_end_line, d.cell_end_column))
+            for d in checked.diagnostics if d.cell == number
+        ]
+
     def finding_actions(self, uri: str, checked: Checked, wanted: types.Range, only: list[str] | None) -> list[types.CodeAction]:
         """Fix and suppression actions for the findings that ``wanted`` touches (runs on the analysis thread)."""
+        from advisor.cli import _add_noqa_to_notebook
         from advisor.edits import add_noqa
         from advisor.fixer import fix_finding
 
         actions: list[types.CodeAction] = []
-        if checked.settings is None:
+        if checked.settings is None or not _wanted(only, types.CodeActionKind.QuickFix):
             return actions
-        lines = lsp_lines(checked.text)
-        encoding = self.encoding()
-        quickfix = _wanted(only, types.CodeActionKind.QuickFix)
-        for diagnostic in checked.diagnostics:
-            lsp = self.lsp_diagnostic(lines, diagnostic, diagnostic.line, diagnostic.column, diagnostic.end_line, diagnostic.end_column)
-            if not quickfix or not _touches(lsp.range, wanted):
+        for diagnostic, lsp in self.shown_in(uri, checked):
+            if not _touches(lsp.range, wanted):
                 continue
             if diagnostic.fix_applicability is not None:
-                fixed = fix_finding(checked.path, checked.data, checked.settings, diagnostic.code, diagnostic.line, diagnostic.column)
+                fixed = fix_finding(checked.path, checked.data, checked.settings, diagnostic)
                 if fixed is not None:
                     unsafe = diagnostic.fix_applicability == "unsafe"
                     title = f"Fix {diagnostic.code}: {lower_first(diagnostic.fix_description or diagnostic.name)}"
@@ -454,15 +471,18 @@ class AdvisorServer(LanguageServer):
                         kind=types.CodeActionKind.QuickFix,
                         diagnostics=[lsp],
                         is_preferred=not unsafe,
-                        edit=self.workspace_edit(uri, checked, checked.text, decode(fixed)),
+                        edit=self.workspace_edit(uri, checked, fixed),
                     ))
-            updated, added, _ = add_noqa(checked.data, {diagnostic.line: {diagnostic.code}})
+            if checked.cell_uris is None:
+                updated, added, _ = add_noqa(checked.data, {diagnostic.line: {diagnostic.code}})
+            else:
+                updated, added, _ = _add_noqa_to_notebook(checked.data, [diagnostic])
             if added:
                 actions.append(types.CodeAction(
                     title=f"Suppress {diagnostic.code} on this line",
                     kind=types.CodeActionKind.QuickFix,
                     diagnostics=[lsp],
-                    edit=self.workspace_edit(uri, checked, checked.text, decode(updated)),
+                    edit=self.workspace_edit(uri, checked, updated),
                 ))
         return actions
 
@@ -476,19 +496,31 @@ class AdvisorServer(LanguageServer):
         if result.errors or not result.changed:
             return None
         return types.CodeAction(
-            title="Fix all safe advisor findings",
-            kind=FIX_ALL_KIND,
-            edit=self.workspace_edit(uri, checked, checked.text, decode(result.fixed)),
+            title="Fix all safe advisor findings", kind=FIX_ALL_KIND, edit=self.workspace_edit(uri, checked, result.fixed)
         )
 
-    def workspace_edit(self, uri: str, checked: Checked, old: str, new: str) -> types.WorkspaceEdit:
-        edits = text_edits(old, new, self.encoding())
-        return types.WorkspaceEdit(document_changes=[
-            types.TextDocumentEdit(
+    def workspace_edit(self, uri: str, checked: Checked, fixed: bytes) -> types.WorkspaceEdit:
+        """The edits that turn the checked text into ``fixed`` (a file's bytes; for a notebook, the
+        .ipynb's bytes: an edit for each cell whose source changed)."""
+        encoding = self.encoding()
+        if checked.cell_uris is None:
+            return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
                 text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=checked.version),
-                edits=edits,
-            )
-        ])
+                edits=text_edits(checked.text, decode(fixed), encoding),
+            )])
+        from advisor.notebooks import Notebook
+
+        changes = []
+        for number, source in Notebook.from_bytes(fixed).cell_sources().items():
+            cell_uri = checked.cell_uris[number - 1]
+            document = self.workspace.text_documents.get(cell_uri)
+            if document is None or document.source == source:
+                continue
+            changes.append(types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=cell_uri, version=document.version),
+                edits=text_edits(document.source, source, encoding),
+            ))
+        return types.WorkspaceEdit(document_changes=changes)
 
     def code_actions(self, uri: str, checked: Checked, wanted: types.Range, only: list[str] | None) -> list[types.CodeAction]:
         actions = self.finding_actions(uri, checked, wanted, only)
@@ -587,8 +619,6 @@ def create_server() -> AdvisorServer:
     )
     async def code_action(ls: AdvisorServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
         uri = params.text_document.uri
-        if ls.workspace.get_notebook_document(cell_uri=uri) is not None:
-            return None  # fixes edit the notebook's joined cells: `advisor fix` applies them to the file
         checked = await ls.current(uri)
         if checked is None:
             return None
@@ -609,26 +639,14 @@ async def hover_at(ls: AdvisorServer, uri: str, position: types.Position) -> typ
     checked = await ls.current(uri)
     if checked is None:
         return None
-    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
-    if notebook is not None:
-        cell_uris = [cell.document for cell in notebook.cells]
-        number = cell_uris.index(uri) + 1 if uri in cell_uris else None
-        document = ls.workspace.text_documents.get(uri)
-        lines = lsp_lines(document.source if document is not None else "")
-        spans = [
-            (d.code, d.cell_line, d.cell_column, d.cell_end_line, d.cell_end_column)
-            for d in checked.diagnostics if d.cell == number
-        ]
-    else:
+    shown = [(d.code, lsp.range) for d, lsp in ls.shown_in(uri, checked)]
+    if checked.cell_uris is None and checked.settings is not None:
         lines = lsp_lines(checked.text)
-        spans = [(d.code, d.line, d.column, d.end_line, d.end_column) for d in checked.diagnostics]
-        spans += [(e.code, e.line, e.column, e.line, 10**9) for e in checked.errors if e.code == "ADV000"]
-    encoding = ls.encoding()
+        shown += [(e.code, ls.lsp_diagnostic(lines, e, e.line, e.column).range) for e in checked.errors if e.code == "ADV000"]
     here = types.Range(start=position, end=position)
     documentation: list[str] = []
     found_range = None
-    for code, line, column, end_line, end_column in spans:
-        span = types.Range(start=to_position(lines, line, column, encoding), end=to_position(lines, end_line, end_column, encoding))
+    for code, span in shown:
         if not _touches(span, here):
             continue
         rule = rule_by_code(code)

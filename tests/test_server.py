@@ -403,6 +403,9 @@ def test_notebook_cells_get_their_own_diagnostics(project):
             first = await editor.diagnostics(cell_uris[0])
             third = await editor.diagnostics(cell_uris[2])
             hover = await editor.hover(cell_uris[2], 0, 12)
+            pin = next(d for d in third if d.code == "ADV101")
+            actions = await editor.actions(cell_uris[2], pin.range)
+            fix_all = await editor.actions(cell_uris[2], lsp_range((0, 0), (0, 0)), only=["source.fixAll.advisor"])
             # The loader pinned in the third cell, as an editor sends a cell's text change.
             del editor.published[cell_uris[2]]
             editor.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
@@ -415,15 +418,31 @@ def test_notebook_cells_get_their_own_diagnostics(project):
                 ])),
             ))
             after_change = await editor.diagnostics(cell_uris[2])
-            return first, third, hover, after_change
+            return first, third, hover, after_change, actions, fix_all, cell_uris
 
-    first, third, hover, after_change = run(scenario())
+    first, third, hover, after_change, actions, fix_all, cell_uris = run(scenario())
     pin = next(d for d in third if d.code == "ADV101")
     assert (pin.range.start.line, pin.range.start.character) == (0, 9)  # in the cell, not in the joined code
     assert hover is not None and "ADV101" in hover.contents.value
     assert not any(d.code == "ADV101" for d in first)
     # Pinned now, so its batch's blocking copy is worth `non_blocking=True`.
     assert {d.code for d in after_change} == {"ADV103"}
+
+    # Code actions edit the cells, never the notebook's joined code.
+    def cell_edits(action: types.CodeAction) -> dict[str, str]:
+        return {
+            change.text_document.uri: apply_edits(cells[cell_uris.index(change.text_document.uri)], list(change.edits))
+            for change in action.edit.document_changes
+        }
+
+    fix = next(a for a in actions if a.title == "Fix ADV101: set `pin_memory=True`")
+    assert cell_edits(fix) == {cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8, pin_memory=True)")}
+    suppress = next(a for a in actions if a.title == "Suppress ADV101 on this line")
+    assert cell_edits(suppress) == {cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8)  # noqa: ADV101")}
+    (everything,) = fix_all
+    assert cell_edits(everything) == {
+        cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8, pin_memory=True)").replace("x.cuda()", "x.cuda(non_blocking=True)")
+    }
 
 
 def test_core_install_works_without_pygls_and_the_server_says_what_to_install(tmp_path):
