@@ -103,6 +103,14 @@ class Checked:
     errors: list[FileError]
     # A notebook's: its cells' URIs, in order (a finding's ``cell`` is its 1-based number here).
     cell_uris: list[str] | None = None
+    # Fixed texts computed for this version: editors ask for code actions at every cursor move,
+    # and "Fix all" runs every fix round.
+    fixed: dict[tuple, bytes | None] = field(default_factory=dict)
+
+    def once(self, key: tuple, compute: Callable[[], bytes | None]) -> bytes | None:
+        if key not in self.fixed:
+            self.fixed[key] = compute()
+        return self.fixed[key]
 
 
 # -- text and positions ----------------------------------------------------------------------
@@ -462,7 +470,10 @@ class AdvisorServer(LanguageServer):
             if not _touches(lsp.range, wanted):
                 continue
             if diagnostic.fix_applicability is not None:
-                fixed = fix_finding(checked.path, checked.data, checked.settings, diagnostic)
+                fixed = checked.once(
+                    ("fix", diagnostic.code, diagnostic.line, diagnostic.column),
+                    lambda: fix_finding(checked.path, checked.data, checked.settings, diagnostic),
+                )
                 if fixed is not None:
                     unsafe = diagnostic.fix_applicability == "unsafe"
                     title = f"Fix {diagnostic.code}: {lower_first(diagnostic.fix_description or diagnostic.name)}"
@@ -473,11 +484,15 @@ class AdvisorServer(LanguageServer):
                         is_preferred=not unsafe,
                         edit=self.workspace_edit(uri, checked, fixed),
                     ))
-            if checked.cell_uris is None:
-                updated, added, _ = add_noqa(checked.data, {diagnostic.line: {diagnostic.code}})
-            else:
-                updated, added, _ = _add_noqa_to_notebook(checked.data, [diagnostic])
-            if added:
+            def suppressed() -> bytes | None:
+                if checked.cell_uris is None:
+                    updated, added, _ = add_noqa(checked.data, {diagnostic.line: {diagnostic.code}})
+                else:
+                    updated, added, _ = _add_noqa_to_notebook(checked.data, [diagnostic])
+                return updated if added else None
+
+            updated = checked.once(("noqa", diagnostic.code, diagnostic.line), suppressed)
+            if updated is not None:
                 actions.append(types.CodeAction(
                     title=f"Suppress {diagnostic.code} on this line",
                     kind=types.CodeActionKind.QuickFix,
@@ -492,12 +507,15 @@ class AdvisorServer(LanguageServer):
 
         if checked.settings is None or not any(d.fix_applicability == "safe" for d in checked.diagnostics):
             return None
-        result = fix_source(checked.path, checked.data, checked.settings, unsafe=False)
-        if result.errors or not result.changed:
+
+        def all_safe_fixes() -> bytes | None:
+            result = fix_source(checked.path, checked.data, checked.settings, unsafe=False)
+            return result.fixed if result.changed and not result.errors else None
+
+        fixed = checked.once(("all safe",), all_safe_fixes)
+        if fixed is None:
             return None
-        return types.CodeAction(
-            title="Fix all safe advisor findings", kind=FIX_ALL_KIND, edit=self.workspace_edit(uri, checked, result.fixed)
-        )
+        return types.CodeAction(title="Fix all safe advisor findings", kind=FIX_ALL_KIND, edit=self.workspace_edit(uri, checked, fixed))
 
     def workspace_edit(self, uri: str, checked: Checked, fixed: bytes) -> types.WorkspaceEdit:
         """The edits that turn the checked text into ``fixed`` (a file's bytes; for a notebook, the
