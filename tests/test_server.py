@@ -42,10 +42,14 @@ TRAIN = textwrap.dedent(
 class Editor:
     """An LSP client session with the server, keeping the last diagnostics published per URI."""
 
-    def __init__(self, root: Path, options: dict | None = None, encodings: list[str] | None = None) -> None:
+    def __init__(
+        self, root: Path, options: dict | None = None, encodings: list[str] | None = None, watches_files: bool = False
+    ) -> None:
         self.root = root
         self.options = options
         self.encodings = encodings
+        self.watches_files = watches_files
+        self.registrations: list[types.Registration] = []
         self.client = LanguageClient("advisor-tests", "1")
         self.published: dict[str, types.PublishDiagnosticsParams] = {}
         self.history: list[tuple[str, int | None]] = []  # (uri, version) of every publication
@@ -65,13 +69,21 @@ class Editor:
             self.messages.append(params.message)
             self.changed.set()
 
+        @self.client.feature(types.CLIENT_REGISTER_CAPABILITY)
+        def register(params: types.RegistrationParams) -> None:
+            self.registrations.extend(params.registrations)
+            self.changed.set()
+
     async def __aenter__(self) -> "Editor":
         await self.client.start_io(sys.executable, "-m", "advisor", "server", cwd=str(self.root))
         general = types.GeneralClientCapabilities(position_encodings=self.encodings) if self.encodings else None
+        workspace = types.WorkspaceClientCapabilities(
+            did_change_watched_files=types.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)
+        ) if self.watches_files else None
         self.initialized = await asyncio.wait_for(self.client.initialize_async(types.InitializeParams(
             process_id=None,
             root_uri=self.root.as_uri(),
-            capabilities=types.ClientCapabilities(general=general),
+            capabilities=types.ClientCapabilities(general=general, workspace=workspace),
             initialization_options=self.options,
         )), WAIT_SECONDS)
         self.client.initialized(types.InitializedParams())
@@ -112,6 +124,16 @@ class Editor:
                     return found.diagnostics
                 self.changed.clear()
                 await self.changed.wait()
+
+        return await asyncio.wait_for(arrived(), WAIT_SECONDS)
+
+    async def registered(self) -> list[types.Registration]:
+        """The capabilities the server registered, once it has registered some."""
+        async def arrived() -> list[types.Registration]:
+            while not self.registrations:
+                self.changed.clear()
+                await self.changed.wait()
+            return self.registrations
 
         return await asyncio.wait_for(arrived(), WAIT_SECONDS)
 
@@ -334,9 +356,14 @@ def test_hover_shows_the_rules_documentation(project):
 
 def test_settings_from_pyproject_are_reread_and_options_act_as_the_command_line(project):
     async def scenario():
-        async with Editor(project, options={"ignore": ["ADV601"]}) as editor:
+        async with Editor(project, options={"ignore": ["ADV601"]}, watches_files=True) as editor:
             uri = editor.open("train.py")
             first = {d.code for d in await editor.diagnostics(uri, 1)}
+            # A client that can watch files is asked to watch pyproject.toml.
+            (registration,) = await editor.registered()
+            assert registration.method == types.WORKSPACE_DID_CHANGE_WATCHED_FILES
+            # (the options arrive as JSON: the client does not know their type)
+            assert "**/pyproject.toml" in [w["globPattern"] for w in registration.register_options["watchers"]]
             (project / "pyproject.toml").write_text('[tool.advisor]\nignore = ["ADV101"]\n')
             editor.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
                 types.FileEvent(uri=editor.uri("pyproject.toml"), type=types.FileChangeType.Changed)
