@@ -57,7 +57,8 @@ class DataParallel(Rule):
     """
     silent_when = """
         - the file trains nothing (inference with `DataParallel` keeps only the scatter cost), or
-          the wrap is in an evaluation or inference function (`evaluate()`, `predict()`);
+          the wrap is in an evaluation or inference function (`evaluate()`, `predict()`) or under
+          an `if` about testing (`if args.do_test:`);
         - `device_ids` names a single GPU: nothing runs in parallel.
     """
     valid = [
@@ -107,6 +108,8 @@ class DataParallel(Rule):
             function = ctx.enclosing(call, cst.FunctionDef)
             if isinstance(function, cst.FunctionDef) and _EVALUATION.search(function.name.value):
                 continue  # wrapped for evaluation or inference: the training wrap is reported where it is
+            if any(isinstance(a, cst.If) and _EVALUATION.search(ctx.code(a.test)) for a in ctx.ancestors(call)):
+                continue  # ``if args.do_test:``
             devices = ctx.argument(call, "device_ids", 1)
             if isinstance(devices, (cst.List, cst.Tuple)) and len(devices.elements) == 1:
                 continue
@@ -144,6 +147,7 @@ class FindUnusedParameters(Rule):
     """
     silent_when = """
         - the value is not `True` (or an argparse default of `True`), or cannot be read;
+        - the file trains nothing (no backward): DDP searches only when gradients flow;
         - `static_graph=True` is passed too: the graph is walked once.
 
         Also read: Lightning's `DDPStrategy(find_unused_parameters=True)` and
@@ -157,6 +161,18 @@ class FindUnusedParameters(Rule):
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model, device_ids=[rank])
             """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+            model.eval()
+            with torch.no_grad():
+                for batch in test_loader:
+                    predictions.append(model(**batch))
+            """,
+            note="an inference script: no gradients, no search",
         ),
         Valid(
             """
@@ -178,6 +194,11 @@ class FindUnusedParameters(Rule):
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
             """
         ),
         Invalid(
@@ -189,8 +210,9 @@ class FindUnusedParameters(Rule):
         ),
         Invalid(
             """
-            from transformers import TrainingArguments
+            from transformers import Trainer, TrainingArguments
             args = TrainingArguments("out", ddp_find_unused_parameters=True)
+            Trainer(model=model, args=args, train_dataset=train_set).train()
             """
         ),
     ]
@@ -204,6 +226,10 @@ class FindUnusedParameters(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         from advisor.apis import LIGHTNING_TRAINER, TRAINING_ARGUMENTS
 
+        # DDP looks for unused parameters only when gradients flow: an evaluation or inference
+        # script pays nothing for the flag.
+        if not (ctx.loops.training_loops or ctx.facts.frameworks.trains or ctx.method_calls("backward")):
+            return
         for call in ctx.calls(*DDP_FIND_UNUSED):
             if self._true(ctx, call, "find_unused_parameters") and not self._true(ctx, call, "static_graph"):
                 yield self.report(self.at_keyword(call, "find_unused_parameters"), self.MESSAGE)
