@@ -102,7 +102,8 @@ class DataParallel(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if not (ctx.loops.training_loops or ctx.facts.frameworks.trains):
+        frameworks = ctx.facts.frameworks
+        if not (ctx.loops.training_loops or frameworks.trains or frameworks.delegated_training):
             return
         for call in ctx.facts.distributed.data_parallel_wraps:
             function = ctx.enclosing(call, cst.FunctionDef)
@@ -228,7 +229,7 @@ class FindUnusedParameters(Rule):
 
         # DDP looks for unused parameters only when gradients flow: an evaluation or inference
         # script pays nothing for the flag.
-        if not (ctx.loops.training_loops or ctx.facts.frameworks.trains or ctx.method_calls("backward")):
+        if not _may_train(ctx):
             return
         for call in ctx.calls(*DDP_FIND_UNUSED):
             if self._true(ctx, call, "find_unused_parameters") and not self._true(ctx, call, "static_graph"):
@@ -245,6 +246,19 @@ class FindUnusedParameters(Rule):
     def _true(ctx: FileContext, call: cst.Call, keyword: str) -> bool:
         arg = ctx.keyword_arg(call, keyword)
         return arg is not None and ctx.values.value_of(arg.value) is True
+
+
+def _may_train(ctx: FileContext) -> bool:
+    """The file trains, or hands training to code it builds an optimizer for: not an evaluation
+    or inference script (no loop that steps, no backward, no optimizer)."""
+    frameworks = ctx.facts.frameworks
+    return bool(
+        ctx.loops.training_loops
+        or frameworks.trains
+        or frameworks.delegated_training
+        or ctx.method_calls("backward")
+        or ctx.calls_with_prefix("torch.optim.")
+    )
 
 
 class AccumulationWithoutNoSync(Rule):
