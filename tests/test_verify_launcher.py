@@ -93,3 +93,20 @@ def test_verify_through_torchrun_counts_steps_on_both_ranks(tmp_path):
         assert run["completed"]
     assert report["applied"], report["verdict"]
     assert "fused=True" in script.read_text()
+
+
+def test_accelerate_launch_runs_every_rank(tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` (torch's launcher underneath, on the CPU
+    here): both ranks run the harness and count their steps."""
+    pytest.importorskip("accelerate")
+    from advisor.verify.runner import run_variant
+
+    script = tmp_path / "train_ddp.py"
+    script.write_text(DDP_SCRIPT)
+    run = run_variant(
+        str(script), str(script),
+        options(tmp_path, steps=3, warmup=1, timeout=180, launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2")),
+        "baseline",
+    )
+    assert run["status"] == "ok", run.get("error") or run.get("output")
+    assert run["ranks"] == 2 and run["rank_steps"] == [4, 4]
