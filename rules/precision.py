@@ -87,6 +87,12 @@ def _resolves_true(ctx: FileContext, call: cst.Call, keyword: str, position: int
     return ctx.values.value_of(argument) is True
 
 
+# A test of the torch version or of a feature: ``torch.__version__``, ``hasattr(torch, "amp")``,
+# and the flags libraries define for it (transformers' ``is_torch_greater_or_equal_than_1_10``,
+# ``TORCH_1_10``, ``_torch_ge_2``).
+_VERSION_TEST = re.compile(r"version|hasattr|greater|less_than|older|newer|(?:^|_)(?:ge|gt|gte)(?:_|$)|\d+_\d+", re.IGNORECASE)
+
+
 @dataclass
 class ScalerUsage:
     """What a file does with one GradScaler."""
@@ -1172,6 +1178,17 @@ class DeprecatedAmpApi(Rule):
         Valid(
             """
             import torch
+            from transformers.pytorch_utils import is_torch_greater_or_equal_than_1_10
+            if is_torch_greater_or_equal_than_1_10:
+                ctx_manager = torch.autocast("cuda", dtype=amp_dtype)
+            else:
+                ctx_manager = torch.cuda.amp.autocast()
+            """,
+            note="the fallback for old torch under a library's version flag (ChatGLM's trainer)",
+        ),
+        Valid(
+            """
+            import torch
             try:
                 scaler = torch.amp.GradScaler(device="cuda")
             except (AttributeError, TypeError):
@@ -1327,8 +1344,7 @@ class DeprecatedAmpApi(Rule):
             if isinstance(ancestor, cst.ExceptHandler):
                 return True
             if isinstance(ancestor, (cst.If, cst.IfExp)):
-                test = ctx.code(ancestor.test)
-                if "hasattr" in test or "__version__" in test or "version" in test.lower():
+                if _VERSION_TEST.search(ctx.code(ancestor.test)):
                     return True
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
