@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
 
 import libcst as cst
 
@@ -552,15 +552,17 @@ class TrainingLoopModel:
         ``accumulate``, under which its prepared optimizer skips ``step()`` / ``zero_grad()`` on
         micro-steps; Fabric's and DDP's contexts only skip the gradient all-reduce."""
         methods = ("accumulate",) if accelerate_only else ("accumulate", "no_backward_sync", "no_sync")
+        return any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in methods for call in self.context_calls(node)
+        )
+
+    def context_calls(self, node: cst.CSTNode) -> Iterator[cst.Call]:
+        """The calls in the items of the ``with`` statements around ``node``, innermost first;
+        ``with model.no_sync() if not last else nullcontext():`` gives both calls."""
         for ancestor in self.ctx.ancestors(node):
             if isinstance(ancestor, cst.With):
                 for item in ancestor.items:
-                    # ``with model.no_sync() if not last else nullcontext():`` counts too.
-                    calls = [item.item] if isinstance(item.item, cst.Call) else self.ctx.walk(item.item, cst.Call)
-                    for call in calls:
-                        if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
-                            return True
-        return False
+                    yield from [item.item] if isinstance(item.item, cst.Call) else self.ctx.walk(item.item, cst.Call)
 
     # -- what runs every training step -------------------------------------------------------
     def per_step(self, node: cst.CSTNode) -> bool:

@@ -540,13 +540,7 @@ class AccumulationWithoutNoSync(Rule):
     def _under_sync_helper(ctx: FileContext, node: cst.CSTNode) -> bool:
         """Inside ``with misc.ddp_sync(ddp, last_round):`` or another context manager of the
         project named for the gradient sync (EDM's way to call ``no_sync`` on some rounds)."""
-        for ancestor in ctx.ancestors(node):
-            if isinstance(ancestor, cst.With):
-                for item in ancestor.items:
-                    for call in [item.item] if isinstance(item.item, cst.Call) else ctx.walk(item.item, cst.Call):
-                        if "sync" in (dotted_name(call.func) or "").split(".")[-1].lower():
-                            return True
-        return False
+        return any("sync" in (dotted_name(call.func) or "").split(".")[-1].lower() for call in ctx.loops.context_calls(node))
 
     @staticmethod
     def _syncs_by_flag(ctx: FileContext) -> bool:
@@ -1122,11 +1116,7 @@ class SamplerWithoutSetEpoch(Rule):
     @staticmethod
     def _reaches(ctx: FileContext, name: str, loop: cst.For) -> bool:
         """``name`` is bound where ``loop`` runs: in its function, or at module level."""
-        if "." in name:
-            return False
-        first = name
-        bindings = ctx.lookup(first, loop)
-        return bool(bindings)
+        return "." not in name and bool(ctx.lookup(name, loop))
 
     @staticmethod
     def _epoch_loop(ctx: FileContext, loader: cst.Call) -> tuple[cst.For, str] | None:
@@ -1301,8 +1291,8 @@ class ZeroStageChoice(Rule):
         sizes = pretrained_sizes(ctx)
         if not sizes:
             return
-        parameters = max(size.parameters for _, size in sizes)
-        model = max(sizes, key=lambda item: item[1].parameters)[1]
+        model = max((size for _, size in sizes), key=lambda size: size.parameters)
+        parameters = model.parameters
         target = ctx.target
         gpus = target.gpus
         count = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "one GPU (no --gpus)"

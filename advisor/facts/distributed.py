@@ -114,20 +114,21 @@ class DistributedFacts:
         from advisor.context import MISSING
 
         ctx = self.ctx
-        found = []
+        read = []
         for call in ctx.calls(INIT_PROCESS_GROUP):
             expr = ctx.argument(call, "backend", 0)
-            if expr is None or expr is MISSING:
-                found.append(Backend(call, None, None, False))
-                continue
-            value = ctx.values.value_of(expr)
-            found.append(Backend(call, expr, value if isinstance(value, str) else None, self._follows_availability(expr)))
+            expr = None if expr is MISSING else expr
+            value = ctx.values.value_of(expr) if expr is not None else None
+            read.append((call, expr, value if isinstance(value, str) else None))
         # Two calls with different backends: the file picks one per machine (``if platform.system()
         # == "Windows": ... "gloo" else: ... "nccl"``), as a conditional expression would.
-        if len({b.value for b in found}) > 1:
-            found = [Backend(b.call, b.expr, b.value, True) for b in found]
+        several = len({value for _, _, value in read}) > 1
         found = [
-            Backend(b.call, b.expr, b.value, b.follows_availability or self._under_machine_test(b.call)) for b in found
+            Backend(
+                call, expr, value,
+                several or (expr is not None and self._follows_availability(expr)) or self._under_machine_test(call),
+            )
+            for call, expr, value in read
         ]
         return found
 
@@ -210,10 +211,7 @@ def zero_configs(ctx: "FileContext") -> list[ZeroConfig]:
 
 
 def _zero_configs(ctx: "FileContext"):
-    import json
-    import os
-
-    from advisor.facts.environment import read_project_file
+    from advisor.facts.environment import named_json
 
     text = ctx.source
     if "zero_optimization" not in text and ".json" not in text:
@@ -239,24 +237,17 @@ def _zero_configs(ctx: "FileContext"):
                     yield found
         elif value.endswith(".json") and value not in seen:
             seen.add(value)
-            folder = os.path.dirname(os.path.abspath(ctx.path))
-            for candidate in (os.path.join(folder, value), value):
-                data = read_project_file(ctx, candidate)
-                if data is None:
-                    continue
-                try:
-                    config = json.loads(data)
-                except ValueError:
-                    break
-                if not isinstance(config, dict) or "zero_optimization" not in config:
-                    break
-                match = _STAGE_LINE.search(data)
-                line = data.count("\n", 0, match.start()) + 1 if match else None
-                where = f"{value}" + (f" line {line}" if line else "")
-                found = _from_section(config["zero_optimization"], string, where)
-                if found is not None:
-                    yield found
-                break
+            found_json = named_json(ctx, value)
+            if found_json is None:
+                continue
+            config, data = found_json
+            if not isinstance(config, dict) or "zero_optimization" not in config:
+                continue
+            match = _STAGE_LINE.search(data)
+            line = data.count("\n", 0, match.start()) + 1 if match else None
+            found = _from_section(config["zero_optimization"], string, value + (f" line {line}" if line else ""))
+            if found is not None:
+                yield found
 
 
 def _from_section(section, at: cst.CSTNode, where: str) -> ZeroConfig | None:

@@ -64,6 +64,26 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     return None
 
 
+def named_json(ctx: "FileContext", name: str) -> tuple[object, str] | None:
+    """A JSON file the code names (a DeepSpeed config), parsed, with its text: looked up next to
+    the file, then as given; the first that exists decides. None when absent, unreadable, over
+    ``MAX_PROJECT_FILE_BYTES`` or not JSON. Read as text, never run."""
+    import json
+
+    folder = os.path.dirname(os.path.abspath(ctx.path))
+    for candidate in (os.path.join(folder, name), name):
+        if not os.path.exists(candidate):
+            continue
+        text = read_project_file(ctx, candidate)
+        if text is None:
+            return None
+        try:
+            return json.loads(text), text
+        except ValueError:
+            return None
+    return None
+
+
 def read_project_file(ctx: "FileContext", path: str) -> str | None:
     """A project file a finding depends on (requirements, a DeepSpeed config), as text: read
     once per process while it is unchanged, recorded for the results cache; None when absent,

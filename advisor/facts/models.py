@@ -137,31 +137,13 @@ def _offloads(ctx: FileContext) -> bool:
 
 
 def _json_offloads(ctx: FileContext, name: str) -> bool:
-    import json
-    import os
+    from advisor.facts.environment import named_json
 
-    from advisor.facts.environment import MAX_PROJECT_FILE_BYTES, read_project_file
-
-    folder = os.path.dirname(os.path.abspath(ctx.path))
-    for candidate in (os.path.join(folder, name), name):
-        text = read_project_file(ctx, candidate)
-        if text is None:
-            try:
-                if os.path.getsize(candidate) > MAX_PROJECT_FILE_BYTES:
-                    return False
-            except OSError:
-                pass
-            continue
-        try:
-            config = json.loads(text)
-        except ValueError:
-            continue
-        zero = config.get("zero_optimization") if isinstance(config, dict) else None
-        offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
-        if isinstance(offload, dict) and str(offload.get("device", "cpu")).lower() != "none":
-            return True
-        return False
-    return False
+    found = named_json(ctx, name)
+    config = found[0] if found is not None else None
+    zero = config.get("zero_optimization") if isinstance(config, dict) else None
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    return isinstance(offload, dict) and str(offload.get("device", "cpu")).lower() != "none"
 
 
 # Methods that hand back their receiver: ``Net().to(device)``, ``model.cuda()``, ``model.train()``.

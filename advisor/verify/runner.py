@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 import select
@@ -369,8 +370,6 @@ def combine_ranks(ranks: list[dict]) -> dict:
 
 def _read_results(result_path: str) -> dict | None:
     """The harness's result; under a launcher, every rank's (``result.json.rank<N>``) combined."""
-    import glob
-
     paths = [result_path] if os.path.exists(result_path) else []
     if not paths:
         paths = sorted(glob.glob(result_path + ".rank*"), key=lambda p: int(p.rsplit("rank", 1)[1]))
