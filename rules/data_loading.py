@@ -86,7 +86,10 @@ class DataLoaderPinMemory(Rule):
           "only dense CPU tensors can be pinned". Library collators and collate functions
           imported from other modules are taken as CPU ones;
         - the dataset is `range(n)`: the batches are integer indices, not the data; or a
-          Python list of strings (prompts): pinning leaves strings as they are;
+          Python list of strings (prompts): pinning leaves strings as they are; or the
+          `collate_fn` (a function of the project) only gathers the items into Python lists
+          and dicts and makes no tensor: the batch is the dataset's items as they are (PIL
+          images, strings), made into tensors later, if at all;
         - the dataset is tensors held in memory: a `TensorDataset` (also one a function of
           the file builds, or one handed in as a parameter), or a dataset class of the file
           whose `__getitem__` only indexes or slices tensors it holds. The batch is in RAM
@@ -198,6 +201,22 @@ class DataLoaderPinMemory(Rule):
             model = model.cuda()
             """,
             note="a dataset class that only slices tensors it holds: `pin_memory=False` stays",
+        ),
+        Valid(
+            """
+            import torch
+
+            def gather(batch):
+                collated = {}
+                for key in batch[0].keys():
+                    collated[key] = [item[key] for item in batch]
+                return collated
+
+            loader = torch.utils.data.DataLoader(captions, batch_size=32, collate_fn=gather)
+            for batch in loader:
+                images = torch.stack([processor(image) for image in batch["image"]]).cuda()
+            """,
+            note="a collate_fn that only gathers items into lists (images, strings): no tensor batch to pin",
         ),
         Valid(
             """

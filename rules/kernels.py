@@ -1617,6 +1617,25 @@ class CudnnBenchmark(Rule):
         Valid(
             """
             import torch
+            import torch.nn as nn
+
+            class VisionTransformer(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.patch_embeddings = nn.Conv2d(3, 768, kernel_size=16, stride=16)
+                    self.encoder = Encoder(depth=12)
+
+            model = VisionTransformer().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+            note="a transformer whose patch embedding is a convolution: not a conv net",
+        ),
+        Valid(
+            """
+            import torch
             import torchvision
             model = torchvision.models.detection.fasterrcnn_resnet50_fpn().cuda()
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -302,6 +302,32 @@ def _scaler_removals(ctx: FileContext) -> tuple[list[Edit], bool]:
     return edits, complete
 
 
+def _scaling_elsewhere(ctx: FileContext, autocast: cst.Call) -> str | None:
+    """Where an fp16 autocast's loss scaling comes from outside the file, what shows it: a
+    scaler the step receives (``scaler.scale(loss)`` on a parameter), or an autocast switched
+    on by a run-time condition in a file that creates no GradScaler
+    (``enabled=isinstance(optimizer, AMPOptimizer)``, whose ``optimizer.backward`` scales)."""
+    function = ctx.enclosing(autocast, cst.FunctionDef)
+    if function is not None:
+        parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        for call in ctx.walk(function, cst.Call):
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "scale"
+                and isinstance(func.value, cst.Name)
+                and func.value.value in parameters
+            ):
+                return f"`{func.value.value}` is handed to `{function.name.value}`"
+    enabled = ctx.keyword_arg(autocast, "enabled")
+    if enabled is None or scaler_calls(ctx):
+        return None
+    value = ctx.values.resolve(enabled.value)
+    if value is not None and value.value is True:
+        return None
+    return f"`enabled={ctx.code(enabled.value)}` and no GradScaler in this file"
+
+
 # -- ADV201 ----------------------------------------------------------------------------------------
 class Fp16OnBf16Gpu(Rule):
     code = "ADV201"
@@ -344,6 +370,10 @@ class Fp16OnBf16Gpu(Rule):
         - the target GPU has no bf16 (`--gpu V100`, `--gpu T4`): fp16 is the right choice there;
         - (advice, no fix) the autocast is switched on by a flag named for fp16 (`enabled=args.fp16`,
           `self.use_amp = args.fp16`): the fix would make `--fp16` mean bf16;
+        - (advice, no fix) the loss scaling that goes with the autocast is set up outside the
+          file: the step is handed its `scaler`, or the autocast is switched on at run time
+          (`enabled=isinstance(optimizer, AMPOptimizer)`) in a file that creates no
+          GradScaler (a library task's `train_step`): the regime is configured elsewhere;
         - fp16 is the other branch of a bf16 choice: `torch.bfloat16 if
           torch.cuda.is_bf16_supported() else torch.float16`, `if args.bf16: ... else: ...`;
         - the file also sets up bf16 the same way elsewhere (`Accelerator(mixed_precision="bf16")`,
@@ -623,6 +653,35 @@ class Fp16OnBf16Gpu(Rule):
             """,
             fixed=None,
             note="switched on by a flag named for fp16: advice only, `--fp16` must not come to mean bf16",
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train_epoch(model, loader, optimizer, scaler, use_amp):
+                for samples in loader:
+                    with torch.cuda.amp.autocast(enabled=use_amp):
+                        loss = model(samples)
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+            """,
+            fixed=None,
+            note="the scaler is handed in by a runner elsewhere: advice only, the regime is configured there",
+        ),
+        Invalid(
+            """
+            import torch
+            from fairseq.optim.amp_optimizer import AMPOptimizer
+
+            def train_step(sample, model, criterion, optimizer):
+                model.train()
+                with torch.cuda.amp.autocast(enabled=isinstance(optimizer, AMPOptimizer)):
+                    loss = criterion(model, sample)
+                optimizer.backward(loss)
+            """,
+            fixed=None,
+            note="switched on at run time, scaled by an optimizer of another module: advice only",
         ),
         Invalid(
             """
@@ -939,6 +998,13 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._autocast_fix(ctx, site, sites)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            elsewhere = _scaling_elsewhere(ctx, site.call)
+            if elsewhere is not None and fix is not None:
+                # A task's ``train_step`` in a library (fairseq, LAVIS): the fp16 regime's switch
+                # and its loss scaling live in another module; bf16 here alone would leave them
+                # configuring a scaler for a dtype that no longer runs.
+                message += f"; its loss scaling is set up outside this file ({elsewhere}): switch the regime where it is configured"
+                fix = None
             flag = fp16_flag(ctx, site.call)
             if flag is not None and fix is not None:
                 # ``--fp16`` would then mean bf16: the user's switch, not ours to rename.

@@ -301,3 +301,56 @@ def test_a_move_to_an_intel_gpu_keeps_fused_out():
     """
     assert "ADV601" not in codes(source)
     assert "ADV601" in codes(source.replace('"xpu:0"', '"cuda:0"'))
+
+
+def test_a_module_deep_in_a_project_runs_with_the_roots_requirements(tmp_path):
+    # LAVIS vendors mmseg seven folders below the requirements.txt that allows torch 1.10,
+    # whose checkpoint() takes no use_reentrant keyword.
+    source = textwrap.dedent(
+        """
+        import torch.utils.checkpoint as cp
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def forward(self, x):
+                if self.with_cp and x.requires_grad:
+                    return cp.checkpoint(self._inner_forward, x)
+                return self._inner_forward(x)
+        """
+    )
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch>=1.10.0\n")
+    deep = tmp_path / "lavis" / "common" / "annotator" / "uniformer" / "mmseg" / "models" / "backbones"
+    deep.mkdir(parents=True)
+    script = deep / "resnet.py"
+    script.write_text(source)
+    findings = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV502"]
+    assert findings and all(d.fix_applicability is None for d in findings)
+    assert "the fix needs torch >= 1.11" in findings[0].message
+
+
+def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_nothing_predicts():
+    # stable-diffusion's main.py: ``self.predict_dataloader = self._predict_dataloader``, and
+    # the script never calls trainer.predict.
+    source = """
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader
+
+        class DataModuleFromConfig(pl.LightningDataModule):
+            def __init__(self, train, predict=None):
+                super().__init__()
+                self.train_dataloader = self._train_dataloader
+                if predict is not None:
+                    self.predict_dataloader = self._predict_dataloader
+
+            def _train_dataloader(self):
+                return DataLoader(self.datasets["train"], batch_size=8, num_workers=4, shuffle=True)
+
+            def _predict_dataloader(self):
+                return DataLoader(self.datasets["predict"], batch_size=8, num_workers=4)
+
+        trainer = pl.Trainer(accelerator="gpu")
+        trainer.fit(model, DataModuleFromConfig(train_config))
+    """
+    lines = [d.line for d in lint(source, codes=["ADV101"], gpu="A100")]
+    assert lines == [13]  # the training loader only

@@ -149,8 +149,12 @@ def _candidates(ctx: "FileContext") -> list[str]:
     project = getattr(ctx, "project", None)
     if project is not None:
         root = os.path.abspath(project.project.root)
+    # Within a known project, up to its root however deep the file sits (a vendored
+    # ``lavis/common/annotator/uniformer/mmseg/models/backbones/`` module still runs with the
+    # root's requirements); outside one, a few folders up, stopping at a repository's top.
+    inside = root is not None and (folder == root or folder.startswith(root.rstrip(os.sep) + os.sep))
     found: list[str] = []
-    for _ in range(6):
+    for _ in range(64 if inside else 6):
         found += [os.path.join(folder, n) for n in _names(folder)]
         if root is not None and os.path.abspath(folder) == root:
             break

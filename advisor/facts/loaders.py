@@ -544,7 +544,10 @@ class LoaderFacts:
         Trainer in the file, or with ``LightningCLI`` (its ``test`` subcommand), it may be used."""
         ctx = self.ctx
         function = ctx.enclosing(call, cst.FunctionDef)
-        if not isinstance(function, cst.FunctionDef) or function.name.value not in _LIGHTNING_ON_DEMAND_LOADERS:
+        # ``_predict_dataloader``, assigned to ``self.predict_dataloader`` when a config asks
+        # for one (the latent-diffusion family's DataModuleFromConfig), plays the same role.
+        hook = function.name.value.lstrip("_") if isinstance(function, cst.FunctionDef) else ""
+        if hook not in _LIGHTNING_ON_DEMAND_LOADERS:
             return False
         cls = ctx.enclosing(function, cst.ClassDef)
         if not isinstance(cls, cst.ClassDef) or ctx.enclosing(function, cst.FunctionDef) is not None:
@@ -555,7 +558,7 @@ class LoaderFacts:
             return False
         if not ctx.calls(LIGHTNING_TRAINER) or any("LightningCLI" in q for q in ctx.called_qualnames):
             return False
-        return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[function.name.value])
+        return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[hook])
 
     # -- settings ---------------------------------------------------------------------------------
     def runs_for_training(self, call: cst.Call) -> bool:
@@ -596,7 +599,7 @@ class LoaderFacts:
         the per-sample indexing that makes most of its cost (ADV105 is the advice there)."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
-        if self.text_dataset(call) or self.in_memory(call):
+        if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call):
             return False
         return self.runs_for_training(call)
 
@@ -674,6 +677,29 @@ class LoaderFacts:
             and isinstance(element.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
             for element in dataset.elements
         )
+
+    def collates_into_lists(self, call: cst.Call) -> bool:
+        """A ``collate_fn`` of the project that only gathers the items into Python containers
+        (``{key: [item[key] for item in batch]}``) and makes no tensor: the batch is a dict or
+        list of whatever the dataset yields (PIL images, strings, ids), batched into tensors
+        later, if at all. Pinning has no batch to pin there. A lambda is not taken: ``lambda
+        b: b[0]`` hands over a batch the dataset made."""
+        ctx = self.ctx
+        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if collate is None or collate is MISSING or not isinstance(collate, cst.Name):
+            return False
+        bindings = ctx.lookup(collate.value, collate)
+        if len(bindings) != 1:
+            return False
+        owner, function = ctx, bindings[0].node
+        if isinstance(function, cst.ImportFrom) and ctx.project is not None:
+            found = ctx.project.binding(collate)
+            if found is None:
+                return False
+            owner, function = found[0], found[1].node
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        return _gathers_only(owner, function)
 
     def _python_sequence_dataset(self, call: cst.Call) -> bool:
         """A dataset written as a Python list / tuple (literal or comprehension) or a range:
@@ -995,3 +1021,35 @@ def batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpressio
     if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
         return target.elements[1].value
     return None
+
+
+# Calls that move items into Python containers without making a tensor.
+_GATHERING_CALLS = frozenset(
+    ("len", "list", "dict", "tuple", "zip", "range", "enumerate", "sorted", "isinstance", "set", "getattr")
+)
+_GATHERING_METHODS = frozenset(("keys", "items", "values", "append", "extend", "get", "pop", "update", "setdefault"))
+_CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.DictComp, cst.ListComp)
+
+
+def _gathers_only(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """Whether ``function`` calls nothing but container builtins and methods and returns only
+    container displays or comprehensions (or names bound to one in the function)."""
+    for call in ctx.walk(function, cst.Call):
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in _GATHERING_CALLS:
+            continue
+        if isinstance(func, cst.Attribute) and func.attr.value in _GATHERING_METHODS:
+            continue
+        return False
+    containers = {
+        target.target.value
+        for assign in ctx.walk(function, cst.Assign)
+        if isinstance(assign.value, _CONTAINERS)
+        for target in assign.targets
+        if isinstance(target.target, cst.Name)
+    }
+    returns = list(ctx.walk(function, cst.Return))
+    return bool(returns) and all(
+        isinstance(r.value, _CONTAINERS) or (isinstance(r.value, cst.Name) and r.value.value in containers)
+        for r in returns
+    )

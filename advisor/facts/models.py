@@ -927,6 +927,11 @@ _SEGMENTATION_NAME = re.compile(r"unet|segnet|deeplab|pspnet|linknet|seg(?!uen)|
 _FIXED_SIZE_TRANSFORMS = frozenset({"Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomSizedCrop"})
 
 
+# A class named for a vision transformer (``VisionTransformer``, ``SwinTransformer``, ``ViT``,
+# ``vit_base``): its patch embedding is a convolution, the rest attention.
+_TRANSFORMER_NAME = re.compile(r"[Ff]ormer|Swin|swin|DeiT|Deit|BEiT|Beit|XCiT|CaiT|LeViT|MViT|Mixer|(?:^|_)[Vv]i[Tt](?:$|_|[A-Z0-9])")
+
+
 def _cnn_name(text: str) -> bool:
     return bool(_CNN_NAME.search(text)) and not _NOT_CNN_NAME.search(text)
 
@@ -983,8 +988,8 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
         return isinstance(value, str) and _cnn_name(value)
     if build.kind == "imported":
         name = dotted_name(call.func) or ""
-        if _variable_size_model(ctx, name.rsplit(".", 1)[-1]):
-            return False
+        if _variable_size_model(ctx, name.rsplit(".", 1)[-1]) or _TRANSFORMER_NAME.search(name.rsplit(".", 1)[-1]):
+            return False  # a ViT's patch embedding is a convolution; the model is a transformer
         found_class = project_class(ctx, call.func)
         if found_class is not None:  # the class is in the project: read its layers
             other, cls = found_class
@@ -998,7 +1003,8 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
         found: set[str] = set()
         root: cst.CSTNode = call
         if build.kind == "local":
-            if _variable_size_model(ctx, call.func.value):  # type: ignore[attr-defined]
+            class_name = call.func.value  # type: ignore[attr-defined]
+            if _variable_size_model(ctx, class_name) or _TRANSFORMER_NAME.search(class_name):
                 return False
             root = local_module_classes(ctx)[call.func.value]  # type: ignore[attr-defined]
         _layers_under(ctx, root, found, set())
