@@ -354,3 +354,6 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
     """
     lines = [d.line for d in lint(source, codes=["ADV101"], gpu="A100")]
     assert lines == [13]  # the training loader only
+    # Lightning 1.x builds the Trainer from the command line; the main.py in question does.
+    built = source.replace('pl.Trainer(accelerator="gpu")', "pl.Trainer.from_argparse_args(opt, gpus=1)")
+    assert [d.line for d in lint(built, codes=["ADV101"], gpu="A100")] == [13]

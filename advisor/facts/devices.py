@@ -454,14 +454,14 @@ class DeviceFacts:
         ``Trainer`` / ``Fabric`` (``accelerator=``, Lightning 1's ``gpus=``), ``TrainingArguments``
         and TRL configs (``use_cpu=`` / ``no_cuda=``). Left to the framework, each picks CUDA
         whenever there is a GPU."""
-        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER_BUILDERS, TRAINING_ARGUMENTS
 
         qualname = self.ctx.qualname(call.func) or ""
         if qualname == ACCELERATOR:
             return self._flag_setting(call, ("cpu",))
         if qualname in TRAINING_ARGUMENTS:
             return self._flag_setting(call, ("use_cpu", "no_cuda"))
-        if qualname in (LIGHTNING_TRAINER, FABRIC):
+        if qualname in (*LIGHTNING_TRAINER_BUILDERS, FABRIC):
             return self._lightning_setting(call)
         return Where.UNKNOWN
 
@@ -544,7 +544,7 @@ class DeviceFacts:
     @cached_property
     def placements(self) -> list[tuple[Where, cst.CSTNode]]:
         """Every place the file sends work to a device, with where it goes, in source order."""
-        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER_BUILDERS, TRAINING_ARGUMENTS
 
         ctx = self.ctx
         found: list[tuple[Where, cst.CSTNode]] = []
@@ -567,7 +567,7 @@ class DeviceFacts:
             qualname = ctx.qualname(call.func)
             kind = Where.CUDA if qualname == "torch.cuda.set_device" else self.where(call)
             found.append((kind, call))
-        for call in ctx.calls(ACCELERATOR, FABRIC, LIGHTNING_TRAINER, *TRAINING_ARGUMENTS):
+        for call in ctx.calls(ACCELERATOR, FABRIC, *LIGHTNING_TRAINER_BUILDERS, *TRAINING_ARGUMENTS):
             found.append((self.framework_setting(call), call))
         for call in ctx.calls("deepspeed.initialize", *DATA_PARALLEL):
             found.append((Where.CUDA, call))
@@ -766,9 +766,9 @@ class DeviceFacts:
     def places_on_gpu(self) -> bool:
         """Whether the file itself moves work onto a CUDA device (``.to``, ``.cuda()``, ``device=``,
         DataParallel), not only a framework that would: a device variable counts in a GPU file."""
-        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+        from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER_BUILDERS, TRAINING_ARGUMENTS
 
-        frameworks = set(self.ctx.calls(ACCELERATOR, FABRIC, LIGHTNING_TRAINER, *TRAINING_ARGUMENTS))
+        frameworks = set(self.ctx.calls(ACCELERATOR, FABRIC, *LIGHTNING_TRAINER_BUILDERS, *TRAINING_ARGUMENTS))
         frameworks.update(self.ctx.facts.frameworks.hf_trainer_calls)
         for kind, node in self.placements:
             if node in frameworks:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER_BUILDERS, TRAINING_ARGUMENTS
 from advisor.facts.devices import Where
 from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
@@ -161,7 +161,7 @@ class FrameworkFacts:
     # -- Lightning ------------------------------------------------------------------------------
     @cached_property
     def lightning_trainers(self) -> list[cst.Call]:
-        return self.ctx.calls(LIGHTNING_TRAINER)
+        return self.ctx.calls(*LIGHTNING_TRAINER_BUILDERS)
 
     def lightning_fits(self, call: cst.Call) -> bool:
         return self.runs(call, "fit")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER
+from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER_BUILDERS
 from advisor.context import MISSING
 from advisor.facts.devices import Where
 from advisor.loops import under_no_grad
@@ -556,7 +556,9 @@ class LoaderFacts:
             q.split(".")[0] == "lightning" and q.rsplit(".", 1)[-1] in _LIGHTNING_MODULES for q in ctx.base_qualnames(cls)
         ):
             return False
-        if not ctx.calls(LIGHTNING_TRAINER) or any("LightningCLI" in q for q in ctx.called_qualnames):
+        if not ctx.calls(*LIGHTNING_TRAINER_BUILDERS) or any(
+            "LightningCLI" in q for q in ctx.called_qualnames
+        ):
             return False
         return not ctx.method_calls(_LIGHTNING_ON_DEMAND_LOADERS[hook])
 
