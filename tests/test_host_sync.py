@@ -49,6 +49,10 @@ LOOP = """
         "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()",
         "if rank == 0: print(loss.item())",
         "log = {'loss': loss.to('cpu')}",
+        # a model's loss breakdown, read part by part
+        "for k, v in outputs.items(): logs[k] = v.item()",
+        "logs = {k: v.item() for k, v in outputs._asdict().items()}",
+        "logs = [v.item() for v in outputs.values()]",
     ],
 )
 def test_read_backs_every_step_are_reported(line):
@@ -75,6 +79,8 @@ def test_read_backs_every_step_are_reported(line):
         "if not torch.isfinite(loss).all(): raise RuntimeError('diverged')",
         "if loss.detach().isnan(): continue",
         "if not math.isfinite(loss.item()): sys.exit(1)",
+        "for k, v in config.items(): print(v)",
+        "for k, v in outputs.items(): names.append(k)",
     ],
 )
 def test_no_read_back_or_not_every_step_is_silent(line):

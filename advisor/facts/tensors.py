@@ -413,8 +413,41 @@ class TensorFacts:
         if isinstance(binding, cst.NamedExpr):
             return self.on_device(binding.value, depth + 1)
         if isinstance(binding, (cst.For, cst.CompFor)):
-            return self._gpu_parameter(binding, name.value) or self._prepared_batch(binding, name.value)
+            return (
+                self._gpu_parameter(binding, name.value)
+                or self._prepared_batch(binding, name.value)
+                or self._value_of_device_mapping(binding, name.value, depth)
+            )
         return False
+
+    def _value_of_device_mapping(self, loop: cst.For | cst.CompFor, name: str, depth: int) -> bool:
+        """``for k, v in losses.items()`` / ``for v in losses.values()`` (also through a named
+        tuple's ``_asdict()``) over a CUDA mapping, a model's loss breakdown: ``v`` is on the device."""
+        iterable = loop.iter
+        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)) or iterable.args:
+            return False
+        method = iterable.func.attr.value
+        if method == "items":
+            target = loop.target
+            if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2):
+                return False
+            second = target.elements[1].value
+            if not (isinstance(second, cst.Name) and second.value == name):
+                return False
+        elif method == "values":
+            if not (isinstance(loop.target, cst.Name) and loop.target.value == name):
+                return False
+        else:
+            return False
+        mapping = iterable.func.value
+        if (
+            isinstance(mapping, cst.Call)
+            and isinstance(mapping.func, cst.Attribute)
+            and mapping.func.attr.value == "_asdict"
+            and not mapping.args
+        ):
+            mapping = mapping.func.value
+        return self.on_device(mapping, depth + 1)
 
     def _prepared_batch(self, loop: cst.For | cst.CompFor, name: str) -> bool:
         """A batch drawn from a loader Accelerate or Fabric prepared (``fabric.setup_dataloaders``,
