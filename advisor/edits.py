@@ -181,6 +181,16 @@ class ReplaceNodes(cst.CSTTransformer):
         return replacement(updated_node) if callable(replacement) else replacement
 
 
+def nested_block(ctx: "FileContext", anchor: cst.CSTNode, body: Sequence[cst.BaseStatement]) -> cst.IndentedBlock:
+    """A block for ``body`` nested under a new compound statement that takes ``anchor``'s place,
+    indented by the same unit as the block around ``anchor``: in a file whose first indented
+    block uses a tab (LibCST's default indent) but whose loop uses four spaces, the new block
+    adds four spaces, not a tab."""
+    around = ctx.parent.get(anchor)
+    indent = around.indent if isinstance(around, cst.IndentedBlock) else None
+    return cst.IndentedBlock(body=body, indent=indent)
+
+
 def keep_removed_comments(ctx: "FileContext", replacements: dict[cst.CSTNode, object]) -> dict[cst.CSTNode, object]:
     """``replacements`` with the comment lines above each removed statement carried down to the
     next statement of its block that stays, so that no fix, and no combination of fixes, loses

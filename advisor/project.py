@@ -176,6 +176,7 @@ class Project:
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
         self._gpu_verdicts: dict[str, tuple[tuple[int, int] | None, bool]] = {}
         self._matches: dict[tuple[str, Callable[[bytes], bool]], bool] = {}
+        self._imported: dict[str, list[str]] = {}
         self._kept_bytes = 0
         self.importer_depth = 0
 
@@ -266,6 +267,29 @@ class Project:
                             found.append(_Import(module, 0, ()))
             except UnicodeDecodeError:
                 continue
+        return found
+
+    def imports(self, path: str) -> list[str]:
+        """The project files ``path`` imports (read from its text, not run)."""
+        found = self._imported.get(path)
+        if found is None:
+            found = []
+            for imported in self._imports_of(path):
+                targets = [self.module_path(imported.module, imported.level, path)]
+                for name in imported.names:  # ``from pkg import module``
+                    dotted = f"{imported.module}.{name}" if imported.module else name
+                    targets.append(self.module_path(dotted, imported.level, path))
+                found.extend(t for t in targets if t is not None and t != path and t not in found)
+            self._imported[path] = found
+        return found
+
+    def neighbourhood(self, path: str) -> list[str]:
+        """The files that run together with ``path``: itself, what it imports, and each of its
+        importers with what that importer imports (``train.py`` builds the data set of
+        ``utils.py`` and hands it to the loader of ``trainer.py``)."""
+        found = [path, *self.imports(path)]
+        for importer in self.importers.get(path, []):
+            found.extend(p for p in (importer, *self.imports(importer)) if p not in found)
         return found
 
     @cached_property

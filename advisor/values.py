@@ -176,6 +176,63 @@ class ValueResolver:
             return None
         return {resolved.value}
 
+    def off_by_default(self, switch: cst.BaseExpression) -> str | None:
+        """Where a switch (``FLASH``, ``self.flash``) is off unless the user turns it on, what
+        it defaults to (``"0"``); None when any value the file gives it is not a falsy default.
+        A name: every assignment of it in the file is a falsy literal or a falsy command-line
+        default (``FLASH = 0`` then ``FLASH = args.flash``). ``self.x``: every ``self.x = ...``
+        is a falsy literal, a parameter whose default is one (``flash=False``), or a
+        ``config.x`` whose dataclass field in the file defaults to one."""
+        ctx = self.ctx
+        if isinstance(switch, cst.Name):
+            values = [
+                assign.value
+                for assign in ctx.nodes(cst.Assign)
+                for target in assign.targets
+                if isinstance(target.target, cst.Name) and target.target.value == switch.value
+            ]
+        elif isinstance(switch, cst.Attribute) and isinstance(switch.value, cst.Name) and switch.value.value == "self":
+            assignments = ctx.attribute_assignments.get(f"self.{switch.attr.value}", [])
+            if not all(isinstance(a, cst.Assign) for a in assignments):
+                return None
+            values = [a.value for a in assignments]  # type: ignore[attr-defined]
+        else:
+            return None
+        if not values:
+            return None
+        defaults = [self._falsy_default(value) for value in values]
+        if any(d is None for d in defaults):
+            return None
+        return defaults[0]
+
+    def _falsy_default(self, value: cst.BaseExpression) -> str | None:
+        ctx = self.ctx
+        resolved = self.resolve(value)
+        if resolved is not None and resolved.origin in ("literal", "constant", "argparse default"):
+            return repr(resolved.value) if not resolved.value and not isinstance(resolved.value, str) else None
+        if isinstance(value, cst.Name):  # a parameter with a falsy default
+            function = ctx.enclosing(value, cst.FunctionDef)
+            if isinstance(function, cst.FunctionDef):
+                for param in (*function.params.params, *function.params.kwonly_params):
+                    if param.name.value == value.value and param.default is not None:
+                        default = self.resolve(param.default)
+                        if default is not None and default.value in (False, 0, None) and not isinstance(default.value, str):
+                            return repr(default.value)
+            return None
+        if isinstance(value, cst.Attribute):  # ``config.flash``: a dataclass field of the file
+            field_defaults = [
+                node.value
+                for node in ctx.nodes(cst.AnnAssign)
+                if isinstance(node.target, cst.Name)
+                and node.target.value == value.attr.value
+                and node.value is not None
+                and isinstance(ctx.enclosing(node, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
+            ]
+            found = [self.resolve(d) for d in field_defaults]
+            if found and all(f is not None and f.value in (False, 0, None) and not isinstance(f.value, str) for f in found):
+                return repr(found[0].value)  # type: ignore[union-attr]
+        return None
+
     def value_of(self, expr: cst.BaseExpression | None) -> Any:
         """Shortcut: the Python value, or ``None`` when unknown (only for non-None values)."""
         resolved = self.resolve(expr)

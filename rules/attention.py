@@ -769,6 +769,44 @@ def _deliberately_manual(ctx: FileContext, node: cst.CSTNode) -> bool:
     return any(string_value(s) in FUSED_ATTENTION for s in ctx.walk(region, cst.SimpleString))
 
 
+def _fused_path_off_by_default(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """The switch in front of a fused path beside this manual one, when it is off unless
+    turned on (llm.c's ``if FLASH: sdpa else: manual`` with ``FLASH = 0`` and ``--flash``
+    defaulting to 0; ``if self.flash: return self.flash_attn(...)`` with ``flash=False``):
+    the manual code is what runs by default. Its description (``FLASH`` is 0), or None."""
+    switch: cst.If | None = None
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.If) and ancestor.orelse is not None and ctx.order[node] >= ctx.order[ancestor.orelse]:
+            switch = ancestor
+            break
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            break
+    if switch is None:  # an early return: ``if self.flash: return self.flash_attn(q, k, v)``
+        function = ctx.enclosing(node, cst.FunctionDef)
+        statement = ctx.statement_of(node)
+        if not isinstance(function, cst.FunctionDef) or statement is None:
+            return None
+        for candidate in ctx.walk(function, cst.If):
+            if ctx.order[candidate] < ctx.order[statement] and ctx.end_order[candidate] < ctx.order[statement]:
+                if candidate.orelse is None and ctx.walk(candidate.body, cst.Return):
+                    switch = candidate
+    if switch is None or not _calls_fused(ctx, switch.body):
+        return None
+    test = switch.test
+    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        test = test.left  # ``if self.flash and not exists(bias)``: off when the switch is
+    default = ctx.values.off_by_default(test)
+    return None if default is None else f"`{ctx.code(test)}` is {default} unless turned on"
+
+
+def _calls_fused(ctx: FileContext, block: cst.CSTNode) -> bool:
+    for call in ctx.walk(block, cst.Call):
+        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+        if name in FUSED_ATTENTION or "flash" in str(name).lower():
+            return True
+    return False
+
+
 class ManualAttention(Rule):
     code = "ADV604"
     name = "manual-attention"
@@ -816,7 +854,10 @@ class ManualAttention(Rule):
           outside a class, the file) also calls or names `scaled_dot_product_attention`,
           `flash_attn_func`, xformers' `memory_efficient_attention`, `flex_attention` or HF's
           `ALL_ATTENTION_FUNCTIONS`; or the function/class is named as the eager, naive or
-          reference implementation;
+          reference implementation. Where the switch in front of the fused path is off unless
+          the user turns it on (`if FLASH: ... else:` with `FLASH = 0` and `--flash` defaulting
+          to 0; `if self.flash: return ...` with `flash=False`), the manual code is what runs:
+          that is reported, as advice to turn the fused path on by default;
         - the softmax is not attention's: no `q @ k^T`-shaped scores before it (a classifier's
           logits, `wei = torch.zeros(T, T)` averaging), or its result does not go into `@ v`
           (contrastive or distillation logits, sampling probabilities, attention weights that
@@ -945,6 +986,60 @@ class ManualAttention(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import argparse
+            import math
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            FLASH = 0
+
+            class CausalSelfAttention(nn.Module):
+                def forward(self, q, k, v):
+                    T = q.size(-2)
+                    if FLASH:
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    else:
+                        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                        att = F.softmax(att, dim=-1)
+                        y = att @ v
+                    return y
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--flash", type=int, default=0)
+                args = parser.parse_args()
+                FLASH = args.flash
+                model = GPT().cuda()
+            """,
+            fixed=None,
+            note="llm.c: the fused path is opt-in (`--flash` defaults to 0): the manual one runs by default",
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attend(nn.Module):
+                def __init__(self, dropout=0.0, flash=False):
+                    super().__init__()
+                    self.flash = flash
+
+                def flash_attn(self, q, k, v):
+                    return F.scaled_dot_product_attention(q, k, v)
+
+                def forward(self, q, k, v):
+                    if self.flash:
+                        return self.flash_attn(q, k, v)
+                    sim = (q @ k.transpose(-2, -1)) * self.scale
+                    attn = sim.softmax(dim=-1)
+                    return attn @ v
+            """,
+            fixed=None,
+            note="`flash=False` by default: the early return to SDPA is opt-in",
+        ),
         Invalid(
             """
             import math
@@ -1151,9 +1246,21 @@ class ManualAttention(Rule):
                 continue
             seen.add(id(softmax.call))
             attention = self._attention(ctx, tracer, softmax)
-            if attention is None or id(attention.output) in seen or _deliberately_manual(ctx, softmax.call):
+            if attention is None or id(attention.output) in seen:
                 continue
+            switched_off = None
+            if _deliberately_manual(ctx, softmax.call):
+                switched_off = _fused_path_off_by_default(ctx, softmax.call)
+                if switched_off is None:
+                    continue
             seen.add(id(attention.output))  # one finding per computation (Swin softmaxes in two branches)
+            if switched_off is not None:
+                message = (
+                    "hand-written attention runs by default: the fused path beside it is off "
+                    f"({switched_off}); turn it on by default (guide: {GUIDE})"
+                )
+                yield self.report(softmax.call, message)
+                continue
             rewrite = _SdpaFix(ctx, tracer, attention)
             fix = rewrite.build(self)
             note = ""
@@ -1312,7 +1419,7 @@ class _SdpaFix:
             edits.append(Edit(final_line, inner.with_changes(leading_lines=[*spacing, *comments, *own])))
         else:
             edits.append(Edit(attention.output, call))
-        return rule.fix("Use `F.scaled_dot_product_attention`", *edits, imports=imports)
+        return rule.fix("Use `F.scaled_dot_product_attention`", *edits, imports=imports, requires=[("torch", "2.0")])
 
     # -- keyword arguments of the SDPA call --------------------------------------------------
     def _keywords(self) -> tuple[list[tuple[str, str]], list[cst.CSTNode]] | None:

@@ -80,16 +80,22 @@ class DataLoaderPinMemory(Rule):
         - `pin_memory` is passed in a way that cannot be read (`**kwargs` built at run
           time, a value from the command line);
         - the batches are on the GPU before the loader yields them: the dataset is built
-          from GPU tensors, or a dataset class of the file moves its data or items to a
+          from GPU tensors, or a dataset class of the project moves its data or items to a
           device, or the `collate_fn` (a lambda, a function or a callable class of the
           file, and the file's functions they call) does: pinning a GPU tensor raises
           "only dense CPU tensors can be pinned". Library collators and collate functions
-          imported from other modules are taken as CPU ones;
+          imported from other modules are taken as CPU ones. Where the file cannot see
+          which data set the loader gets (a trainer's `self.train_dataset`) and a data set
+          class of the project makes its items on a device, the loader may draw from it:
+          silent too;
         - the dataset is `range(n)`: the batches are integer indices, not the data; or a
           Python list of strings (prompts): pinning leaves strings as they are; or the
           `collate_fn` (a function of the project) only gathers the items into Python lists
           and dicts and makes no tensor: the batch is the dataset's items as they are (PIL
-          images, strings), made into tensors later, if at all;
+          images, strings), made into tensors later, if at all; or the dataset's
+          `__getitem__` reads nothing by its index (DreamBooth's `PromptDataset` returns the
+          prompt and the index); or the dataset is a Python list the file builds (a literal,
+          a comprehension, or `[]` filled with `.append`: cached latents, items in memory);
         - the dataset is tensors held in memory: a `TensorDataset` (also one a function of
           the file builds, or one handed in as a parameter), or a dataset class of the file
           whose `__getitem__` only indexes or slices tensors it holds. The batch is in RAM
@@ -217,6 +223,46 @@ class DataLoaderPinMemory(Rule):
                 images = torch.stack([processor(image) for image in batch["image"]]).cuda()
             """,
             note="a collate_fn that only gathers items into lists (images, strings): no tensor batch to pin",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import Dataset
+
+            class PromptDataset(Dataset):
+                def __init__(self, prompt, num_samples):
+                    self.prompt = prompt
+                    self.num_samples = num_samples
+                def __len__(self):
+                    return self.num_samples
+                def __getitem__(self, index):
+                    example = {}
+                    example["prompt"] = self.prompt
+                    example["index"] = index
+                    return example
+
+            loader = torch.utils.data.DataLoader(PromptDataset(args.class_prompt, 100), batch_size=4)
+            pipeline.to("cuda")
+            for example in loader:
+                images = pipeline(example["prompt"]).images
+            """,
+            note="items are the same prompt and the index: nothing read, nothing to pin",
+        ),
+        Valid(
+            """
+            import torch
+
+            cached = []
+            with torch.no_grad():
+                for item in dataset:
+                    item["latents"] = vae.encode(item["pixels"].to("cuda")).latent_dist.sample()
+                    cached.append(item)
+            loader = torch.utils.data.DataLoader(cached, batch_size=8, shuffle=True)
+            for batch in loader:
+                loss = unet(batch["latents"].cuda()).sum()
+                loss.backward()
+            """,
+            note="a list the file fills (cached latents, here on the GPU): held in memory, not pinned",
         ),
         Valid(
             """

@@ -13,7 +13,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER
 from advisor.context import MISSING, FileContext
-from advisor.edits import expression, remove_keyword, set_keyword, statement
+from advisor.edits import expression, nested_block, remove_keyword, set_keyword, statement
 from advisor.facts.distributed import DISTRIBUTED_SAMPLERS
 from advisor.loops import TrainingLoop, modulo_divisor
 from advisor.names import dotted_name
@@ -578,7 +578,7 @@ class AccumulationWithoutNoSync(Rule):
         first = wrapped[0]
         with_block = cst.With(
             items=[cst.WithItem(item=header)],
-            body=cst.IndentedBlock(body=[
+            body=nested_block(ctx, first, [
                 wrapped[0].with_changes(leading_lines=[]) if hasattr(wrapped[0], "leading_lines") else wrapped[0],
                 *wrapped[1:],
             ]),

@@ -33,7 +33,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER, LIGHTNING_TRAINER
 from advisor.context import MISSING, FileContext
-from advisor.edits import keyword_arg, remove_keyword, remove_statements, set_keyword
+from advisor.edits import keyword_arg, nested_block, remove_keyword, remove_statements, set_keyword
 from advisor.facts.loaders import batch_target, target_names
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
@@ -1802,7 +1802,7 @@ class EvalWithoutNoGrad(Rule):
             return None
         wrapped = cst.With(
             items=[cst.WithItem(no_grad)],
-            body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),
+            body=nested_block(ctx, loop, [loop.with_changes(leading_lines=[])]),
             leading_lines=loop.leading_lines,
         )
         return self.fix("Run the evaluation loop under `torch.no_grad()`", Edit(loop, wrapped), imports=imports)

@@ -22,7 +22,7 @@ import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
-from advisor.edits import combine_edits, lines_removed_with, remove_statements, set_keyword, string_like
+from advisor.edits import combine_edits, lines_removed_with, nested_block, remove_statements, set_keyword, string_like
 from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
@@ -2318,7 +2318,7 @@ def _wrap_in_autocast(ctx: FileContext, region: list[cst.SimpleStatementLine]) -
     header = cst.parse_statement(f'with {ctx.code(autocast)}("cuda", dtype={ctx.code(bf16)}):\n    pass\n')
     first = region[0]
     body = [first.with_changes(leading_lines=()), *region[1:]]
-    wrapped = header.with_changes(body=cst.IndentedBlock(body=body), leading_lines=first.leading_lines)
+    wrapped = header.with_changes(body=nested_block(ctx, first, body), leading_lines=first.leading_lines)
     edits = [Edit(first, wrapped)] + [Edit(s, cst.RemoveFromParent()) for s in region[1:]]
     return edits, tuple(dict.fromkeys(autocast_import + bf16_import))
 

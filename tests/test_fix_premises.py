@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from advisor.project import forget_projects
 from helpers import fix, lint
 from test_cli import run
 
@@ -357,3 +358,177 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
     # Lightning 1.x builds the Trainer from the command line; the main.py in question does.
     built = source.replace('pl.Trainer(accelerator="gpu")', "pl.Trainer.from_argparse_args(opt, gpus=1)")
     assert [d.line for d in lint(built, codes=["ADV101"], gpu="A100")] == [13]
+
+
+@pytest.mark.parametrize(
+    "name, text, floor",
+    [
+        # PyTorch-YOLOv3: Poetry with operators inside the quotes
+        ("pyproject.toml", '[tool.poetry.dependencies]\npython = ">=3.7"\ntorch = ">=1.10.1, < 1.13.0"\n', "torch>=1.10.1, < 1.13.0"),
+        ("pyproject.toml", '[tool.poetry.dependencies]\ntorch = "^1.12"\n', "torch>=1.12"),
+    ],
+)
+def test_poetry_requirements_give_the_floor(tmp_path, name, text, floor):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / name).write_text(text)
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and f"allow {floor}" in finding.message
+
+
+def test_a_bare_requirement_still_reads_the_floor_the_readme_states(tmp_path):
+    # s4: models/sashimi/sc09_classifier/requirements.txt says `torch`; the root README says
+    # "This repository requires Python 3.9+ and Pytorch 1.10+".
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("This repository requires Python 3.9+ and Pytorch 1.10+.\n")
+    nested = tmp_path / "models" / "classifier"
+    nested.mkdir(parents=True)
+    (nested / "requirements.txt").write_text("torch\ntorchvision\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = nested / "train.py"
+    script.write_text(source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "allow torch>=1.10" in finding.message
+    (tmp_path / "README.md").write_text("A classifier.\n")  # nothing says which: the current release
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability == "safe"
+
+
+def test_sdpa_needs_the_torch_2_the_project_may_not_have(tmp_path):
+    # RWKV-LM: "pip install torch==1.13.1" in the README; SDPA came with torch 2.0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("pip install torch==1.13.1 --extra-index-url https://download.pytorch.org/whl/cu117\n")
+    source = textwrap.dedent(
+        """
+        import math
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Attention(nn.Module):
+            def forward(self, q, k, v):
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                att = F.softmax(att, dim=-1)
+                return att @ v
+
+        model = Attention().cuda()
+        """
+    )
+    script = tmp_path / "model.py"
+    script.write_text(source)
+    finding = only(source, "ADV604", script)
+    assert finding.fix_applicability is None and "the fix needs torch >= 2.0" in finding.message
+
+
+def test_a_trainers_opaque_dataset_is_not_pinned_where_the_project_makes_cuda_items(tmp_path):
+    # RWKV-LM v2/v3: src/utils.py's Dataset builds each item with device=torch.device('cuda');
+    # src/trainer.py's loader gets `self.train_dataset`, which it cannot see.
+    (tmp_path / ".git").mkdir()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "__init__.py").write_text("")
+    (src / "utils.py").write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import Dataset
+
+        class TokenDataset(Dataset):
+            def __init__(self, data, ctx_len):
+                self.data, self.ctx_len = data, ctx_len
+            def __len__(self):
+                return 1000
+            def __getitem__(self, idx):
+                dix = [self.stoi[s] for s in self.data[idx : idx + self.ctx_len + 1]]
+                x = torch.tensor(dix[:-1], dtype=torch.long, device=torch.device("cuda"))
+                y = torch.tensor(dix[1:], dtype=torch.long, device=torch.device("cuda"))
+                return x, y
+    """))
+    trainer = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+
+        class Trainer:
+            def __init__(self, model, train_dataset, config):
+                self.model, self.train_dataset, self.config = model.cuda(), train_dataset, config
+
+            def train(self):
+                loader = DataLoader(self.train_dataset, shuffle=False, batch_size=self.config.batch_size)
+                for x, y in loader:
+                    loss = self.model(x, y)
+                    loss.backward()
+    """)
+    (src / "trainer.py").write_text(trainer)
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        from src.trainer import Trainer
+        from src.utils import TokenDataset
+        Trainer(GPT(config), TokenDataset(open("enwik8").read(), 1024), config).train()
+    """))
+    findings = [d for d in lint(trainer, gpu="A100", path=str(src / "trainer.py")) if d.code == "ADV101"]
+    assert findings == []
+    (src / "utils.py").write_text("import torch\n")  # no data set of the project makes CUDA items
+    forget_projects()  # as the editor server does when a file of the project changes
+    findings = [d for d in lint(trainer, gpu="A100", path=str(src / "trainer.py")) if d.code == "ADV101"]
+    assert len(findings) == 1
+
+
+def test_workers_are_not_offered_for_a_projects_in_memory_dataset_class(tmp_path):
+    # pytorch-a2c-ppo-acktr-gail: gail.ExpertDataset holds torch.load-ed trajectories and
+    # indexes them per sample; main.py builds the loader.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "gail.py").write_text(textwrap.dedent("""
+        import torch
+
+        class ExpertDataset(torch.utils.data.Dataset):
+            def __init__(self, file_name):
+                self.trajectories = torch.load(file_name)
+                self.length = self.trajectories["states"].size(0)
+            def __len__(self):
+                return self.length
+            def __getitem__(self, i):
+                return self.trajectories["states"][i], self.trajectories["actions"][i]
+    """))
+    main = textwrap.dedent("""
+        import torch
+        import gail
+
+        def main():
+            model = Policy().cuda()
+            expert = gail.ExpertDataset("trajectories.pt")
+            loader = torch.utils.data.DataLoader(expert, batch_size=128, shuffle=True, drop_last=True)
+            for states, actions in loader:
+                loss = model(states.cuda(), actions.cuda())
+                loss.backward()
+
+        if __name__ == "__main__":
+            main()
+    """)
+    (tmp_path / "main.py").write_text(main)
+    found = sorted(d.code for d in lint(main, gpu="A100", path=str(tmp_path / "main.py")) if d.code.startswith("ADV10"))
+    assert found == ["ADV103", "ADV103", "ADV105"] or found == ["ADV105"]
+
+
+def test_a_wrapped_block_is_indented_like_the_code_around_it():
+    # RWKV-v8: one function indented with tabs (LibCST's default indent for the file), the
+    # training loop with four spaces; the autocast block goes in with four more spaces.
+    source = (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "def rosa(x):\n"
+        "\treturn x\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.head = torch.nn.Linear(4096, 4096)\n"
+        "    def forward(self, x):\n"
+        "        return self.head(x)\n"
+        "model = Net().cuda()\n"
+        "opt = torch.optim.AdamW(model.parameters(), fused=True)\n"
+        "for step in range(100):\n"
+        "    x = batch(); y = x[:, 1:]; x = x[:, :-1]\n"
+        "    z = model(x); loss = F.cross_entropy(z, y)\n"
+        "    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()\n"
+    )
+    fixed = fix(source, codes=["ADV203"], gpu="A100").fixed.decode()
+    assert '    with torch.autocast("cuda", dtype=torch.bfloat16):\n        z = model(x)' in fixed
+    assert "\t" not in fixed.split("for step")[1]

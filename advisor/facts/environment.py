@@ -34,14 +34,17 @@ def declared(ctx: "FileContext", package: str) -> str | None:
 
 def _declared(ctx: "FileContext", package: str) -> str | None:
     name = re.escape(package)
-    # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` (Poetry), ``- pytorch=2.1`` (conda)
+    # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` and ``torch = ">=1.10.1, <1.13"``
+    # (Poetry), ``- pytorch=2.1`` (conda)
     pattern = re.compile(
         rf"""(?:^[ \t]*(?:-[ \t]*)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
-        rf"""(?P<spec>=[ \t]*["']?[\^~]?[0-9][^"'\s#]*|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
+        rf"""(?P<spec>=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
+        rf"""|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
         rf"""(?=["'\s;#\]]|$)""",
         re.M | re.I,
     )
     documents: list[str] = []
+    bare = False
     for path in _candidates(ctx):
         text = read_project_file(ctx, path)
         if text is None:
@@ -49,10 +52,18 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if _DOCUMENT.match(os.path.basename(path)):
             documents.append(text)
             continue
+        if bare:
+            continue  # a bare name was found nearer: only install instructions may add a floor
         for match in pattern.finditer(text):
+            quoted = match.group("quoted")
+            if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
+                return quoted.strip()  # Poetry's ``">=1.10.1, < 1.13.0"`` is PEP 440 already
             spec = match.group("spec").strip().rstrip(",")
-            return _poetry(spec)
-    # No requirement file names it: the install instructions may (``pip install torch==1.8.0``,
+            if spec:
+                return _poetry(spec)
+            bare = True  # ``torch`` alone: the current release, unless the project's
+            break  # install instructions say which torch it supports (s4: "Pytorch 1.10+")
+    # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
     # version they give is the floor.
     mentioned = re.compile(
@@ -61,7 +72,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     versions = [m.group(1) for text in documents for m in mentioned.finditer(text)]
     if versions:
         return ">=" + min(versions, key=_version)
-    return None
+    return "" if bare else None
 
 
 def named_json(ctx: "FileContext", name: str) -> tuple[object, str] | None:

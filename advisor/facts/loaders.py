@@ -11,6 +11,7 @@ or when it is named or shuffled like one outside evaluation code.
 """
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -603,7 +604,27 @@ class LoaderFacts:
             return False
         if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call):
             return False
+        if self.items_read_no_data(call) or self._python_sequence_dataset(call):
+            return False  # a Python list: items held in memory (cached latents), or not tensors at all
         return self.runs_for_training(call)
+
+    def items_read_no_data(self, call: cst.Call) -> bool:
+        """The loader's dataset is a class of the project whose ``__getitem__`` reads nothing by
+        its index and makes nothing: DreamBooth's ``PromptDataset`` returns ``{"prompt":
+        self.prompt, "index": index}``. Its batches are the same strings and the indices:
+        nothing to pin, nothing for workers to load."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return False
+        sources = self.dataset_sources(dataset) or ()
+        classes = [self.dataset_class(s) for s in sources if isinstance(s, cst.Call)]
+        if not classes or any(found is None for found in classes):
+            return False
+        for owner, cls in classes:  # type: ignore[misc]
+            getters = class_methods(owner.ctx, cls, ("__getitem__",))
+            if len(getters) != 1 or not _reads_nothing_by_index(owner.ctx, getters[0]):
+                return False
+        return True
 
     def pinned(self, call: cst.Call) -> bool:
         """Whether a DataLoader certainly pins its batches whenever a GPU is there."""
@@ -774,14 +795,28 @@ class LoaderFacts:
         if dataset is None or dataset is MISSING:
             return False
         sources = self.dataset_sources(dataset) or ()
-        classes = [local_class(ctx, s.func) for s in sources if isinstance(s, cst.Call)]
-        if not classes or any(cls is None for cls in classes):
+        classes = [self.dataset_class(s) for s in sources if isinstance(s, cst.Call)]
+        if not classes or any(found is None for found in classes):
             return False
-        for cls in classes:
-            getters = class_methods(ctx, cls, ("__getitem__", "__getitems__"))  # type: ignore[arg-type]
-            if not getters or not all(self._only_indexes(getter, moving) for getter in getters):
+        for owner, cls in classes:  # type: ignore[misc]
+            getters = class_methods(owner.ctx, cls, ("__getitem__", "__getitems__"))
+            if not getters or not all(owner._only_indexes(getter, moving) for getter in getters):
                 return False
         return True
+
+    def dataset_class(self, source: cst.Call) -> "tuple[LoaderFacts, cst.ClassDef] | None":
+        """The class a dataset is built from, with the loader facts of the file defining it: a
+        class of this file, or of another module of the project (``gail.ExpertDataset(...)``)."""
+        cls = local_class(self.ctx, source.func)
+        if cls is not None:
+            return self, cls
+        project = self.ctx.project
+        if project is None or not isinstance(source.func, (cst.Name, cst.Attribute)):
+            return None
+        found = project.binding(source.func)
+        if found is None or not isinstance(found[1].node, cst.ClassDef):
+            return None
+        return found[0].facts.loaders, found[1].node
 
     def _only_indexes(self, getter: cst.FunctionDef, moving: bool = False) -> bool:
         ctx = self.ctx
@@ -900,17 +935,43 @@ class LoaderFacts:
             for source in self.dataset_sources(dataset) or ():
                 if self._gpu_tensor_dataset(source) or self._items_on_device(source):
                     return True
+            sources = self.dataset_sources(dataset)
+            opaque = sources is None or any(isinstance(s, (cst.Name, cst.Attribute, cst.IfExp, cst.Subscript)) for s in sources)
+            if opaque and self.project_builds_items_on_device:
+                return True  # a data set the file cannot see, in a project whose data sets make CUDA items
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
         return collate is not None and collate is not MISSING and self.callable_moves_to_device(collate)
 
     def _items_on_device(self, source: cst.BaseExpression) -> bool:
-        """A dataset of a class of the file that moves its data or items to a device."""
+        """A dataset of a class of the project that moves its data or items to a device."""
         if not isinstance(source, cst.Call):
             return False
-        cls = local_class(self.ctx, source.func)
-        return cls is not None and any(
-            self.runs_device_move(m) for m in class_methods(self.ctx, cls, _ITEM_METHODS)
-        )
+        found = self.dataset_class(source)
+        if found is None:
+            return False
+        owner, cls = found
+        return any(owner.runs_device_move(m) for m in class_methods(owner.ctx, cls, _ITEM_METHODS))
+
+    @cached_property
+    def project_builds_items_on_device(self) -> bool:
+        """Whether a dataset class of the files that run with this one (:meth:`Project.neighbourhood`)
+        makes its items on a device itself (RWKV's ``torch.tensor(dix, device=torch.device("cuda"))``
+        in ``__getitem__``): a loader whose data set the file cannot see (a trainer's
+        ``self.train_dataset``) may draw from it."""
+        project = self.ctx.project
+        if project is None:
+            return False
+        for path in project.project.neighbourhood(os.path.abspath(self.ctx.path)):
+            if not project.project.matches(path, _MAY_MAKE_DEVICE_ITEMS):
+                continue
+            other = self.ctx if path == self.ctx.path else project.project.context(path)
+            if other is None:
+                continue
+            for cls in other.nodes(cst.ClassDef):
+                getters = class_methods(other, cls, ("__getitem__", "__getitems__", "__iter__"))
+                if any(other.facts.loaders.runs_device_move(g) for g in getters):
+                    return True
+        return False
 
     def callable_moves_to_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """Whether a collate function the file defines moves the batch to a device: a lambda or
@@ -1025,6 +1086,12 @@ def batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpressio
     return None
 
 
+def _MAY_MAKE_DEVICE_ITEMS(text: bytes) -> bool:
+    """A module that may define a data set making its items on a device: it defines
+    ``__getitem__`` / ``__iter__`` and names CUDA or a device (read before parsing it)."""
+    return (b"__getitem__" in text or b"__iter__" in text) and (b"cuda" in text or b"device" in text)
+
+
 # Calls that move items into Python containers without making a tensor.
 _GATHERING_CALLS = frozenset(
     ("len", "list", "dict", "tuple", "zip", "range", "enumerate", "sorted", "isinstance", "set", "getattr")
@@ -1033,15 +1100,41 @@ _GATHERING_METHODS = frozenset(("keys", "items", "values", "append", "extend", "
 _CONTAINERS = (cst.Dict, cst.List, cst.Tuple, cst.DictComp, cst.ListComp)
 
 
-def _gathers_only(ctx: "FileContext", function: cst.FunctionDef) -> bool:
-    """Whether ``function`` calls nothing but container builtins and methods and returns only
-    container displays or comprehensions (or names bound to one in the function)."""
+def _reads_nothing_by_index(ctx: "FileContext", getter: cst.FunctionDef) -> bool:
+    """A ``__getitem__(self, index)`` that makes nothing (container builtins only) and uses its
+    index for nothing but handing it back: no subscript, slice or call takes it."""
+    params = getter.params.params
+    if len(params) != 2:
+        return False
+    index = params[1].name.value
+    if not _only_gathering_calls(ctx, getter):
+        return False
+    for use in ctx.walk(getter.body, cst.Name):
+        if use.value != index:
+            continue
+        parent = ctx.parent.get(use)
+        # ``example["index"] = index`` / ``return self.prompt, index``: handed back as it is
+        if isinstance(parent, (cst.Assign, cst.Element, cst.DictElement, cst.Return)):
+            continue
+        return False
+    return True
+
+
+def _only_gathering_calls(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     for call in ctx.walk(function, cst.Call):
         func = call.func
         if isinstance(func, cst.Name) and func.value in _GATHERING_CALLS:
             continue
         if isinstance(func, cst.Attribute) and func.attr.value in _GATHERING_METHODS:
             continue
+        return False
+    return True
+
+
+def _gathers_only(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """Whether ``function`` calls nothing but container builtins and methods and returns only
+    container displays or comprehensions (or names bound to one in the function)."""
+    if not _only_gathering_calls(ctx, function):
         return False
     containers = {
         target.target.value
