@@ -394,6 +394,12 @@ def test_a_bare_requirement_still_reads_the_floor_the_readme_states(tmp_path):
     (tmp_path / "README.md").write_text("A classifier.\n")  # nothing says which: the current release
     finding = only(source, "ADV601", script)
     assert finding.fix_applicability == "safe"
+    # RWKV-LM: the root README's torch==1.13.1 is for an old version; RWKV-v7's own README
+    # says "use python 3.10+, torch 2.5+": the nearest document speaks for its folder.
+    (tmp_path / "README.md").write_text("pip install deepspeed==0.7.0 // torch 1.13.1+cu117\n")
+    (nested / "README.md").write_text("For reference, use python 3.10+, torch 2.5+, cuda 12.5+\n")
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability == "safe"
 
 
 def test_sdpa_needs_the_torch_2_the_project_may_not_have(tmp_path):

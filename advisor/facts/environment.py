@@ -65,13 +65,15 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             break  # install instructions say which torch it supports (s4: "Pytorch 1.10+")
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
-    # version they give is the floor.
+    # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
+    # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=)\s*|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    versions = [m.group(1) for text in documents for m in mentioned.finditer(text)]
-    if versions:
-        return ">=" + min(versions, key=_version)
+    for text in documents:  # the nearest document that names a version speaks for this folder
+        versions = [m.group(1) for m in mentioned.finditer(text)]
+        if versions:
+            return ">=" + min(versions, key=_version)
     return "" if bare else None
 
 
