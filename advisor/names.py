@@ -30,6 +30,11 @@ CANONICAL_PREFIXES: dict[str, str] = {
     "accelerate.accelerator.Accelerator": "accelerate.Accelerator",
     "pytorch_lightning": "lightning.pytorch",
     "lightning.Trainer": "lightning.pytorch.Trainer",
+    # where the class is defined (``from pytorch_lightning.trainer import Trainer``)
+    "lightning.pytorch.trainer.trainer.Trainer": "lightning.pytorch.Trainer",
+    "lightning.pytorch.trainer.Trainer": "lightning.pytorch.Trainer",
+    "lightning.pytorch.core.module.LightningModule": "lightning.pytorch.LightningModule",
+    "lightning.pytorch.core.LightningModule": "lightning.pytorch.LightningModule",
     "lightning.LightningModule": "lightning.pytorch.LightningModule",
     "lightning.Fabric": "lightning.fabric.Fabric",
     "lightning_fabric": "lightning.fabric",  # the standalone package
@@ -54,9 +59,15 @@ _STAR_EXPORTS_NO_ALIASES = ("torch", "numpy")
 
 @lru_cache(maxsize=4096)
 def canonical(qualname: str) -> str:
-    for prefix, replacement in CANONICAL_PREFIXES.items():
-        if qualname == prefix or qualname.startswith(prefix + "."):
-            return replacement + qualname[len(prefix):]
+    # Up to three rewrites: ``pytorch_lightning.trainer.Trainer`` becomes
+    # ``lightning.pytorch.trainer.Trainer``, then ``lightning.pytorch.Trainer``.
+    for _ in range(3):
+        for prefix, replacement in CANONICAL_PREFIXES.items():
+            if qualname == prefix or qualname.startswith(prefix + "."):
+                qualname = replacement + qualname[len(prefix):]
+                break
+        else:
+            return qualname
     return qualname
 
 

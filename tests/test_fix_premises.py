@@ -358,6 +358,11 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
     # Lightning 1.x builds the Trainer from the command line; the main.py in question does.
     built = source.replace('pl.Trainer(accelerator="gpu")', "pl.Trainer.from_argparse_args(opt, gpus=1)")
     assert [d.line for d in lint(built, codes=["ADV101"], gpu="A100")] == [13]
+    # ... imported from where it is defined, as stable-diffusion's main.py does
+    imported = built.replace(
+        "from torch.utils.data import DataLoader", "from torch.utils.data import DataLoader\n        from pytorch_lightning.trainer import Trainer"
+    ).replace("pl.Trainer.from_argparse_args", "Trainer.from_argparse_args")
+    assert [d.line for d in lint(imported, codes=["ADV101"], gpu="A100")] == [14]
 
 
 @pytest.mark.parametrize(
