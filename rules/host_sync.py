@@ -1105,10 +1105,14 @@ class HostAllocThenCopy(Rule):
           moved tensor would not be a leaf) or a CPU `generator=`;
         - the `.to()` argument is not visibly a device (`.to(torch.float16)`, `.to(other)`),
           or resolves to the CPU;
-        - something happens between the factory and the copy (`torch.ones(n).tril().cuda()`);
+        - something happens between the factory and the copy (`torch.ones(n).tril().cuda()`),
+          other than elementwise math with Python numbers (`torch.exp(-math.log(p) *
+          torch.arange(half) / half).to(t.device)`, reported with an unsafe fix: the math then
+          runs on the GPU and may round differently);
         - a script shows no CUDA device at all (a file that only defines modules is checked:
           its `forward` runs wherever the model is). An NCCL process group shows one: NCCL
-          only runs on CUDA devices.
+          only runs on CUDA devices. `.to(t.device)` of a tensor the function is given counts
+          as the GPU only in a file that trains there or whose importers do.
 
         The fix is safe for `zeros`, `ones`, `empty`, `full`, `eye` and `arange` without a
         step; for random factories (`rand`, `randn`, `randint`, `randperm`) it is unsafe: the
@@ -1137,8 +1141,52 @@ class HostAllocThenCopy(Rule):
             """,
             note="the copied tensor is not the fresh one; data from a Python list",
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Embedding(nn.Module):
+                def forward(self, t, weights):
+                    freqs = torch.exp(weights * torch.arange(64, dtype=torch.float32)).to(t.device)
+                    return t[:, None] * freqs[None]
+
+            model = Embedding().cuda()
+            """,
+            note="the math meets another tensor (`weights`), which may be on the host",
+        ),
     ]
     invalid = [
+        Invalid(
+            """
+            import math
+            import torch
+            import torch.nn as nn
+
+            class TimestepEmbedder(nn.Module):
+                def timestep_embedding(self, t, dim, max_period=10000):
+                    half = dim // 2
+                    freqs = torch.exp(-math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32) / half).to(device=t.device)
+                    return torch.cat([torch.cos(t[:, None] * freqs), torch.sin(t[:, None] * freqs)], dim=-1)
+
+            model = TimestepEmbedder().cuda()
+            """,
+            fixed="""
+            import math
+            import torch
+            import torch.nn as nn
+
+            class TimestepEmbedder(nn.Module):
+                def timestep_embedding(self, t, dim, max_period=10000):
+                    half = dim // 2
+                    freqs = torch.exp(-math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32, device=t.device) / half)
+                    return torch.cat([torch.cos(t[:, None] * freqs), torch.sin(t[:, None] * freqs)], dim=-1)
+
+            model = TimestepEmbedder().cuda()
+            """,
+            unsafe=True,
+            note="DiT's timestep embedding, every forward: the frequencies made and computed on the device",
+        ),
         Invalid(
             """
             import numpy as np
@@ -1257,11 +1305,10 @@ class HostAllocThenCopy(Rule):
         for copy in ctx.method_calls("cuda", "to"):
             assert isinstance(copy.func, cst.Attribute)
             factory, conversions = self._factory_behind(copy.func.value)
-            if factory is None:
-                continue
-            qualname = ctx.qualname(factory.func) or ""
+            qualname = (ctx.qualname(factory.func) or "") if factory is not None else ""
             kind = qualname[len("torch.") :] if qualname.startswith("torch.") else ""
-            if kind not in (*_EXACT_FACTORIES, *_RANDOM_FACTORIES, *_SEQUENCE_FACTORIES):
+            if factory is None or kind not in (*_EXACT_FACTORIES, *_RANDOM_FACTORIES, *_SEQUENCE_FACTORIES):
+                yield from self._scalar_math_of_a_factory(ctx, copy)
                 continue
             if any(arg.star == "**" for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
                 continue
@@ -1280,6 +1327,44 @@ class HostAllocThenCopy(Rule):
             )
 
         yield from self._legacy_constructors(ctx)
+
+    def _scalar_math_of_a_factory(self, ctx: FileContext, copy: cst.Call) -> Iterator[Finding]:
+        """``torch.exp(-math.log(p) * torch.arange(half, dtype=torch.float32) / half).to(t.device)``
+        (the timestep embedding of every diffusion model, run in each forward): a factory under
+        elementwise math with Python numbers, built and computed on the host, then copied. Made
+        on the device, the math runs there too; unsafe, as it may round differently."""
+        math = copy.func.value  # type: ignore[attr-defined]
+        if not (isinstance(math, (cst.Call, cst.BinaryOperation, cst.UnaryOperation))):
+            return
+        factories: list[cst.Call] = []
+        if not _scalar_math(ctx, math, factories) or len(factories) != 1:
+            return
+        (factory,) = factories
+        qualname = ctx.qualname(factory.func) or ""
+        kind = qualname[len("torch.") :]
+        if kind not in (*_EXACT_FACTORIES, *_SEQUENCE_FACTORIES):
+            return
+        if any(arg.star for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
+            return
+        target = self._target(ctx, copy)
+        if target is None or target[1] is not None:
+            return  # a dtype too: the math would run in another dtype
+        device = target[0]
+        fix = None
+        if device is not None:
+            moved = _replaced(math, factory, set_keyword(factory, "device", device))
+            fix = self.fix(
+                "Create the tensor on the device and compute there (rounding can differ on the GPU)",
+                Edit(copy, moved),
+                applicability=Applicability.UNSAFE,
+            )
+        method = copy.func.attr.value  # type: ignore[attr-defined]
+        yield self.report(
+            copy,
+            f"`torch.{kind}(...)` and the math on it run in host memory, then `.{method}(...)` copies the result to "
+            f"the GPU; create it there with `device=` (guide: {DEVICE_GUIDE})",
+            fix,
+        )
 
     def _legacy_constructors(self, ctx: FileContext) -> Iterator[Finding]:
         """``Tensor(np.ones(shape))`` with ``Tensor = torch.cuda.FloatTensor`` (old GAN scripts):
@@ -1348,7 +1433,9 @@ class HostAllocThenCopy(Rule):
             device, rest = rest[0], rest[1:]
         if rest and dtype is None and ctx.facts.devices.is_dtype(rest[0]):
             dtype, rest = rest[0], rest[1:]
-        if rest or device is None or ctx.facts.devices.is_dtype(device) or not ctx.facts.devices.on_gpu(device):
+        if rest or device is None or ctx.facts.devices.is_dtype(device):
+            return None
+        if not (ctx.facts.devices.on_gpu(device) or _argument_device(ctx, device)):
             return None
         return device, dtype
 
@@ -1382,6 +1469,71 @@ class HostAllocThenCopy(Rule):
     def _stepped(ctx: FileContext, factory: cst.Call) -> bool:
         positional = [arg for arg in factory.args if arg.keyword is None]
         return len(positional) > 2 or ctx.keyword_arg(factory, "step") is not None
+
+
+def _argument_device(ctx: FileContext, device: cst.BaseExpression) -> bool:
+    """``t.device`` of a tensor the function is given (``timestep_embedding(t, dim)``), in a
+    file whose code runs on the GPU (it trains there, or the scripts importing it do): the
+    model's inputs are on the GPU there, and where one is not, the edit changes nothing."""
+    if not (isinstance(device, cst.Attribute) and device.attr.value == "device" and isinstance(device.value, cst.Name)):
+        return False
+    if not ctx.facts.devices.gpu.yes:
+        return False
+    bindings = ctx.lookup(device.value.value, device.value)
+    return len(bindings) == 1 and isinstance(bindings[0].node, cst.Param) and device.value.value != "self"
+
+
+# Elementwise torch functions that give a tensor of the same device as their input.
+_ELEMENTWISE = frozenset(("exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "pow", "exp2", "log2"))
+_SCALAR_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+
+
+def _scalar_math(ctx: FileContext, expr: cst.BaseExpression, factories: list[cst.Call], depth: int = 0) -> bool:
+    """Whether ``expr`` is elementwise math over torch factories and Python numbers only
+    (collecting the factories): numbers, ``math.*`` calls, names bound once to integer
+    arithmetic (``half = dim // 2``) or to a known number; no other tensor that could live
+    on the host and meet a device tensor."""
+    if depth > 12:
+        return False
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _scalar_math(ctx, expr.expression, factories, depth + 1)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _SCALAR_OPERATORS):
+        return _scalar_math(ctx, expr.left, factories, depth + 1) and _scalar_math(ctx, expr.right, factories, depth + 1)
+    if isinstance(expr, cst.Call):
+        qualname = ctx.qualname(expr.func) or ""
+        if qualname.startswith("math.") and not any(arg.star for arg in expr.args):
+            return all(_python_number(ctx, arg.value) for arg in expr.args)
+        last = qualname.rsplit(".", 1)[-1]
+        if qualname.startswith("torch.") and last in (*_EXACT_FACTORIES, *_SEQUENCE_FACTORIES):
+            factories.append(expr)
+            return True
+        if qualname == f"torch.{last}" and last in _ELEMENTWISE and len(expr.args) == 1 and expr.args[0].keyword is None:
+            return _scalar_math(ctx, expr.args[0].value, factories, depth + 1)
+        return False
+    return _python_number(ctx, expr)
+
+
+def _python_number(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _python_number(ctx, expr.expression)
+    value = ctx.values.resolve(expr)
+    if value is not None and type(value.value) in (int, float):
+        return True
+    if isinstance(expr, cst.Name):
+        bindings = ctx.lookup(expr.value, expr)
+        if len(bindings) == 1 and isinstance(bindings[0].node, cst.Param):
+            default = bindings[0].node.default  # ``max_period=10000``
+            return default is not None and isinstance(default, (cst.Integer, cst.Float))
+        bound = ctx.single_assignment(expr)
+        if isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.FloorDivide):
+            return isinstance(bound.right, cst.Integer)  # ``half = dim // 2``
+        if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name) and bound.func.value in ("int", "len", "float"):
+            return not ctx.lookup(bound.func.value, bound.func)
+    return False
 
 
 # -- ADV705 ----------------------------------------------------------------------------------

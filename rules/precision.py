@@ -2586,8 +2586,9 @@ class NoMixedPrecision(Rule):
         The loop fix wraps the statements from the model call to the loss in
         `torch.autocast("cuda", dtype=torch.bfloat16)` only where they form one block of
         plain assignments before `loss.backward()`; elsewhere (a helper runs the backward,
-        several backward passes, the loss computed inline) and on GPUs without bf16 (where
-        fp16 also needs a `GradScaler`), the finding is advice only. `TrainingArguments` get
+        several backward passes, the loss computed inline), on GPUs without bf16 (where
+        fp16 also needs a `GradScaler`), and in a file that sets TF32 for its fp32 matmuls
+        (a precision the author chose), the finding is advice only. `TrainingArguments` get
         `bf16=True` (`fp16=True` without bf16), `Accelerator(mixed_precision="no")` gets
         `"bf16"`, a Lightning `Trainer` / `Fabric` gets `precision="bf16-mixed"`.
 
@@ -3246,6 +3247,11 @@ class NoMixedPrecision(Rule):
             region = None  # a model or loss whose code is not in the file may call binary_cross_entropy
         wrapped = _wrap_in_autocast(ctx, region) if region is not None else None
         fix = None
+        if wrapped is not None and tf32_configured(ctx):
+            # The author chose fp32 matmul precision (TF32) in this file: bf16 is a further
+            # change of numerics, theirs to make (RWKV-v8's demos: fp32 + TF32 on purpose).
+            message += "; the file sets TF32 for its fp32 matmuls, so it is advice: bf16 autocast changes the numerics further"
+            wrapped = None
         if wrapped is not None:
             edits, imports = wrapped
             fix = self.fix("Run the forward pass and loss under bf16 autocast", *edits, imports=imports, requires=[("torch", "1.10")])

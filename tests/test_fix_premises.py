@@ -543,3 +543,7 @@ def test_a_wrapped_block_is_indented_like_the_code_around_it():
     fixed = fix(source, codes=["ADV203"], gpu="A100").fixed.decode()
     assert '    with torch.autocast("cuda", dtype=torch.bfloat16):\n        z = model(x)' in fixed
     assert "\t" not in fixed.split("for step")[1]
+    # RWKV-v8 also sets TF32 on purpose: a precision chosen for fp32 matmuls, so bf16 is advice.
+    chosen = source.replace("import torch\n", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", 1)
+    (finding,) = [d for d in lint(chosen, gpu="A100") if d.code == "ADV203"]
+    assert finding.fix_applicability is None and "sets TF32" in finding.message

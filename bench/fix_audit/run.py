@@ -9,6 +9,7 @@ edit would raise at run time. The verdicts are scored per rule.
 
     python bench/fix_audit/run.py --label first-pass              # fix, sample, write results/
     python bench/fix_audit/run.py --score results/verdicts-first-pass.json
+    python bench/fix_audit/run.py --carry results/verdicts-X-first.json results/sample-X-first.json results/sample-X-after.json
 
 The whole run also checks what needs no reader: every fixed file compiles and a second run
 changes nothing.
@@ -289,6 +290,41 @@ def score(path: Path) -> int:
     return 0
 
 
+def carry(verdicts_path: Path, first_path: Path, now_path: Path) -> int:
+    """The verdicts of an earlier round carried to a later run of the same repositories: an
+    edit of the first sample that the later run still makes (same file, rule and line) keeps
+    its verdict; the others are gone; edits the first sample did not hold are listed as not
+    judged. A measure of the changes on repositories that drove them, not a held-out one."""
+    verdicts = json.loads(verdicts_path.read_text())
+    first = json.loads(first_path.read_text())["sample"]
+    now = json.loads(now_path.read_text())["sample"]
+    key = lambda edit: (edit["repo"], edit["path"], edit["code"], edit["line"])  # noqa: E731
+    made = {key(edit) for edit in now}
+    judged = {key(edit) for edit in first if edit["id"] in verdicts}
+    kept: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    gone: collections.Counter = collections.Counter()
+    for edit in first:
+        verdict = verdicts.get(edit["id"])
+        if verdict is None:
+            continue
+        if key(edit) in made:
+            kept[edit["code"]][verdict["verdict"]] += 1
+        else:
+            gone[verdict["verdict"]] += 1
+    print("| rule | correct | wrong | doubtful |\n|---|--:|--:|--:|")
+    total: collections.Counter = collections.Counter()
+    for code in sorted(kept):
+        total.update(kept[code])
+        print(f"| {code} | {kept[code]['correct']} | {kept[code]['wrong']} | {kept[code]['doubtful']} |")
+    count = sum(total.values())
+    share = f"{total['correct'] / count:.0%}" if count else "-"
+    print(f"| **still made** ({count}) | {total['correct']} ({share}) | {total['wrong']} | {total['doubtful']} |")
+    print(f"no longer made: {dict(gone)}")
+    unjudged = [edit["id"] for edit in now if key(edit) not in judged]
+    print(f"made now, not in the judged sample: {len(unjudged)}" + "".join(f"\n- {u}" for u in unjudged[:20]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", default="run")
@@ -300,9 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", help="folder for the repositories' files (default: a temporary one)")
     parser.add_argument("--score", type=Path, help="score a verdicts file instead of running")
+    parser.add_argument(
+        "--carry", nargs=3, type=Path, metavar=("VERDICTS", "FIRST_SAMPLE", "LATER_SAMPLE"),
+        help="carry the verdicts of FIRST_SAMPLE's edits to a later run of the same repositories",
+    )
     args = parser.parse_args(argv)
     if args.score:
         return score(args.score)
+    if args.carry:
+        return carry(*args.carry)
     return run(args)
 
 
