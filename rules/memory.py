@@ -1706,7 +1706,8 @@ class CheckpointingReentrant(Rule):
                 "`prepare_model_for_kbit_training` enables reentrant checkpointing (and an input-gradient hook it "
                 f"needs); pass `gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
             )
-            fix = self.fix("Use non-reentrant checkpointing", edit) if edit is not None else None
+            # peft 0.6 added ``gradient_checkpointing_kwargs`` (huggingface/peft#1036).
+            fix = self.fix("Use non-reentrant checkpointing", edit, requires=[("peft", "0.6")]) if edit is not None else None
             yield self.report(call, message, fix)
 
 

@@ -547,3 +547,65 @@ def test_a_wrapped_block_is_indented_like_the_code_around_it():
     chosen = source.replace("import torch\n", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", 1)
     (finding,) = [d for d in lint(chosen, gpu="A100") if d.code == "ADV203"]
     assert finding.fix_applicability is None and "sets TF32" in finding.message
+
+
+def test_requirements_in_a_requirements_folder_give_the_floor(tmp_path):
+    # CORL: requirements/requirements.txt pins torch==1.11.0+cu113; AdamW has no fused= there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "requirements.txt").write_text(
+        "--extra-index-url https://download.pytorch.org/whl/cu113\ntorch==1.11.0+cu113\n"
+    )
+    (tmp_path / "algorithms").mkdir()
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = tmp_path / "algorithms" / "iql.py"
+    script.write_text(source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "allow torch==1.11.0+cu113" in finding.message
+
+
+def test_a_cuda_toolkit_in_the_install_instructions_caps_the_torch(tmp_path):
+    # SimMIM's README: `conda install pytorch torchvision torchaudio cudatoolkit=11.3 -c pytorch`:
+    # no torch version, but the newest torch built for CUDA 11.3 is 1.12.1.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("conda install pytorch torchvision torchaudio cudatoolkit=11.3 -c pytorch -y\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    script = tmp_path / "optimizer.py"
+    script.write_text(source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "CUDA 11.3, whose newest torch is 1.12.1" in finding.message
+    (tmp_path / "README.md").write_text("conda install pytorch pytorch-cuda=12.1 -c pytorch -c nvidia\n")
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+
+
+def test_a_package_pinned_to_a_commit_withholds_fixes_that_need_a_version(tmp_path):
+    # Chinese-Vicuna: peft @ git+...@3714aa2, older than peft 0.6's gradient_checkpointing_kwargs.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text(
+        "torch==2.1.0\npeft @ git+https://github.com/huggingface/peft.git@3714aa2fff158fdfa637b2b65952580801d890b2\n"
+    )
+    source = textwrap.dedent(
+        """
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        from peft import prepare_model_for_kbit_training
+
+        model = AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b", quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+        model = prepare_model_for_kbit_training(model)
+        """
+    )
+    script = tmp_path / "finetune_4bit.py"
+    script.write_text(source)
+    finding = only(source, "ADV502", script)
+    assert finding.fix_applicability is None and "pins peft to `git+https://github.com/huggingface/peft.git@3714aa2" in finding.message
+
+
+def test_eight_bit_weights_keep_fp16_mixed_precision():
+    # LLM.int8 computes its matmuls in float16: bf16=True alone would leave the job half done.
+    source = """
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("decapoda-research/llama-7b-hf", load_in_8bit=True, device_map="auto")
+        args = TrainingArguments("out", fp16=True, per_device_train_batch_size=4)
+        Trainer(model=model, args=args, train_dataset=data).train()
+    """
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
+    assert finding.fix_applicability is None

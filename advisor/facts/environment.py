@@ -38,7 +38,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # (Poetry), ``- pytorch=2.1`` (conda)
     pattern = re.compile(
         rf"""(?:^[ \t]*(?:-[ \t]*)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
-        rf"""(?P<spec>=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
+        rf"""(?P<spec>@[ \t]*[^"'\s;#]+|=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
         rf"""|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
         rf"""(?=["'\s;#\]]|$)""",
         re.M | re.I,
@@ -59,6 +59,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
                 return quoted.strip()  # Poetry's ``">=1.10.1, < 1.13.0"`` is PEP 440 already
             spec = match.group("spec").strip().rstrip(",")
+            if spec.startswith("@"):
+                return spec  # ``peft @ git+https://...@3714aa2``: a commit, of whatever age
             if spec:
                 return _poetry(spec)
             bare = True  # ``torch`` alone: the current release, unless the project's
@@ -169,6 +171,9 @@ def _candidates(ctx: "FileContext") -> list[str]:
     found: list[str] = []
     for _ in range(64 if inside else 6):
         found += [os.path.join(folder, n) for n in _names(folder)]
+        nested = os.path.join(folder, "requirements")  # CORL: requirements/requirements.txt
+        if os.path.isdir(nested):
+            found += [os.path.join(nested, n) for n in _names(nested) if _REQUIREMENTS.match(n) or n.endswith((".txt", ".in"))]
         if root is not None and os.path.abspath(folder) == root:
             break
         parent = os.path.dirname(folder)
@@ -196,8 +201,42 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         floor = ctx.target.torch_version
         return f"[tool.advisor] torch-version is {floor}" if _version(floor) < _version(version) else None
     spec = declared(ctx, package)
+    if spec is not None and spec.startswith("@"):
+        return f"the project pins {package} to `{spec[1:].strip()[:60]}`, whose version advisor cannot read"
     if admits_below(spec, version):
         return f"the project's requirements allow {package}{spec}"
+    if package == "torch" and not spec:
+        cap = _cuda_cap(ctx)
+        if cap is not None and _version(cap[1]) < _version(version):
+            return f"the project installs torch for CUDA {cap[0]}, whose newest torch is {cap[1]}"
+    return None
+
+
+# The newest torch built for each CUDA toolkit a project may name (``cudatoolkit=11.3``,
+# ``+cu113``, ``whl/cu113``, ``pytorch-cuda=11.6``); from 11.8 on, current releases still ship.
+_NEWEST_TORCH_FOR_CUDA = {
+    "9.2": "1.7.1", "10.0": "1.4.0", "10.1": "1.8.1", "10.2": "1.12.1", "11.0": "1.7.1", "11.1": "1.10.2",
+    "11.3": "1.12.1", "11.5": "1.11.0", "11.6": "1.13.1", "11.7": "2.0.1",
+}
+_CUDA_NAMED = re.compile(r"(?:cudatoolkit|pytorch-cuda|cuda-toolkit)\s*[=\s]\s*(\d+\.\d+)|[+/]cu(\d{2,3})\b", re.I)
+
+
+def _cuda_cap(ctx: "FileContext") -> tuple[str, str] | None:
+    """The CUDA toolkit the nearest requirement file or install instructions install torch
+    for, when that toolkit's newest torch is an old one: SimMIM's ``conda install pytorch
+    torchvision cudatoolkit=11.3`` gives at most torch 1.12.1."""
+    for path in _candidates(ctx):
+        text = read_project_file(ctx, path)
+        if text is None:
+            continue
+        for match in _CUDA_NAMED.finditer(text):
+            if match.group(1):
+                cuda = match.group(1)
+            else:
+                digits = match.group(2)
+                cuda = f"{digits[:-1]}.{digits[-1]}"
+            if cuda in _NEWEST_TORCH_FOR_CUDA:
+                return cuda, _NEWEST_TORCH_FOR_CUDA[cuda]
     return None
 
 

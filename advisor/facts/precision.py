@@ -302,7 +302,8 @@ _FP16_KERNEL_LIBRARIES = ("auto_gptq.", "gptqmodel.", "awq.", "transformers.GPTQ
 def half_weights(ctx: FileContext) -> bool:
     """Whether the model itself is loaded or cast to float16 (``torch_dtype=torch.float16``,
     ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``, GPTQ / AWQ
-    quantized weights, whose kernels take float16 only): switching only the mixed-precision
+    quantized weights, whose kernels take float16 only, 8-bit weights, whose LLM.int8 matmuls
+    bitsandbytes computes in float16): switching only the mixed-precision
     setting to bf16 would leave it half done, or feed those kernels the wrong dtype."""
     for arg in ctx.nodes(cst.Arg):
         keyword = arg.keyword.value if arg.keyword is not None else None
@@ -319,6 +320,11 @@ def half_weights(ctx: FileContext) -> bool:
                 return True
     if any(not call.args for call in ctx.method_calls("half")):
         return True
+    for arg in ctx.nodes(cst.Arg):  # LLM.int8 (``load_in_8bit=True``) computes its matmuls in float16
+        if arg.keyword is not None and arg.keyword.value == "load_in_8bit":
+            value = ctx.values.resolve(arg.value)
+            if value is None or value.value:
+                return True
     if ctx.method_calls("from_quantized") or any(q.startswith(_FP16_KERNEL_LIBRARIES) for q in ctx.called_qualnames):
         return True  # GPTQ / AWQ kernels compute in float16: the activations must stay float16
     for call in ctx.method_calls("to"):
@@ -425,6 +431,11 @@ def _find_reduced_precision(ctx: FileContext) -> bool:
         return True
     if any(not call.args for call in ctx.method_calls("half")):
         return True
+    for arg in ctx.nodes(cst.Arg):  # LLM.int8 (``load_in_8bit=True``) computes its matmuls in float16
+        if arg.keyword is not None and arg.keyword.value == "load_in_8bit":
+            value = ctx.values.resolve(arg.value)
+            if value is None or value.value:
+                return True
     for node in ctx.nodes(cst.Attribute):
         if TORCH_DTYPES.get(ctx.qualname(node) or "") in (FP16, BF16):
             return True
