@@ -210,6 +210,18 @@ class Project:
                 bases.setdefault(os.path.basename(package), []).append(parent)
         return bases
 
+    @cached_property
+    def _path_names(self) -> frozenset[str]:
+        """Every folder name and module name in the project's paths: an absolute import can
+        only resolve to a project file if its first name is one of them."""
+        names: set[str] = set()
+        for path in self.files:
+            relative = os.path.relpath(path, self.root)
+            *folders, filename = relative.split(os.sep)
+            names.update(folders)
+            names.add(filename[:-3] if filename.endswith(".py") else filename)
+        return frozenset(names)
+
     def module_path(self, module: str, level: int, importer: str) -> str | None:
         """The file of ``module`` as ``importer`` imports it (``level`` leading dots), or None when it
         is not a module of the project (a library)."""
@@ -227,8 +239,8 @@ class Project:
             for _ in range(level - 1):
                 base = os.path.dirname(base)
             return self._first(os.path.join(base, *parts) if parts else base)
-        if not parts:
-            return None
+        if not parts or parts[0] not in self._path_names:
+            return None  # ``torch``, ``numpy``: no file or folder of the project has that name
         directory = os.path.dirname(importer)
         bases = []
         while True:

@@ -48,12 +48,22 @@ def render_text(
         console.print(f"[dim]target: {escape(target.describe())}[/dim]")
     for error in errors:
         console.print(f"[bold]{escape(error.path)}[/bold]:{where(error)}: [bold red]{error.code}[/bold red] {escape(error.message)}")
-    for d in diagnostics:
-        marker = " [cyan]\\[*][/cyan]" if d.fix_applicability == "safe" else ""
-        console.print(
-            f"[bold]{escape(d.path)}[/bold]:{where(d)}: [bold red]{d.code}[/bold red]{marker} {escape(d.message)}",
-            soft_wrap=True,
+    if not console.is_terminal and not console.record and console.soft_wrap:
+        # Piped or redirected: rich would only strip the styles again, one line at a time, and
+        # that is most of a warm run over a large tree (1.9 of 3.2 s for 6,500 findings).
+        console.file.write(
+            "".join(
+                f"{d.path}:{where(d)}: {d.code}{' [*]' if d.fix_applicability == 'safe' else ''} {d.message}\n"
+                for d in diagnostics
+            )
         )
+    else:
+        for d in diagnostics:
+            marker = " [cyan]\\[*][/cyan]" if d.fix_applicability == "safe" else ""
+            console.print(
+                f"[bold]{escape(d.path)}[/bold]:{where(d)}: [bold red]{d.code}[/bold red]{marker} {escape(d.message)}",
+                soft_wrap=True,
+            )
     if show_footer:
         console.print(footer(diagnostics, errors))
 

@@ -25,3 +25,28 @@ PAYLOADS = [
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_same_text_as_the_standard_library(payload):
     assert indented_json(payload) == json.dumps(payload, indent=2)
+
+
+def test_piped_text_is_what_rich_would_print():
+    """Piped output skips rich's markup round trip for the findings; the text must not change."""
+    import io
+
+    from rich.console import Console
+
+    from advisor.engine import Diagnostic
+    from advisor.report import render_text
+    from helpers import target_for
+
+    findings = [
+        Diagnostic("train.py", 3, 5, 3, 9, "ADV101", "pin", "DataLoader without `pin_memory=True` [brackets] \\[x] (guide: Data preloading)", "safe"),
+        Diagnostic("nb.ipynb", 7, 1, 7, 2, "ADV701", "sync", "`loss.item()` makes the CPU wait: [bold]not markup[/bold] é 漢", None,
+                   cell=2, cell_line=3, cell_column=1),
+        Diagnostic("a path/with [odd] name.py", 1, 1, 1, 2, "ADV204", "amp", "`torch.cuda.amp.GradScaler(...)` is deprecated", "unsafe"),
+    ]
+    target = target_for("A100")
+    piped = io.StringIO()
+    render_text(Console(file=piped, highlight=False, no_color=True, soft_wrap=True, emoji=False), findings, [], target)
+    recorded = Console(file=io.StringIO(), record=True, highlight=False, no_color=True, soft_wrap=True, emoji=False)
+    render_text(recorded, findings, [], target)
+    assert piped.getvalue() == recorded.export_text()
+    assert "train.py:3:5: ADV101 [*] DataLoader" in piped.getvalue()
