@@ -613,14 +613,10 @@ class LoaderFacts:
         its index and makes nothing: DreamBooth's ``PromptDataset`` returns ``{"prompt":
         self.prompt, "index": index}``. Its batches are the same strings and the indices:
         nothing to pin, nothing for workers to load."""
-        dataset = self.ctx.argument(call, "dataset", 0)
-        if dataset is None or dataset is MISSING:
+        classes = self.dataset_classes(call)
+        if classes is None:
             return False
-        sources = self.dataset_sources(dataset) or ()
-        classes = [self.dataset_class(s) for s in sources if isinstance(s, cst.Call)]
-        if not classes or any(found is None for found in classes):
-            return False
-        for owner, cls in classes:  # type: ignore[misc]
+        for owner, cls in classes:
             getters = class_methods(owner.ctx, cls, ("__getitem__",))
             if len(getters) != 1 or not _reads_nothing_by_index(owner.ctx, getters[0]):
                 return False
@@ -711,18 +707,24 @@ class LoaderFacts:
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
         if collate is None or collate is MISSING or not isinstance(collate, cst.Name):
             return False
-        bindings = ctx.lookup(collate.value, collate)
+        found = self.function_named(collate)
+        return found is not None and _gathers_only(*found)
+
+    def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
+        """The ``def`` a name binds once: in this file, or in the project module it is imported
+        from; with the context of the file that defines it."""
+        ctx = self.ctx
+        bindings = ctx.lookup(name.value, name)
         if len(bindings) != 1:
-            return False
-        owner, function = ctx, bindings[0].node
-        if isinstance(function, cst.ImportFrom) and ctx.project is not None:
-            found = ctx.project.binding(collate)
-            if found is None:
-                return False
-            owner, function = found[0], found[1].node
-        if not isinstance(function, cst.FunctionDef):
-            return False
-        return _gathers_only(owner, function)
+            return None
+        node = bindings[0].node
+        if isinstance(node, cst.FunctionDef):
+            return ctx, node
+        if isinstance(node, cst.ImportFrom) and ctx.project is not None:
+            found = ctx.project.binding(name)
+            if found is not None and isinstance(found[1].node, cst.FunctionDef):
+                return found[0], found[1].node
+        return None
 
     def _python_sequence_dataset(self, call: cst.Call) -> bool:
         """A dataset written as a Python list / tuple (literal or comprehension) or a range:
@@ -786,23 +788,30 @@ class LoaderFacts:
         return bool(sources) and not any(self._gpu_tensor_dataset(source) for source in sources)
 
     def indexes_memory(self, call: cst.Call, moving: bool = False) -> bool:
-        """The loader's dataset is a class of the file whose ``__getitem__`` only indexes or slices
-        data it holds (``self.data[i : i + n].long()``), with no I/O, decoding or transform: each
-        item costs a few tensor operations, which worker processes would only add to. With
+        """The loader's dataset is a class of the project whose ``__getitem__`` only indexes or
+        slices data it holds (``self.data[i : i + n].long()``), with no I/O, decoding or transform:
+        each item costs a few tensor operations, which worker processes would only add to. With
         ``moving``, a move of the item to a device (``.cuda()``, ``.to(device)``) is allowed too."""
-        ctx = self.ctx
-        dataset = ctx.argument(call, "dataset", 0)
-        if dataset is None or dataset is MISSING:
+        classes = self.dataset_classes(call)
+        if classes is None:
             return False
-        sources = self.dataset_sources(dataset) or ()
-        classes = [self.dataset_class(s) for s in sources if isinstance(s, cst.Call)]
-        if not classes or any(found is None for found in classes):
-            return False
-        for owner, cls in classes:  # type: ignore[misc]
+        for owner, cls in classes:
             getters = class_methods(owner.ctx, cls, ("__getitem__", "__getitems__"))
             if not getters or not all(owner._only_indexes(getter, moving) for getter in getters):
                 return False
         return True
+
+    def dataset_classes(self, call: cst.Call) -> "list[tuple[LoaderFacts, cst.ClassDef]] | None":
+        """The classes the loader's data set is built from (:meth:`dataset_class`), or None
+        unless every source the file shows is a call of such a class."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return None
+        sources = self.dataset_sources(dataset) or ()
+        classes = [self.dataset_class(s) for s in sources if isinstance(s, cst.Call)]
+        if not classes or any(found is None for found in classes):
+            return None
+        return classes  # type: ignore[return-value]
 
     def dataset_class(self, source: cst.Call) -> "tuple[LoaderFacts, cst.ClassDef] | None":
         """The class a dataset is built from, with the loader facts of the file defining it: a
@@ -932,10 +941,10 @@ class LoaderFacts:
             definition = ctx.bound_call(dataset) if isinstance(dataset, cst.Name) else dataset
             if definition is not None and self._gpu_tensor_dataset(definition):
                 return True
-            for source in self.dataset_sources(dataset) or ():
+            sources = self.dataset_sources(dataset)
+            for source in sources or ():
                 if self._gpu_tensor_dataset(source) or self._items_on_device(source):
                     return True
-            sources = self.dataset_sources(dataset)
             opaque = sources is None or any(isinstance(s, (cst.Name, cst.Attribute, cst.IfExp, cst.Subscript)) for s in sources)
             if opaque and self.project_builds_items_on_device:
                 return True  # a data set the file cannot see, in a project whose data sets make CUDA items
@@ -961,10 +970,11 @@ class LoaderFacts:
         project = self.ctx.project
         if project is None:
             return False
-        for path in project.project.neighbourhood(os.path.abspath(self.ctx.path)):
+        own = os.path.abspath(self.ctx.path)
+        for path in project.project.neighbourhood(own):
             if not project.project.matches(path, _MAY_MAKE_DEVICE_ITEMS):
                 continue
-            other = self.ctx if path == self.ctx.path else project.project.context(path)
+            other = self.ctx if path == own else project.project.context(path)
             if other is None:
                 continue
             for cls in other.nodes(cst.ClassDef):
@@ -1003,13 +1013,9 @@ class LoaderFacts:
             if len(bindings) != 1:
                 return False
             binding = bindings[0]
-            if isinstance(binding.node, cst.FunctionDef):
-                return self.runs_device_move(binding.node)
-            if isinstance(binding.node, cst.ImportFrom) and ctx.project is not None:
-                found = ctx.project.binding(expr)  # a collate function of another project module
-                if found is not None and isinstance(found[1].node, cst.FunctionDef):
-                    return found[0].facts.loaders.runs_device_move(found[1].node)
-                return False
+            if isinstance(binding.node, (cst.FunctionDef, cst.ImportFrom)):
+                found = self.function_named(expr)  # here, or a collate function of another project module
+                return found is not None and found[0].facts.loaders.runs_device_move(found[1])
             return binding.value is not None and self.callable_moves_to_device(binding.value, depth + 1)
         if isinstance(expr, cst.Attribute):
             owner = expr.value
