@@ -152,6 +152,13 @@ class Cache:
             project = project_for(path, self._target, parse)
             if sorted(project.importers.get(os.path.abspath(path), [])) != result.importers:
                 return False
+        if result.reached is not None:
+            from advisor.project import project_for
+            from advisor.engine import parse, reach_word
+
+            # A new script that imports the module makes its fixes fixes again.
+            if reach_word(project_for(path, self._target, parse).reached(path)) != result.reached:
+                return False
         return True
 
     def _digest_of(self, path: str) -> str:
@@ -170,6 +177,7 @@ class Cache:
             "digest": content_digest,
             "dependencies": result.dependencies,
             "importers": result.importers,
+            "reached": result.reached,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
             "errors": [[getattr(e, name) for name in _ERROR_FIELDS] for e in result.errors],
@@ -227,6 +235,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
         return None
     if importers is not None and not (isinstance(importers, list) and all(isinstance(i, str) for i in importers)):
         return None
+    reached = entry.get("reached")
+    if reached not in (None, "yes", "no", "unknown"):
+        return None
     try:
         result = FileResult(
             path,
@@ -234,6 +245,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
             errors=[FileError(path, *_checked(row, _ERROR_FIELDS)) for row in errors],
             dependencies=dependencies,
             importers=importers,
+            reached=reached,
         )
     except (TypeError, ValueError):
         return None

@@ -118,6 +118,8 @@ class FileResult:
     # while they are unchanged.
     dependencies: dict[str, str] = field(default_factory=dict)
     importers: list[str] | None = None
+    # Whether running the project runs this file, where a fix asked: "yes", "no" or "unknown".
+    reached: str | None = None
 
 
 # -- files ------------------------------------------------------------------------------
@@ -415,11 +417,11 @@ def _same_text(ctx: FileContext, data: bytes) -> bool:
         return False
 
 
-def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]:
+def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None, str | None]:
     """What the file's results depend on besides its own bytes (see FileResult)."""
     view = ctx.project
     if view is None:
-        return {}, None
+        return {}, None, None
     from advisor.cache import digest
 
     own = os.path.abspath(ctx.path)
@@ -433,7 +435,12 @@ def dependencies_of(ctx: FileContext) -> tuple[dict[str, str], list[str] | None]
         except OSError:
             found[path] = ""
     importers = view.project.importers.get(own, []) if view.asked_importers else None
-    return found, (sorted(importers) if importers is not None else None)
+    reached = reach_word(view.project.reached(own)) if view.asked_reached else None
+    return found, (sorted(importers) if importers is not None else None), reached
+
+
+def reach_word(reached: bool | None) -> str:
+    return "unknown" if reached is None else "yes" if reached else "no"
 
 
 def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
@@ -448,6 +455,11 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
             finding.message = _before_guide(finding.message, f"the fix needs {package} >= {version}, and {reason}")
             finding.fix = None
             return
+
+
+# Edits in code that never runs (a vendored trainer nothing imports, an abandoned module) are
+# the largest doubtful group of every held-out fix audit (docs/fix_audit.md): advice there.
+_UNREACHED = "no script, notebook or console entry point of the project imports this module, so the fix is left as advice"
 
 
 def _before_guide(message: str, note: str) -> str:
@@ -499,6 +511,9 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
         for finding in produced:
             if finding.fix is not None and finding.fix.requires:
                 _withhold_if_too_new(ctx, finding)
+            if finding.fix is not None and ctx.project is not None and ctx.project.reached() is False:
+                finding.message = _before_guide(finding.message, _UNREACHED)
+                finding.fix = None
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:
@@ -571,7 +586,7 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         if ctx is None:
             return result
         findings, errors = run_rules(ctx, settings.codes_for(path))
-        result.dependencies, result.importers = dependencies_of(ctx)
+        result.dependencies, result.importers, result.reached = dependencies_of(ctx)
     except Exception as error:
         if not from_recursion(error):
             raise

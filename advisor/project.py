@@ -65,6 +65,35 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 _TOP_LEVEL_NAME = re.compile(rb"^(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
 
 
+# What a module that is run shows (an entry point): a main guard, or a statement at module
+# level that does something (a loop, a ``with``, a call: ``main()``, ``trainer.fit(model)``),
+# or an assignment that builds what training needs (``args = parser.parse_args()``, ``model =
+# Net().cuda()``, ``loader = DataLoader(ds)``: a notebook exported as a script). A library
+# module defines things (``logger = logging.getLogger(__name__)``); its module-level calls
+# (``logging.basicConfig()``) make it an entry too, which only keeps its fixes.
+_ENTRY_TEXT = re.compile(
+    rb"__main__|^(?:for|while|with|async[ \t]+(?:for|with))\b|^[A-Za-z_][\w.]*[ \t]*\("
+    rb"|^[A-Za-z_][\w., \t]*=(?!=)[^\n]*(?:\.cuda\(|\.to\(|DataLoader\(|parse_args\(|\.fit\(|\.train\(|Trainer\(|from_pretrained\()",
+    re.M,
+)
+_ENTRY_FILES = frozenset({"__main__.py", "hubconf.py"})
+# A module that imports others by name, from a string or a config (``importlib.import_module``,
+# Hydra's ``instantiate``, latent-diffusion's ``instantiate_from_config``): what it reaches is
+# not in its text.
+_DYNAMIC_IMPORT = re.compile(
+    rb"import_module\(|__import__\(|\binstantiate(?:_from_config)?\(|get_obj_from_str\(|\b_target_\b|\blocate\("
+    rb"|iter_modules\(|walk_packages\(|spec_from_file_location\(|load_source\(|\brunpy\.|import_string\(|entry_points\("
+)
+# ``name = "package.module:function"`` in ``pyproject.toml``, ``setup.cfg`` or ``setup.py``.
+_CONSOLE_SCRIPT = re.compile(rb"=[ \t]*[\"']?[ \t]*([A-Za-z_][\w.]*)[ \t]*:[ \t]*[A-Za-z_]\w*")
+# Cog runs ``predict: "predict.py:Predictor"`` (and ``train:``) of its ``cog.yaml``.
+_COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
+# An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
+_NOTEBOOK_IMPORT = re.compile(
+    rb"\"[ \t]*(?:from[ \t]+(\.*[\w.]+)[ \t]+import[ \t]+([\w, \t]*)|import[ \t]+([\w.]+))"
+)
+
+
 def _read_regular(path: str) -> bytes:
     """The bytes of a regular file; nothing for a FIFO or socket named ``*.py`` (reading one
     would block) or a file that cannot be read."""
@@ -178,19 +207,28 @@ class Project:
         self._matches: dict[tuple[str, Callable[[bytes], bool]], bool] = {}
         self._imported: dict[str, list[str]] = {}
         self._kept_bytes = 0
+        self._trait_cache: dict[str, tuple[bool, bool]] = {}
         self.importer_depth = 0
 
     @cached_property
-    def files(self) -> list[str]:
+    def _walk(self) -> tuple[list[str], list[str]]:
+        """The project's Python files and its notebooks (which import its modules too)."""
         found: list[str] = []
+        notebooks: list[str] = []
         for directory, dirnames, filenames in os.walk(self.root):
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
             for filename in sorted(filenames):
                 if filename.endswith(".py"):
                     found.append(os.path.join(directory, filename))
                     if len(found) > MAX_PROJECT_FILES:
-                        return []
-        return found
+                        return [], []
+                elif filename.endswith(".ipynb"):
+                    notebooks.append(os.path.join(directory, filename))
+        return found, notebooks
+
+    @property
+    def files(self) -> list[str]:
+        return self._walk[0]
 
     @cached_property
     def _file_set(self) -> set[str]:
@@ -319,6 +357,87 @@ class Project:
                         graph[target].append(path)
         return graph
 
+    def reached(self, path: str) -> bool | None:
+        """Whether running the project runs this module: it is an entry point (a script, a
+        notebook's import, a console script), or one imports it, directly or through others.
+        None when that cannot be told from the text: no entry point at all (a library), or a
+        module that runs imports others by name (``importlib.import_module(cfg.target)``)."""
+        path = os.path.abspath(path)
+        if path.endswith(".ipynb"):
+            return True  # a notebook is run, as a script is
+        reached = self._reached
+        if reached is None or path not in self._file_set:
+            return None
+        return path in reached
+
+    @cached_property
+    def _reached(self) -> frozenset[str] | None:
+        entries = [path for path in self.files if self._traits(path)[0]]
+        entries.extend(self._declared_entries())
+        if not entries:
+            return None
+        reached: set[str] = set()
+        todo = entries
+        while todo:
+            path = todo.pop()
+            if path in reached:
+                continue
+            reached.add(path)
+            if self._traits(path)[1]:
+                return None
+            todo.extend(self.imports(path))
+            todo.extend(self._packages_around(path))
+        return frozenset(reached)
+
+    def _traits(self, path: str) -> tuple[bool, bool]:
+        """(the module runs something when run, it imports modules by name), from its text."""
+        found = self._trait_cache.get(path)
+        if found is None:
+            data = self._texts.get(path) or _read_regular(path)
+            name = os.path.basename(path)
+            runs = name in _ENTRY_FILES or _ENTRY_TEXT.search(data) is not None
+            found = self._trait_cache[path] = (runs, _DYNAMIC_IMPORT.search(data) is not None)
+        return found
+
+    def _packages_around(self, path: str) -> list[str]:
+        """The ``__init__.py`` files Python runs before the module: its package's and those above."""
+        found = []
+        directory = os.path.dirname(path)
+        while directory.startswith(self.root) and directory != self.root:
+            init = os.path.join(directory, "__init__.py")
+            if init not in self._file_set:
+                break
+            if init != path:
+                found.append(init)
+            directory = os.path.dirname(directory)
+        return found
+
+    def _declared_entries(self) -> list[str]:
+        """Modules a console script names (``advisor = "advisor.cli:main"`` in ``pyproject.toml``)
+        and modules the project's notebooks import."""
+        found: list[str] = []
+        importer = os.path.join(self.root, "setup.py")
+        for name in ("setup.py", "setup.cfg", "pyproject.toml"):
+            data = _read_regular(os.path.join(self.root, name))
+            for match in _CONSOLE_SCRIPT.finditer(data):
+                target = self.module_path(match.group(1).decode(), 0, importer)
+                if target is not None:
+                    found.append(target)
+        for match in _COG_PREDICTOR.finditer(_read_regular(os.path.join(self.root, "cog.yaml"))):
+            target = os.path.normpath(os.path.join(self.root, match.group(1).decode()))
+            if target in self._file_set:
+                found.append(target)
+        for notebook in self._walk[1]:
+            for match in _NOTEBOOK_IMPORT.finditer(_read_regular(notebook)):
+                module = (match.group(1) or match.group(3)).decode()
+                candidates = [module] + [f"{module}.{n}" for n in _NAME.findall((match.group(2) or b"").decode())]
+                for dotted in candidates:
+                    level = len(dotted) - len(dotted.lstrip("."))
+                    target = self.module_path(dotted.lstrip("."), level, notebook)
+                    if target is not None:
+                        found.append(target)
+        return found
+
     def _summary(self, path: str) -> tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]:
         """From the module's text: the names it defines at top level, and its ``from`` imports
         (module, level, names; ``("*",)`` for a star import)."""
@@ -443,6 +562,7 @@ class ProjectView:
         self.path = os.path.abspath(ctx.path)
         self.consulted: set[str] = set()
         self.asked_importers = False
+        self.asked_reached = False
         self._bound: dict[tuple, tuple["FileContext", "Binding"] | None] = {}
 
     @property
@@ -709,6 +829,11 @@ class ProjectView:
             if re.search(rb"\b" + re.escape(module.encode()) + rb"\." + re.escape(name.encode()) + rb"\b", project.text(path)):
                 return True
         return False
+
+    def reached(self) -> bool | None:
+        """Whether running the project runs this module (:meth:`Project.reached`)."""
+        self.asked_reached = True
+        return self.project.reached(self.path)
 
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)

@@ -609,3 +609,82 @@ def test_eight_bit_weights_keep_fp16_mixed_precision():
     """
     (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
     assert finding.fix_applicability is None
+
+
+VENDORED_TRAINER = """
+import torch
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model.cuda()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+"""
+
+
+def _fixed_adamw(path: Path) -> bool:
+    """Whether ADV601's fix is offered for the optimizer in ``path``."""
+    forget_projects()
+    (finding,) = [d for d in lint(path.read_text(), gpu="A100", path=str(path)) if d.code == "ADV601"]
+    return finding.fix_applicability is not None
+
+
+def _project_with_vendored_trainer(tmp_path: Path) -> Path:
+    # x-flux vendors ZoeDepth's trainers, which nothing in x-flux imports or runs.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text("from model import Net\nif __name__ == '__main__':\n    Net()\n")
+    (tmp_path / "model.py").write_text("import torch\nclass Net(torch.nn.Module):\n    pass\n")
+    trainer = tmp_path / "annotator" / "zoedepth" / "trainers" / "base_trainer.py"
+    trainer.parent.mkdir(parents=True)
+    trainer.write_text(textwrap.dedent(VENDORED_TRAINER))
+    return trainer
+
+
+def test_a_module_nothing_runs_gets_advice_not_a_fix(tmp_path):
+    trainer = _project_with_vendored_trainer(tmp_path)
+    forget_projects()
+    (finding,) = [d for d in lint(trainer.read_text(), gpu="A100", path=str(trainer)) if d.code == "ADV601"]
+    assert finding.fix_applicability is None
+    assert "no script, notebook or console entry point of the project imports this module" in finding.message
+    # A script that imports it, through its package, makes it code that runs.
+    (tmp_path / "annotator" / "__init__.py").write_text("from .zoedepth.trainers.base_trainer import Trainer\n")
+    (tmp_path / "annotator" / "zoedepth" / "__init__.py").write_text("")
+    (tmp_path / "annotator" / "zoedepth" / "trainers" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("from annotator import Trainer\nif __name__ == '__main__':\n    Trainer(None)\n")
+    assert _fixed_adamw(trainer)
+
+
+@pytest.mark.parametrize(
+    "entry, text",
+    [
+        ("pyproject.toml", '[project.scripts]\nzoe-train = "annotator.zoedepth.trainers.base_trainer:main"\n'),
+        ("setup.py", "from setuptools import setup\nsetup(entry_points={'console_scripts': ['zoe=annotator.zoedepth.trainers.base_trainer:main']})\n"),
+        ("demo.ipynb", json.dumps({"cells": [{"cell_type": "code", "source": ["from annotator.zoedepth.trainers.base_trainer import Trainer\n", "Trainer(None)\n"]}]})),
+        ("run_zoe.py", "from annotator.zoedepth.trainers import base_trainer\nbase_trainer.Trainer(None)\n"),  # no main guard
+        ("cog.yaml", 'build:\n  gpu: true\npredict: "annotator/zoedepth/trainers/base_trainer.py:Predictor"\n'),
+        ("registry.py", "import importlib\nif __name__ == '__main__':\n    importlib.import_module(NAME)\n"),
+    ],
+)
+def test_what_runs_a_module(tmp_path, entry, text):
+    trainer = _project_with_vendored_trainer(tmp_path)
+    (tmp_path / entry).write_text(text)
+    assert _fixed_adamw(trainer)
+
+
+def test_a_project_without_entry_points_keeps_its_fixes(tmp_path):
+    # A library: its modules are run by its users' scripts, which advisor cannot see.
+    trainer = _project_with_vendored_trainer(tmp_path)
+    (tmp_path / "train.py").unlink()
+    assert _fixed_adamw(trainer)
+
+
+def test_a_cached_check_sees_a_new_script_that_imports_the_module(tmp_path, capsys):
+    trainer = _project_with_vendored_trainer(tmp_path)
+    args = ["check", "--gpu", "A100", "--select", "ADV601", "--unsafe-fixes", "--format", "json", "."]
+    forget_projects()
+    run(args, capsys, tmp_path)
+    (first,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]  # the second run is a cached one
+    assert first["fix"] is None
+    (tmp_path / "zoe_train.py").write_text("from annotator.zoedepth.trainers.base_trainer import Trainer\nTrainer(None)\n")
+    forget_projects()
+    found = {Path(d["path"]).name: d for d in json.loads(run(args, capsys, tmp_path)[1])["findings"]}
+    assert found["base_trainer.py"]["fix"] is not None

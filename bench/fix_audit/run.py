@@ -43,11 +43,11 @@ from advisor.registry import all_rules  # noqa: E402
 from advisor.targets import resolve_target  # noqa: E402
 
 CONTEXT_LINES = 6
-# What a checkout has that fixes read: the code, the declared requirements and install
+# What a checkout has that fixes read: the code and notebooks, the declared requirements and install
 # instructions (version-dependent fixes), DeepSpeed and Accelerate configs.
 PROJECT_FILES = (
     "*.py", "*requirements*.txt", "pyproject.toml", "setup.cfg", "environment.yml", "*.json", "*.yaml",
-    "README*", "INSTALL*", "get_started*", "getting_started*",
+    "README*", "INSTALL*", "get_started*", "getting_started*", "*.ipynb",
 )
 PER_RULE_CAP = 18  # so that the common rules do not crowd the rare ones out of the sample
 PER_FILE_CAP = 4
