@@ -189,6 +189,20 @@ class _Import:
     names: tuple[str, ...]  # names of ``from ... import a, b``; () for ``import x``
 
 
+def _notebook_imports(data: bytes) -> list[_Import]:
+    """The imports in a notebook's cells, read from its JSON text."""
+    found = []
+    for match in _NOTEBOOK_IMPORT.finditer(data):
+        try:
+            spec = (match.group(1) or match.group(3)).decode()
+            names = tuple(_NAME.findall((match.group(2) or b"").decode().split(" as ")[0]))
+        except UnicodeDecodeError:
+            continue
+        level = len(spec) - len(spec.lstrip("."))
+        found.append(_Import(spec.lstrip("."), level, names))
+    return found
+
+
 class Project:
     """The Python files under one root, their import graph, and their parsed contexts."""
 
@@ -208,23 +222,37 @@ class Project:
         self._imported: dict[str, list[str]] = {}
         self._kept_bytes = 0
         self._trait_cache: dict[str, tuple[bool, bool]] = {}
+        self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
         self.importer_depth = 0
 
     @cached_property
-    def _walk(self) -> tuple[list[str], list[str]]:
-        """The project's Python files and its notebooks (which import its modules too)."""
+    def _walk(self) -> tuple[list[str], list[str], list[str]]:
+        """The project's Python files, its notebooks (which import its modules too) and its
+        YAML configs (Hydra's and Lightning CLI's, which set what the code leaves open)."""
         found: list[str] = []
         notebooks: list[str] = []
+        configs: list[str] = []
         for directory, dirnames, filenames in os.walk(self.root):
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
             for filename in sorted(filenames):
                 if filename.endswith(".py"):
                     found.append(os.path.join(directory, filename))
                     if len(found) > MAX_PROJECT_FILES:
-                        return [], []
+                        return [], [], []
                 elif filename.endswith(".ipynb"):
                     notebooks.append(os.path.join(directory, filename))
-        return found, notebooks
+                elif filename.endswith((".yaml", ".yml")):
+                    configs.append(os.path.join(directory, filename))
+        return found, notebooks, configs
+
+    def texts_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
+        """The project's Python files and YAML configs whose text has ``pattern`` (once per process)."""
+        found = self._text_matches.get(pattern)
+        if found is None:
+            found = self._text_matches[pattern] = [
+                path for path in (*self.files, *self._walk[2]) if pattern.search(self._texts.get(path) or _read_regular(path))
+            ]
+        return found
 
     @property
     def files(self) -> list[str]:
@@ -302,6 +330,8 @@ class Project:
 
     def _imports_of(self, path: str) -> list[_Import]:
         data = self._texts.get(path) or _read_regular(path)
+        if path.endswith(".ipynb"):
+            return _notebook_imports(data)
         found = []
         for match in _IMPORT_LINE.finditer(data):
             try:
@@ -428,14 +458,7 @@ class Project:
             if target in self._file_set:
                 found.append(target)
         for notebook in self._walk[1]:
-            for match in _NOTEBOOK_IMPORT.finditer(_read_regular(notebook)):
-                module = (match.group(1) or match.group(3)).decode()
-                candidates = [module] + [f"{module}.{n}" for n in _NAME.findall((match.group(2) or b"").decode())]
-                for dotted in candidates:
-                    level = len(dotted) - len(dotted.lstrip("."))
-                    target = self.module_path(dotted.lstrip("."), level, notebook)
-                    if target is not None:
-                        found.append(target)
+            found.extend(self.imports(notebook))
         return found
 
     def _summary(self, path: str) -> tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]:
@@ -829,6 +852,38 @@ class ProjectView:
             if re.search(rb"\b" + re.escape(module.encode()) + rb"\." + re.escape(name.encode()) + rb"\b", project.text(path)):
                 return True
         return False
+
+    def neighbourhood_matches(self, pattern: "re.Pattern[bytes]") -> bool:
+        """Whether the text of a file that runs with this one (:meth:`Project.neighbourhood`) has ``pattern``."""
+        for path in self.project.neighbourhood(self.path)[1:]:
+            self.consulted.add(path)
+            if pattern.search(self.project.text(path)):
+                return True
+        self.asked_importers = True
+        return False
+
+    def methods_named(self, name: str) -> list[tuple["FileContext", cst.FunctionDef]]:
+        """The methods called ``name`` of the classes in this file, the project modules it
+        imports and the modules those import (``collate_fn=dataset.collate``, whose class a
+        factory in ``data/data.py`` picks from ``data/molecules.py`` and its siblings)."""
+        project = self.project
+        needle = re.compile(rb"\bdef[ \t]+" + re.escape(name.encode()) + rb"[ \t]*\(")
+        paths = [self.path]
+        for path in list(paths):
+            paths.extend(p for p in project.imports(path) if p not in paths)
+        for path in list(paths[1:]):
+            paths.extend(p for p in project.imports(path) if p not in paths)
+        found: list[tuple[FileContext, cst.FunctionDef]] = []
+        for path in paths:
+            if not needle.search(project.text(path)):
+                continue
+            other = self.ctx if path == self.path else self._context(path)
+            if other is None:
+                continue
+            for function in other.nodes(cst.FunctionDef):
+                if function.name.value == name and isinstance(other.parent.get(other.parent.get(function)), cst.ClassDef):
+                    found.append((other, function))
+        return found
 
     def reached(self) -> bool | None:
         """Whether running the project runs this module (:meth:`Project.reached`)."""

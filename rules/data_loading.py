@@ -1020,8 +1020,21 @@ class _BatchScope:
         if not isinstance(expr, cst.Name):
             return False
         if expr.value in self.names:
-            return True
+            return at is None or not self._rebound(expr)
         return at is not None and self._comprehension_over_batch(expr.value, at)
+
+    def _rebound(self, name: cst.Name) -> bool:
+        """The name last got something else than the batch before this use (``batch_y =
+        batch_y.float().to(device)``, then ``batch_y[:, -n:].to(device)`` copies a GPU tensor)."""
+        binding = self.ctx.facts.tensors.reaching(name)
+        if not isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or self.outside(binding):
+            return False
+        if isinstance(binding, cst.AugAssign) or binding.value is None:
+            return True
+        value = binding.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next":
+            return False  # ``batch = next(data_iter)``: the draw itself
+        return not self._is_batch_value(value)
 
     def _comprehension_over_batch(self, name: str, at: cst.CSTNode) -> bool:
         for ancestor in self.ctx.ancestors(at):
@@ -1128,6 +1141,32 @@ class BlockingHostToDeviceCopy(Rule):
                 x, y = x.to("cuda"), y.to("cuda")
             """,
             note="pinning turned off on purpose: the copies stay as they are",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=32, pin_memory=True)
+            for batch_x, batch_y in loader:
+                batch_x = batch_x.float().to("cuda", non_blocking=True)
+                batch_y = batch_y.float().to("cuda", non_blocking=True)
+                outputs = model(batch_x)
+                batch_y = batch_y[:, -pred_len:].to("cuda")
+            """,
+            note="`batch_y` is on the GPU already when it is sliced and moved again (Time-Series-Library)",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=32, pin_memory=True)
+            for img, label in loader:
+                img = torch.cat([img, img.flip(dims=[-1])], dim=0)
+                img = img.to("cuda")
+            """,
+            note="the tensor copied is a new one the loop made, not the pinned batch (U-ViT)",
         ),
         Valid(
             """

@@ -1116,8 +1116,10 @@ class HostAllocThenCopy(Rule):
 
         The fix is safe for `zeros`, `ones`, `empty`, `full`, `eye` and `arange` without a
         step; for random factories (`rand`, `randn`, `randint`, `randperm`) it is unsafe: the
-        GPU generator gives other numbers for the same seed; `linspace`/`logspace` and a
-        stepped `arange` may round differently, so they are unsafe too.
+        GPU generator gives other numbers for the same seed, and where the program seeds torch
+        (`torch.manual_seed`, `seed_everything`, `set_seed`, here or in a file that runs with
+        this one) it is withheld: reproducible runs are what seeding asks for.
+        `linspace`/`logspace` and a stepped `arange` may round differently, so they are unsafe too.
     """
     valid = [
         Valid(
@@ -1297,6 +1299,14 @@ class HostAllocThenCopy(Rule):
             unsafe=True,
             note="random numbers come from the GPU generator: unsafe",
         ),
+        Invalid(
+            """
+            import torch
+            torch.manual_seed(args.seed)
+            sign_flip = torch.rand(pos_enc.size(1)).cuda()
+            """,
+            note="a seeded program: the fix would change every draw, so it is advice (benchmarking-gnns)",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1319,10 +1329,18 @@ class HostAllocThenCopy(Rule):
             fix = self._fix(ctx, copy, factory, kind, device, dtype) if device is not None else None
             method = copy.func.attr.value
             shown = "".join(f".{name}()" for name in conversions)
+            seeded = ""
+            if kind in _RANDOM_FACTORIES and ctx.facts.tensors.seeded:
+                # Reproducible runs are what seeding asks for; the fix would change every draw.
+                fix = None
+                seeded = (
+                    "; the program seeds torch, and the GPU's generator gives other numbers for the same "
+                    "seed, so this is advice"
+                )
             yield self.report(
                 copy,
                 f"`torch.{kind}(...){shown}.{method}(...)` fills the tensor in host memory and then copies it to "
-                f"the GPU; create it there with `device=` (guide: {DEVICE_GUIDE})",
+                f"the GPU; create it there with `device=`{seeded} (guide: {DEVICE_GUIDE})",
                 fix,
             )
 
@@ -2150,6 +2168,17 @@ class TensorCopyInLoop(Rule):
             mean = torch.tensor(torch.ones(3) * 0.5)
             """,
             note="runs once",
+        ),
+        Valid(
+            """
+            import torch
+            for key, value in inputs.items():
+                if isinstance(value, list) and isinstance(value[0], torch.Tensor):
+                    value = torch.stack(value)
+                elif not isinstance(value, torch.Tensor):
+                    value = torch.tensor(value)
+            """,
+            note="the tensor is bound in another branch: here `value` is a list or a number (LLaMA-Factory)",
         ),
     ]
     invalid = [

@@ -23,6 +23,7 @@ from advisor.facts.models import (
     built_before_gpu_move,
     deepspeed_offloads_optimizer,
     handed_to_deepspeed,
+    lightning_refuses_fused,
     local_module_classes,
     project_class,
     model_build_kind,
@@ -92,6 +93,9 @@ class AdamNotFused(Rule):
           has DeepSpeed offload the optimizer to the CPU (`DeepSpeedPlugin(offload_optimizer_device=
           "cpu")`, `DeepSpeedStrategy(offload_optimizer=True)`, a config dict or a JSON config it
           names with `offload_optimizer`): DeepSpeed then runs its own CPU Adam;
+        - the optimizer is a LightningModule's and the project clips gradients through the
+          Trainer (`gradient_clip_val`, in code or a YAML config, to anything but a visible
+          zero): Lightning's mixed precision raises for a fused optimizer there;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
           or with `use_cpu=True`.
 
@@ -184,6 +188,19 @@ class AdamNotFused(Rule):
             L.Trainer(accelerator="gpu", strategy="deepspeed_stage_3_offload").fit(LM())
             """,
             note="an offloading DeepSpeed strategy",
+        ),
+        Valid(
+            """
+            import lightning as L
+            import torch
+
+            class LM(L.LightningModule):
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+            L.Trainer(accelerator="gpu", precision="16-mixed", gradient_clip_val=1.0).fit(LM())
+            """,
+            note="Lightning clips gradients: its mixed precision refuses a fused optimizer (deepspeech.pytorch)",
         ),
         Valid(
             """
@@ -350,6 +367,8 @@ class AdamNotFused(Rule):
                     continue
             if params_clearly_on_cpu(ctx, call) or handed_to_deepspeed(ctx, call) or deepspeed_offloads_optimizer(ctx):
                 continue
+            if lightning_refuses_fused(ctx, call):
+                continue  # Lightning raises for a fused optimizer when it clips under mixed precision
             if ctx.facts.devices.other_accelerator:
                 continue  # ``fused=True`` raises on XLA, which the file can run on
             spelling = dotted_name(call.func) or "Adam"
@@ -1426,6 +1445,9 @@ def _compile_commented_out(ctx: FileContext) -> bool:
     return bool(ctx.comments_matching(_COMPILE_COMMENT))
 
 
+_CUDNN_SETTING_TEXT = re.compile(rb"cudnn\.(?:benchmark|deterministic)[ \t]*=|use_deterministic_algorithms\(")
+
+
 def cudnn_choice_made(ctx: FileContext) -> bool:
     """The file sets or reads ``cudnn.benchmark`` / ``cudnn.deterministic`` / ``cudnn.enabled``, asks
     for deterministic algorithms, or passes ``benchmark=`` / ``deterministic=`` to anything
@@ -1440,11 +1462,15 @@ def cudnn_choice_made(ctx: FileContext) -> bool:
         return True
     if ctx.comments_matching(_CUDNN_SETTING_COMMENT):
         return True
-    return any(
+    if any(
         arg.keyword is not None and arg.keyword.value in ("benchmark", "deterministic", "cudnn_benchmark")
         for call in ctx.nodes(cst.Call)
         for arg in call.args
-    )
+    ):
+        return True
+    # ddim's ``main.py`` sets ``torch.backends.cudnn.benchmark = True`` before it builds the
+    # runner of ``runners/diffusion.py``: the choice is made for the whole process.
+    return ctx.project is not None and ctx.project.neighbourhood_matches(_CUDNN_SETTING_TEXT)
 
 
 def after_imports_anchor(ctx: FileContext) -> cst.SimpleStatementLine | None:
@@ -1518,7 +1544,9 @@ class CudnnBenchmark(Rule):
           `cudnn.deterministic` or `cudnn.enabled` (whatever value), calls
           `torch.use_deterministic_algorithms`, passes `benchmark=` / `deterministic=`
           (Lightning's `Trainer`, seeding helpers), or leaves such a setting commented out
-          (`# cudnn.benchmark = True`; a comment that only mentions it, a TODO, does not count);
+          (`# cudnn.benchmark = True`; a comment that only mentions it, a TODO, does not count),
+          or a file that runs with it sets `cudnn.benchmark` / `cudnn.deterministic` (the
+          script that imports this module: the setting holds for the whole process);
         - no conv net is trained here on CUDA: CPU-only scripts, models only evaluated, models
           with 1-D convolutions only, or with embeddings or recurrent layers (variable-length
           inputs), transformers (ViT, Swin), models whose class is defined elsewhere with a

@@ -688,3 +688,150 @@ def test_a_cached_check_sees_a_new_script_that_imports_the_module(tmp_path, caps
     forget_projects()
     found = {Path(d["path"]).name: d for d in json.loads(run(args, capsys, tmp_path)[1])["findings"]}
     assert found["base_trainer.py"]["fix"] is not None
+
+
+def test_lightning_refuses_a_fused_optimizer_when_it_clips_under_mixed_precision(tmp_path):
+    """The premise ADV601 keeps: real Lightning raises, so `fused=True` is not offered there."""
+    L = pytest.importorskip("lightning")
+    import torch
+
+    class LM(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+    trainer = L.Trainer(
+        accelerator="cpu", precision="bf16-mixed", gradient_clip_val=1.0, max_steps=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    with pytest.raises(RuntimeError, match="fused"):
+        trainer.fit(LM(), data)
+
+
+def test_a_hydra_config_that_clips_gradients_keeps_a_lightning_optimizer_unfused(tmp_path):
+    # deepspeech.pytorch: configs/an4.yaml sets `precision: 16` and `gradient_clip_val: 400`;
+    # the config dataclass's default is 0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "lightning_config.py").write_text("from dataclasses import dataclass\n@dataclass\nclass TrainerConf:\n    gradient_clip_val: float = 0\n")
+    model = tmp_path / "model.py"
+    model.write_text(textwrap.dedent("""
+        import pytorch_lightning as pl
+        import torch
+
+        class DeepSpeech(pl.LightningModule):
+            def configure_optimizers(self):
+                return torch.optim.AdamW(params=self.parameters(), lr=1e-4)
+    """))
+    (tmp_path / "train.py").write_text("import pytorch_lightning as pl\nfrom model import DeepSpeech\npl.Trainer(accelerator='gpu').fit(DeepSpeech())\n")
+    forget_projects()
+    assert [d.code for d in lint(model.read_text(), gpu="A100", path=str(model))] == ["ADV601"]
+    (tmp_path / "configs" / "an4.yaml").write_text("trainer:\n  precision: 16\n  gradient_clip_val: 400  # norm cutoff\n")
+    forget_projects()
+    assert "ADV601" not in [d.code for d in lint(model.read_text(), gpu="A100", path=str(model))]
+
+
+def test_cudnn_benchmark_set_by_the_script_that_runs_the_module(tmp_path):
+    # ddim: main.py sets torch.backends.cudnn.benchmark = True, then runs runners/diffusion.py.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "runners").mkdir()
+    (tmp_path / "runners" / "__init__.py").write_text("")
+    runner = tmp_path / "runners" / "diffusion.py"
+    runner.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Diffusion:
+            def train(self, loader):
+                model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU()).cuda()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    loss = model(x.cuda()).mean()
+                    loss.backward()
+                    optimizer.step()
+    """))
+    main = "import torch\nfrom runners.diffusion import Diffusion\n\nif __name__ == '__main__':\n    Diffusion().train(loader)\n"
+    (tmp_path / "main.py").write_text(main)
+    forget_projects()
+    assert "ADV605" in [d.code for d in lint(runner.read_text(), gpu="A100", path=str(runner))]
+    (tmp_path / "main.py").write_text(main.replace("if __name__", "torch.backends.cudnn.benchmark = True\n\nif __name__"))
+    forget_projects()
+    assert "ADV605" not in [d.code for d in lint(runner.read_text(), gpu="A100", path=str(runner))]
+
+
+def test_a_loader_that_collates_graphs_is_not_pinned(tmp_path):
+    # benchmarking-gnns: collate_fn=dataset.collate, a method of the data set class that
+    # data/data.py's factory picks from data/molecules.py; it returns dgl.batch(graphs), labels.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("")
+    (tmp_path / "data" / "molecules.py").write_text(textwrap.dedent("""
+        import dgl
+        import numpy as np
+        import torch
+
+        class MoleculeDataset(torch.utils.data.Dataset):
+            def collate(self, samples):
+                graphs, labels = map(list, zip(*samples))
+                labels = torch.tensor(np.array(labels)).unsqueeze(1)
+                batched_graph = dgl.batch(graphs)
+                return batched_graph, labels
+
+            def collate_dense_gnn(self, samples):
+                graphs, labels = map(list, zip(*samples))
+                return torch.stack([g.adjacency_matrix().to_dense() for g in graphs]), torch.tensor(labels)
+    """))
+    (tmp_path / "data" / "data.py").write_text("from data.molecules import MoleculeDataset\n\ndef LoadData(name):\n    return MoleculeDataset(name)\n")
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        from data.data import LoadData
+
+        dataset = LoadData("ZINC")
+        model = Net().cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+        train_loader = DataLoader(dataset.train, batch_size=128, shuffle=True, collate_fn=dataset.collate)
+        dense_loader = DataLoader(dataset.train, shuffle=True, collate_fn=dataset.collate_dense_gnn)
+        for graphs, labels in train_loader:
+            loss = model(graphs.to("cuda"), labels.to("cuda")).mean()
+            loss.backward()
+            optimizer.step()
+    """))
+    forget_projects()
+    lines = [d.line for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV101"]
+    assert lines == [10]  # the dense loader only
+
+
+def test_random_draws_are_left_on_the_host_where_the_program_seeds_torch(tmp_path):
+    # benchmarking-gnns: main_*.py seeds torch, train/train_*.py flips signs with torch.rand(n).to(device).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train_step.py").write_text(textwrap.dedent("""
+        import torch
+
+        def train_epoch(model, optimizer, device, loader):
+            for graphs, pos_enc in loader:
+                sign_flip = torch.rand(pos_enc.size(1)).cuda()
+                loss = model(graphs, pos_enc * sign_flip).mean()
+                loss.backward()
+                optimizer.step()
+    """))
+    main = "import torch\nfrom train_step import train_epoch\n\nif __name__ == '__main__':\n    train_epoch(Net().cuda(), opt, 'cuda', loader)\n"
+    (tmp_path / "main.py").write_text(main)
+    module = tmp_path / "train_step.py"
+
+    def fixable() -> bool:
+        forget_projects()
+        (finding,) = [d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"]
+        return finding.fix_applicability is not None
+
+    assert fixable()
+    (tmp_path / "main.py").write_text(main.replace("if __name__", "torch.manual_seed(41)\n\nif __name__"))
+    assert not fixable()

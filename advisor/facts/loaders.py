@@ -602,7 +602,7 @@ class LoaderFacts:
         the per-sample indexing that makes most of its cost (ADV105 is the advice there)."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
-        if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call):
+        if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call) or self.collates_graphs(call):
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
@@ -709,6 +709,24 @@ class LoaderFacts:
             return False
         found = self.function_named(collate)
         return found is not None and _gathers_only(*found)
+
+    def collates_graphs(self, call: cst.Call) -> bool:
+        """A ``collate_fn`` that batches graphs (``dgl.batch(graphs)``, PyG's
+        ``Batch.from_data_list``): the batch is a graph object without the ``pin_memory()``
+        method a DataLoader pins through, so pinning reaches only the labels beside it. The
+        function may be a method of the data set (``collate_fn=dataset.collate``): every method
+        of that name in the modules the file imports, and theirs, must batch graphs."""
+        ctx = self.ctx
+        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if isinstance(collate, cst.Call) and ctx.qualname(collate.func) == "functools.partial" and collate.args:
+            collate = collate.args[0].value
+        functions: list[tuple[FileContext, cst.FunctionDef]] = []
+        if isinstance(collate, cst.Name):
+            found = self.function_named(collate)
+            functions = [found] if found is not None else []
+        elif isinstance(collate, cst.Attribute) and ctx.project is not None:
+            functions = ctx.project.methods_named(collate.attr.value)
+        return bool(functions) and all(_returns_graph_batch(owner, function) for owner, function in functions)
 
     def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
         """The ``def`` a name binds once: in this file, or in the project module it is imported
@@ -1134,6 +1152,35 @@ def _only_gathering_calls(ctx: "FileContext", function: cst.FunctionDef) -> bool
         if isinstance(func, cst.Attribute) and func.attr.value in _GATHERING_METHODS:
             continue
         return False
+    return True
+
+
+# Libraries whose batched graphs a DataLoader cannot pin (no ``pin_memory()`` method).
+_GRAPH_LIBRARIES = ("dgl.", "torch_geometric.")
+
+
+def _returns_graph_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """Every ``return`` of ``function`` hands back a graph a graph library built (``return
+    batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``)."""
+
+    def graph_call(expr: cst.BaseExpression) -> bool:
+        return isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").startswith(_GRAPH_LIBRARIES)
+
+    graphs = {
+        target.target.value
+        for assign in ctx.walk(function, cst.Assign)
+        if graph_call(assign.value)
+        for target in assign.targets
+        if isinstance(target.target, cst.Name)
+    }
+    returns = [r for r in ctx.walk(function, cst.Return) if r.value is not None]
+    if not returns:
+        return False
+    for returned in returns:
+        value = returned.value
+        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        if not any(graph_call(part) or (isinstance(part, cst.Name) and part.value in graphs) for part in parts):
+            return False
     return True
 
 

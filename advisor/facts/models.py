@@ -473,6 +473,29 @@ def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
     return bool(owners) and not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
 
 
+# ``gradient_clip_val`` set to a value that is not visibly zero: ``=1.0``, ``: 400`` in a
+# Hydra config, ``=args.clip``; a dataclass field's default ``gradient_clip_val: float = 0`` is not.
+_LIGHTNING_CLIP = re.compile(rb"gradient_clip_val[\"']?[ \t]*(?::[ \t]*[\w\[\]., ]+?[ \t]*=|[:=])?[ \t]*(?P<value>[^\s,)#]*)")
+_ZERO = frozenset({b"0", b"0.", b"0.0", b"None", b"null", b"~", b"'0'", b'"0"'})
+
+
+def lightning_refuses_fused(ctx: FileContext, optimizer: cst.Call) -> bool:
+    """The optimizer is a LightningModule's (built in ``configure_optimizers``) and the project
+    clips gradients through the Trainer (``gradient_clip_val``, in code or a YAML config, to
+    anything but a visible zero): Lightning's mixed precision plugin raises for a fused
+    optimizer there ("does not allow for gradient clipping because it performs unscaling of
+    gradients internally"), in ``16-mixed`` and ``bf16-mixed`` alike."""
+    function = ctx.enclosing(optimizer, cst.FunctionDef)
+    if not (isinstance(function, cst.FunctionDef) and function.name.value == "configure_optimizers"):
+        return False
+    found = [m for m in _LIGHTNING_CLIP.finditer(ctx.source.encode("utf-8", "replace"))]
+    if ctx.project is not None:
+        for path in ctx.project.project.texts_matching(_LIGHTNING_CLIP):
+            ctx.project.consulted.add(path)
+            found.extend(_LIGHTNING_CLIP.finditer(ctx.project.project.text(path)))
+    return any(match.group("value").rstrip(b"\"'") not in _ZERO for match in found)
+
+
 def _fsdp_offloads_parameters(ctx: FileContext) -> bool:
     """``FSDP(..., cpu_offload=CPUOffload(offload_params=True))``, also behind a config switch."""
     for call in ctx.calls("torch.distributed.fsdp.CPUOffload", "torch.distributed.fsdp.fully_sharded_data_parallel.CPUOffload"):

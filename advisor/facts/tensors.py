@@ -207,12 +207,26 @@ MAX_DEPTH = 40
 _DEVICE_COMPARISONS = (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
 
 
+# Seeding torch's generators: the program wants the same random numbers run after run.
+_SEEDS_TORCH = re.compile(rb"\bmanual_seed(?:_all)?[ \t]*\(|\bseed_everything[ \t]*\(|\bset_seed[ \t]*\(|use_deterministic_algorithms\(")
+
+
 class TensorFacts:
     """Which expressions of a file certainly hold CUDA tensors computed on the GPU."""
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self._known: dict[cst.CSTNode, bool] = {}
+
+    @cached_property
+    def seeded(self) -> bool:
+        """Whether the program seeds torch's random numbers (``torch.manual_seed(args.seed)``,
+        ``seed_everything``, ``set_seed``), in this file or in a file that runs with it: a draw
+        moved from the host generator to the GPU's then gives other numbers for the same seed."""
+        ctx = self.ctx
+        if _SEEDS_TORCH.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.neighbourhood_matches(_SEEDS_TORCH)
 
     @cached_property
     def gpu_placed(self) -> bool:
@@ -330,11 +344,23 @@ class TensorFacts:
             elif isinstance(node, cst.For):
                 if not ctx.is_descendant(name, node):
                     continue
-            elif ctx.order[node] >= use or ctx.is_descendant(name, node):
+            elif ctx.order[node] >= use or ctx.is_descendant(name, node) or self._other_branch(node, name):
                 continue
             if best is None or ctx.order[node] > ctx.order[best]:
                 best = node
         return best
+
+    def _other_branch(self, binding: cst.CSTNode, use: cst.CSTNode) -> bool:
+        """The binding is in a branch of an ``if`` whose ``elif`` / ``else`` holds the use: it
+        never runs before it (``value = torch.stack(value)`` in the ``if``, ``torch.tensor(value)``
+        under ``elif not isinstance(value, torch.Tensor)``)."""
+        ctx = self.ctx
+        for ancestor in ctx.ancestors(binding):
+            if isinstance(ancestor, cst.If) and ancestor.orelse is not None and ctx.is_descendant(binding, ancestor.body):
+                return ctx.is_descendant(use, ancestor.orelse)
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) or ctx.is_descendant(use, ancestor):
+                return False
+        return False
 
     @cached_property
     def _modules(self) -> set[str]:
