@@ -1013,6 +1013,13 @@ class _BatchScope:
                 expr = expr.value
             elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
                 expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
+            elif (
+                isinstance(expr, cst.Call)
+                and self.ctx.qualname(expr.func) == "torch.autograd.Variable"
+                and expr.args
+                and expr.args[0].keyword is None
+            ):
+                expr = expr.args[0].value  # ``Variable(inputs, requires_grad=True)``: the same storage
             else:
                 break
         if self.drawn is not None and expr is self.drawn:
