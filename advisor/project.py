@@ -86,6 +86,12 @@ _DYNAMIC_IMPORT = re.compile(
 )
 # ``name = "package.module:function"`` in ``pyproject.toml``, ``setup.cfg`` or ``setup.py``.
 _CONSOLE_SCRIPT = re.compile(rb"=[ \t]*[\"']?[ \t]*([A-Za-z_][\w.]*)[ \t]*:[ \t]*[A-Za-z_]\w*")
+# Building a class from its dotted name, given in a config or a string.
+_INSTANTIATES = re.compile(rb"\b(?:instantiate_from_config|get_obj_from_str|instantiate|construct_class_by_name|call_func_by_name)\(")
+# ``target: ldm.models.diffusion.ddpm.LatentDiffusion`` / ``_target_: src.models.mnist_module.MNISTLitModule``.
+_CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)", re.M)
+# A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
+_DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 # Cog runs ``predict: "predict.py:Predictor"`` (and ``train:``) of its ``cog.yaml``.
 _COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
 # An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
@@ -385,7 +391,32 @@ class Project:
                 for target in targets:
                     if target is not None and target != path and path not in graph.setdefault(target, []):
                         graph[target].append(path)
+        for target, path in self._instantiated():
+            if target != path and path not in graph.setdefault(target, []):
+                graph[target].append(path)
         return graph
+
+    def _instantiated(self) -> list[tuple[str, str]]:
+        """(module, file) pairs where the file builds a class of the module from its dotted name:
+        ``instantiate_from_config(config.model)`` with ``target: taming.models.vqgan.VQModel``
+        in a YAML config, Hydra's ``_target_``, EDM's ``construct_class_by_name`` with
+        ``class_name='training.networks.EDMPrecond'``. The module runs where that file runs."""
+        instantiators = [path for path in self.texts_matching(_INSTANTIATES) if path.endswith(".py")]
+        if not instantiators:
+            return []
+        anchor = os.path.join(self.root, "__config__.py")
+        named: set[str] = set()
+        for config in self._walk[2]:
+            named.update(m.group(1).decode() for m in _CONFIG_TARGET.finditer(_read_regular(config)))
+        pairs: list[tuple[str, str]] = []
+        for path in instantiators:
+            spelled = set(named)
+            spelled.update(m.group(1).decode() for m in _DOTTED_STRING.finditer(self.text(path)))
+            for dotted in spelled:
+                module = self.module_path(dotted, 0, anchor) or self.module_path(dotted.rpartition(".")[0], 0, anchor)
+                if module is not None:
+                    pairs.append((module, path))
+        return pairs
 
     def reached(self, path: str) -> bool | None:
         """Whether running the project runs this module: it is an entry point (a script, a

@@ -120,17 +120,25 @@ def git_dir(repo: str, mirror: Path | None, cache: Path) -> Path:
 
 
 def materialize(project: Project, source: Path, into: Path) -> Path:
-    """The project's Python files at the pinned commit, under ``into`` / owner+name."""
+    """The project's Python files and YAML configs (which name the classes Hydra and
+    ``instantiate_from_config`` build) at the pinned commit, under ``into`` / owner+name."""
     folder = into / project.repo.replace("/", "+")
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "--git-dir", str(source), "archive", "--format=tar", project.commit, "--", "*.py"],
+    listed = subprocess.run(
+        ["git", "--git-dir", str(source), "ls-tree", "-r", "--name-only", "-z", project.commit],
         check=True,
         capture_output=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    ).stdout.decode().split("\0")
+    paths = [p for p in listed if p.endswith((".py", ".yaml", ".yml"))]
+    for start in range(0, len(paths), 200):
+        archive = subprocess.run(
+            ["git", "--git-dir", str(source), "archive", "--format=tar", project.commit, "--", *paths[start : start + 200]],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     (folder / ".git").mkdir()  # a project root, as in the user's checkout
     return folder
 
