@@ -220,11 +220,27 @@ def keep_removed_comments(ctx: "FileContext", replacements: dict[cst.CSTNode, ob
             continue
         following = next((s for s in body[body.index(node) + 1 :] if not isinstance(result.get(s), cst.RemovalSentinel)), None)
         if following is not None:
-            result[following] = _with_leading(result.get(following, following), carried)
+            # Applied to the statement as the other edits leave it: a fix inside it (the
+            # ``autocast()`` of a ``with`` below a removed import) must not be undone.
+            result[following] = _LeadingAdded(carried, result.get(following))
         elif isinstance(block, (cst.IndentedBlock, cst.Module)) and block not in result:
             # The last statements of the block go: the comments stay at the block's end.
             result[block] = _FooterAdded(carried)
     return result
+
+
+class _LeadingAdded:
+    """A replacement applied to the node as the other edits left it (or to its own replacement):
+    comment lines carried down from a removed statement above it."""
+
+    def __init__(self, lines: list[cst.EmptyLine], replacement: object = None) -> None:
+        self.lines = lines
+        self.replacement = replacement
+
+    def __call__(self, updated: cst.CSTNode) -> object:
+        replacement = self.replacement
+        node = updated if replacement is None else replacement(updated) if callable(replacement) else replacement
+        return _with_leading(node, self.lines)
 
 
 class _FooterAdded:

@@ -161,8 +161,62 @@ def apply_fixes(ctx: FileContext, chosen: Sequence[Finding]) -> str:
     return realign_trailing_comments(ctx.module.code, module.code)
 
 
-def _compiles(code: str, path: str) -> bool:
-    return _compile_error(code, path) is None
+def _compiles(code: str, path: str, unbound_before: frozenset[str] | None = None) -> bool:
+    """The code compiles, and (given the names the original read without binding them) reads no
+    name that nothing binds any more: a fix that drops an import still in use (``from
+    torch.cuda.amp import autocast`` above a ``with autocast():`` it did not rewrite) compiles,
+    then raises NameError."""
+    if _compile_error(code, path) is not None:
+        return False
+    if unbound_before is None:
+        return True
+    after = unbound_names(code)
+    return after is None or after <= unbound_before
+
+
+_MODULE_NAMES = frozenset(
+    {"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__", "__builtins__",
+     "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "get_ipython", "display"}
+)
+
+
+def unbound_names(code: str) -> frozenset[str] | None:
+    """The names the code reads that it binds nowhere (scopes ignored) and that are not builtins;
+    None where that cannot be told (a star import, ``globals()`` writes, code that does not parse)."""
+    import ast
+    import builtins
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    bound: set[str] = set(dir(builtins)) | _MODULE_NAMES
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                bound.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "locals", "vars", "exec"):
+            return None
+    return frozenset(read - bound)
 
 
 def _compile_error(code: str, path: str) -> str | None:
@@ -238,6 +292,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
     original_source = notebook.python if notebook is not None else decode(data)
     codes = settings.codes_for(path)
     blocked: set[tuple[str, str]] = set()  # fixes that broke the code: reported, never retried
+    unbound = unbound_names(ctx.source)
     for round_number in range(MAX_ROUNDS):
         findings, errors = run_rules(ctx, codes)
         result.errors = errors
@@ -245,9 +300,9 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
         if not chosen:
             break
         code = apply_fixes(ctx, chosen)
-        if not _compiles(code, path):
+        if not _compiles(code, path, unbound):
             # Keep the fixes that are fine on their own; drop the ones that break the file.
-            good = [f for f in chosen if _compiles(apply_fixes(ctx, [f]), path)]
+            good = [f for f in chosen if _compiles(apply_fixes(ctx, [f]), path, unbound)]
             for finding in chosen:
                 if finding not in good:
                     blocked.add(_key(finding))
@@ -259,7 +314,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
                 continue
             code = apply_fixes(ctx, good)
             chosen = good
-            if not _compiles(code, path):
+            if not _compiles(code, path, unbound):
                 blocked.update(_key(f) for f in good)
                 continue
         result.applied.extend(_applied(ctx, f, round_number) for f in chosen)
@@ -434,11 +489,12 @@ def fix_finding(path: str, data: bytes, settings: Settings, diagnostic: Diagnost
         if finding is None:
             return None
         fixed = apply_fixes(ctx, [finding])
+        unbound = unbound_names(ctx.source)
     except Exception as error:
         if not from_recursion(error):
             raise
         return None
-    if not _compiles(fixed, path):
+    if not _compiles(fixed, path, unbound):
         return None
     if notebook is not None:
         try:

@@ -260,6 +260,20 @@ class Project:
             ]
         return found
 
+    def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
+        """The project's YAML configs whose text has ``pattern``."""
+        return [path for path in self.texts_matching(pattern) if not path.endswith(".py")]
+
+    def importers_around(self, path: str, depth: int = 3) -> list[str]:
+        """The files that import ``path``, those that import them, and so on ``depth`` levels up
+        (``train.py`` imports ``models/__init__.py``, which imports ``models/lit_model.py``)."""
+        found: list[str] = []
+        level = [path]
+        for _ in range(depth):
+            level = [i for p in level for i in self.importers.get(p, []) if i != path and i not in found]
+            found.extend(dict.fromkeys(level))
+        return found
+
     @property
     def files(self) -> list[str]:
         return self._walk[0]
@@ -830,6 +844,39 @@ class ProjectView:
             project._gpu_verdicts[path] = (key, verdict)
         return verdict
 
+    def method_calls_from_importers(self, cls: str, name: str) -> list[tuple["FileContext", cst.Call]]:
+        """The calls ``obj.name(...)`` in the project files importing this module where ``obj`` is
+        an instance of its class ``cls`` (``simclr = SimCLR(...)`` then ``simclr.train(loader)``
+        in SimCLR's ``run.py``)."""
+        project = self.project
+        self.asked_importers = True
+        calling = re.compile(rb"\." + re.escape(name.encode()) + rb"\s*\(")
+        found: list[tuple[FileContext, cst.Call]] = []
+        for path in project.importers.get(self.path, []):
+            self.consulted.add(path)
+            text = project.text(path)
+            if not calling.search(text) or cls.encode() not in text:
+                continue
+            other = self._context(path)
+            if other is None or other.project is None:
+                continue
+            for call in other.method_calls(name):
+                receiver = call.func.value  # type: ignore[attr-defined]
+                if not isinstance(receiver, cst.Name):
+                    continue
+                bindings = other.lookup(receiver.value, receiver)
+                if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+                    continue
+                built = other.project.binding(bindings[0].value.func)
+                if (
+                    built is not None
+                    and os.path.abspath(built[0].path) == self.path
+                    and isinstance(built[1].node, cst.ClassDef)
+                    and built[1].node.name.value == cls
+                ):
+                    found.append((other, call))
+        return found
+
     def calls_from_importers(self, name: str) -> list[tuple["FileContext", cst.Call]]:
         """The calls of this module's function ``name`` in the project files that import it
         (``engine.train(model, train_dataloader, ...)`` in ``train.py``), each with its file's
@@ -884,8 +931,15 @@ class ProjectView:
                 return True
         return False
 
+    @property
+    def member(self) -> bool:
+        """The file is one of the project's (or its notebook), not text handed in under a made-up name."""
+        return self.path in self.project._file_set or self.path.endswith(".ipynb")
+
     def neighbourhood_matches(self, pattern: "re.Pattern[bytes]") -> bool:
         """Whether the text of a file that runs with this one (:meth:`Project.neighbourhood`) has ``pattern``."""
+        if not self.member:
+            return False
         for path in self.project.neighbourhood(self.path)[1:]:
             self.consulted.add(path)
             if pattern.search(self.project.text(path)):

@@ -524,8 +524,10 @@ class DataLoaderSyncLoading(Rule):
         program that sets it), every worker re-imports the main script, so the training
         code must sit under `if __name__ == "__main__":`. The fix is offered only for
         such scripts, and only where `collate_fn` / `worker_init_fn` can be pickled (not a
-        lambda or a function nested in another); otherwise the message says what to do
-        first. Four workers is the guide's example: watch GPU utilisation and tune it.
+        lambda or a function nested in another), and not where the data set splits its
+        files between workers itself (`get_worker_info()`: more workers change which worker
+        reads what); otherwise the message says what to do first. Four workers is the
+        guide's example: watch GPU utilisation and tune it.
     """
     example = """
         def main():
@@ -941,6 +943,12 @@ class DataLoaderSyncLoading(Rule):
                 message = (
                     f"{head}; {advice} once the entry point runs under `if __name__ == \"__main__\":` "
                     "(worker processes re-import the script)"
+                )
+                fix = None
+            elif loaders.shards_by_worker(call):
+                message = (
+                    f"{head}; {advice} once the data set's split of its files between workers "
+                    "(`get_worker_info()`) is known to hold for that many"
                 )
                 fix = None
             elif (local := loaders.local_callable(call)) is not None:

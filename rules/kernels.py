@@ -93,9 +93,10 @@ class AdamNotFused(Rule):
           has DeepSpeed offload the optimizer to the CPU (`DeepSpeedPlugin(offload_optimizer_device=
           "cpu")`, `DeepSpeedStrategy(offload_optimizer=True)`, a config dict or a JSON config it
           names with `offload_optimizer`): DeepSpeed then runs its own CPU Adam;
-        - the optimizer is a LightningModule's and the project clips gradients through the
-          Trainer (`gradient_clip_val`, in code or a YAML config, to anything but a visible
-          zero): Lightning's mixed precision raises for a fused optimizer there;
+        - the optimizer is a LightningModule's and the program clips gradients through the
+          Trainer (`gradient_clip_val` to anything but a visible zero, in the file, a script
+          that imports it or a YAML config of the project): Lightning's mixed precision raises
+          for a fused optimizer there;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
           or with `use_cpu=True`.
 
@@ -1303,7 +1304,7 @@ class NoTorchCompile(Rule):
                 f"`{name}` is trained on CUDA without `torch.compile`: it runs eagerly, one kernel per "
                 f"operation; {advice} once it is built and moved (guide: {COMPILE_GUIDE})"
             )
-            fix = self._fix(ctx, name, anchor, in_place) if anchor is not None else None
+            fix = self._fix(ctx, name, anchor, in_place, "fabric" in model.handed_to) if anchor is not None else None
             yield self.report(_wrapped_network(ctx, shown), message, fix)
 
     @staticmethod
@@ -1315,7 +1316,7 @@ class NoTorchCompile(Rule):
             ctx.argument(call, keyword) is MISSING for call in calls for keyword in ("dynamo_backend", "dynamo_plugin")
         )
 
-    def _fix(self, ctx: FileContext, name: str, anchor: cst.BaseStatement, in_place: bool):
+    def _fix(self, ctx: FileContext, name: str, anchor: cst.BaseStatement, in_place: bool, fabric: bool = False):
         if in_place:
             statement = cst.parse_statement(f"{name}.compile()\n")
             description = f"Compile `{name}` in place once it is built and moved"
@@ -1324,8 +1325,10 @@ class NoTorchCompile(Rule):
             compile_fn, imports = ctx.reference(TORCH_COMPILE, anchor)
             statement = cst.parse_statement(f"{name} = {ctx.code(compile_fn)}({name})\n")
             description = f"Insert `{name} = torch.compile({name})` once it is built and moved"
-        # ``torch.compile`` came with torch 2.0, ``nn.Module.compile()`` with 2.2.
-        requires = [("torch", "2.2" if in_place else "2.0")]
+        # ``torch.compile`` came with torch 2.0, ``nn.Module.compile()`` with 2.2. Fabric's
+        # ``setup`` re-applies a compile over its strategy's wrapper (FSDP, DDP) from Lightning
+        # 2.2; before, FSDP wraps the compiled module (Samba pins lightning 2.1.2).
+        requires = [("torch", "2.2" if in_place else "2.0")] + ([("lightning", "2.2")] if fabric else [])
         return self.fix(
             description, Edit(anchor, cst.FlattenSentinel([anchor, statement])), imports=imports, requires=requires
         )

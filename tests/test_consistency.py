@@ -343,6 +343,37 @@ def test_tf32_is_reported_in_the_script_that_builds_the_model_not_in_its_library
     assert "ADV202" not in found["previous_chapters.py"] and "ADV203" in found["previous_chapters.py"]
 
 
+def test_a_method_of_a_trainer_class_sees_the_loader_its_importer_passes(tmp_path):
+    """SimCLR's layout: ``run.py`` builds a pinned loader and calls ``simclr.train(loader)`` on an
+    instance of the class ``simclr.py`` defines; the copies in the method go without blocking."""
+    files = {
+        "trainer.py": """
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model.cuda()
+
+                def train(self, train_loader):
+                    for images, labels in train_loader:
+                        images = images.to("cuda")
+                        loss = self.model(images).sum()
+                        loss.backward()
+            """,
+        "run.py": """
+            import torch
+            from trainer import Trainer
+
+            loader = torch.utils.data.DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+            trainer = Trainer(Net())
+            trainer.train(loader)
+            """,
+    }
+    assert "ADV103" in project_codes(tmp_path / "pinned", files)["trainer.py"]
+    files["run.py"] = files["run.py"].replace("pin_memory=True", "pin_memory=False")
+    assert "ADV103" not in project_codes(tmp_path / "unpinned", files)["trainer.py"]
+
+
 def test_each_file_alone_without_project_scope(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "config.py").write_text('import torch\nDEVICE = torch.device("cuda")\n')

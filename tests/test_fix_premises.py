@@ -835,3 +835,191 @@ def test_random_draws_are_left_on_the_host_where_the_program_seeds_torch(tmp_pat
     assert fixable()
     (tmp_path / "main.py").write_text(main.replace("if __name__", "torch.manual_seed(41)\n\nif __name__"))
     assert not fixable()
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("environment.yml", "dependencies:\n  - pytorch\n  - torchvision\n  - pytorch > 2.0.0\n"),  # Latte: bare, then a floor
+        ("README.md", "1. Install pytorch >= v1.0.0 following the official instructions.\n"),  # HRNet
+        ("Dockerfile", "FROM nvcr.io/nvidia/pytorch:23.07-py3\nRUN pip install packaging torch==2.1.0 lightning==2.1.2\n"),
+    ],
+)
+def test_the_floor_is_read_where_projects_write_it(tmp_path, name, text):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / name).write_text(text)
+    source = "import torch\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters())\nmodel.cuda()\n"
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "the fix needs torch >= 2.4" in finding.message
+
+
+def test_an_optimizer_built_in_a_lightning_modules_init_is_built_on_the_cpu(tmp_path):
+    # Latte's train_pl.py: AdamW over self.model.parameters() in __init__, before Lightning moves it.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "environment.yml").write_text("dependencies:\n  - pytorch >= 2.1\n")
+    source = textwrap.dedent("""
+        import torch
+        from pytorch_lightning import LightningModule, Trainer
+
+        class LatteTrainingModule(LightningModule):
+            def __init__(self, args):
+                super().__init__()
+                self.model = get_models(args)
+                self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0)
+
+            def configure_optimizers(self):
+                return self.opt
+
+        Trainer(accelerator="gpu").fit(LatteTrainingModule(args))
+    """)
+    script = tmp_path / "train_pl.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
+
+
+def test_fabric_compile_before_setup_needs_the_lightning_that_recompiles_it(tmp_path):
+    # Samba: its Dockerfile pins lightning 2.1.2, whose fabric.setup wraps a compiled module in FSDP.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "Dockerfile").write_text("RUN pip install torch>=2.1.0dev lightning==2.1.2\n")
+    source = textwrap.dedent("""
+        import torch
+        import lightning as L
+
+        class GPT(torch.nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.blocks = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(8)])
+
+            def forward(self, x):
+                return self.blocks(x)
+
+        def main(fabric):
+            with fabric.init_module(empty_init=False):
+                model = GPT(config)
+            model = fabric.setup(model)
+            optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True))
+            for batch in train_dataloader:
+                loss = model(batch).mean()
+                fabric.backward(loss)
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main(L.Fabric(accelerator="cuda", devices=8, strategy="fsdp"))
+    """)
+    script = tmp_path / "pretrain.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV602", script)
+    assert finding.fix_applicability is None and "lightning >= 2.2" in finding.message
+    (tmp_path / "Dockerfile").write_text("RUN pip install torch>=2.1.0dev lightning==2.4.0\n")
+    forget_projects()
+    assert only(source, "ADV602", script).fix_applicability is not None
+
+
+def test_workers_are_advice_for_a_dataset_that_shards_its_files_by_worker(tmp_path):
+    # Samba / lit-gpt: PackedDataset splits its files by rank and get_worker_info().
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "packed_dataset.py").write_text(textwrap.dedent("""
+        from torch.utils.data import IterableDataset, get_worker_info
+
+        class PackedDataset(IterableDataset):
+            def __init__(self, filenames, n_chunks):
+                self._filenames = filenames
+            def __iter__(self):
+                worker_info = get_worker_info()
+                num_workers = worker_info.num_workers if worker_info is not None else 1
+                return iter(self._filenames[worker_info.id if worker_info else 0 :: num_workers])
+    """))
+    source = textwrap.dedent("""
+        import torch
+        import lightning as L
+        from torch.utils.data import DataLoader
+        from packed_dataset import PackedDataset
+
+        def create_dataloader(files, batch_size):
+            dataset = PackedDataset(files, n_chunks=8)
+            return DataLoader(dataset, batch_size=batch_size, shuffle=False, pin_memory=True)
+
+        def main(fabric):
+            model = fabric.setup(GPT())
+            optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-4))
+            train_dataloader = fabric.setup_dataloaders(create_dataloader(files, 8))
+            for batch in train_dataloader:
+                loss = model(batch).mean()
+                fabric.backward(loss)
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main(L.Fabric(accelerator="cuda", devices=8, strategy="fsdp"))
+    """)
+    script = tmp_path / "pretrain.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV102", script)
+    assert finding.fix_applicability is None and "get_worker_info()" in finding.message
+
+
+def test_a_data_set_modules_smoke_test_loader_is_not_pinned(tmp_path):
+    # Latte's datasets/*.py: a __main__ block prints the shapes of a few batches.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "__init__.py").write_text("from .sky_datasets import Sky\n")
+    module = tmp_path / "datasets" / "sky_datasets.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        import torch.utils.data as data
+
+        class Sky(data.Dataset):
+            def __getitem__(self, index):
+                return {"video": torch.load(self.paths[index])}
+
+        if __name__ == "__main__":
+            loader = data.DataLoader(dataset=Sky(), batch_size=1, shuffle=False, num_workers=1)
+            for i, video_data in enumerate(loader):
+                print(video_data["video"].shape)
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch
+        from datasets import Sky
+        model = Latte().cuda()
+        loader = torch.utils.data.DataLoader(Sky(), batch_size=4, num_workers=4, pin_memory=True)
+        for batch in loader:
+            model(batch["video"].cuda(non_blocking=True)).mean().backward()
+    """))
+    forget_projects()
+    assert "ADV101" not in [d.code for d in lint(module.read_text(), gpu="A100", path=str(module))]
+
+
+def test_detr_nested_tensor_batches_are_not_pinned(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("")
+    (tmp_path / "util" / "misc.py").write_text(textwrap.dedent("""
+        def collate_fn(batch):
+            batch = list(zip(*batch))
+            batch[0] = nested_tensor_from_tensor_list(batch[0])
+            return tuple(batch)
+    """))
+    source = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        import util.misc as utils
+
+        def main():
+            model = DETR().cuda()
+            loader = DataLoader(dataset_train, batch_size=2, collate_fn=utils.collate_fn, num_workers=2)
+            for samples, targets in loader:
+                model(samples.to("cuda")).mean().backward()
+
+        if __name__ == "__main__":
+            main()
+    """)
+    script = tmp_path / "main.py"
+    script.write_text(source)
+    forget_projects()
+    assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(script))]

@@ -80,3 +80,36 @@ def test_reference_needs_no_import_when_an_alias_exists(extra_rules):
     source = "import torch as T\n\ny = 2\n"
     result = fix_source("t.py", source.encode(), settings("ADV991"), unsafe=True)
     assert result.fixed.decode() == "import torch as T\n\ny = T.float16\n"
+
+
+def test_a_fix_that_leaves_a_name_unbound_is_not_written():
+    """Compiling is not enough: dropping an import still read below raises NameError at run time."""
+    from advisor.fixer import _compiles, unbound_names
+
+    original = "import torch\n\ndef step(scaler):\n    from torch.cuda.amp import autocast\n    with autocast():\n        scaler.step()\n"
+    broken = original.replace("    from torch.cuda.amp import autocast\n", "")
+    before = unbound_names(original)
+    assert before == frozenset()
+    assert _compiles(broken, "t.py") and not _compiles(broken, "t.py", before)
+    assert _compiles(original.replace("with autocast():", 'with torch.autocast("cuda"):'), "t.py", before)
+    assert unbound_names("from torch import *\nx = y\n") is None  # a star import binds what it binds
+
+
+def test_a_comment_above_a_removed_import_does_not_undo_the_fix_below_it():
+    # zero_nlp's copy of the HF Trainer: the deprecated autocast imported inside the branch.
+    source = """
+        import torch
+
+        class T:
+            def step(self):
+                if self.do_grad_scaling:
+                    # AMP: gradients need unscaling
+                    from torch.cuda.amp import autocast as autocast
+                    with autocast():
+                        self.scaler.unscale_(self.optimizer)
+    """
+    from helpers import fix
+
+    fixed = fix(source, codes=["ADV204"], gpu="A100").fixed.decode()
+    assert "# AMP: gradients need unscaling\n            with torch.autocast(\"cuda\"):" in fixed
+    assert "import autocast" not in fixed

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 _FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
 _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
 # Install instructions: read only where no requirement file names the package.
-_DOCUMENT = re.compile(r"^(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)$", re.I)
+# Install instructions: a README's, and a Dockerfile's ``RUN pip install lightning==2.1.2``.
+_DOCUMENT = re.compile(r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*)$", re.I)
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
 MAX_PROJECT_FILE_BYTES = 1_000_000
 
@@ -62,15 +63,17 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             if spec.startswith("@"):
                 return spec  # ``peft @ git+https://...@3714aa2``: a commit, of whatever age
             if spec:
-                return _poetry(spec)
-            bare = True  # ``torch`` alone: the current release, unless the project's
-            break  # install instructions say which torch it supports (s4: "Pytorch 1.10+")
+                return _poetry(spec)  # Latte's environment.yml: ``- pytorch`` first, ``- pytorch > 2.0.0`` below
+            # ``torch`` alone: the current release, unless the file names it again with a
+            # version, or the project's install instructions say which torch it supports (s4:
+            # "Pytorch 1.10+")
+            bare = True
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=)\s*|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=)\s*v?|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     for text in documents:  # the nearest document that names a version speaks for this folder
         versions = [m.group(1) for m in mentioned.finditer(text)]

@@ -288,8 +288,8 @@ class LoaderFacts:
         position = next(i for i, p in enumerate(positional) if p is param)
         method = isinstance(ctx.parent.get(ctx.parent.get(function)), cst.ClassDef)  # def -> body -> class
         if not callers:
-            if self._across and not method and ctx.project is not None and ctx.enclosing(function, cst.FunctionDef) is None:
-                return self._passed_by_importers(function, param, position)
+            if self._across and ctx.project is not None and ctx.enclosing(function, cst.FunctionDef) is None:
+                return self._passed_by_importers(function, param, position - 1 if method else position, method)
             return None
         if method:
             position -= 1  # ``self.train(loader)``: ``self`` is not passed
@@ -304,10 +304,21 @@ class LoaderFacts:
             found.extend(c for c in inner if c not in found)
         return found
 
-    def _passed_by_importers(self, function: cst.FunctionDef, param: cst.Param, position: int) -> list[cst.Call] | None:
+    def _passed_by_importers(
+        self, function: cst.FunctionDef, param: cst.Param, position: int, method: bool = False
+    ) -> list[cst.Call] | None:
         """The loaders the project files importing this module pass for ``param`` of its function
-        (``engine.train(model, train_dataloader, ...)`` in ``train.py``)."""
-        calls = self.ctx.project.calls_from_importers(function.name.value)  # type: ignore[union-attr]
+        (``engine.train(model, train_dataloader, ...)`` in ``train.py``), or of a method of its
+        class called on an instance (``SimCLR(...).train(train_loader)``)."""
+        project = self.ctx.project
+        assert project is not None
+        if method:
+            cls = self.ctx.parent.get(self.ctx.parent.get(function))
+            if not isinstance(cls, cst.ClassDef) or position < 0:
+                return None
+            calls = project.method_calls_from_importers(cls.name.value, function.name.value)
+        else:
+            calls = project.calls_from_importers(function.name.value)
         if not calls:
             return None
         found: list[cst.Call] = []
@@ -573,6 +584,8 @@ class LoaderFacts:
         devices = ctx.facts.devices
         if not devices.gpu.because.startswith("imported by") or ctx.project is None:
             return True
+        if any(ctx.is_descendant(call, guard) for guard in ctx.main_guards):
+            return False  # a data set module's own smoke test (Latte's ``datasets/*.py``): imported, it does not run
         function = ctx.enclosing(call, cst.FunctionDef)
         while isinstance(function, cst.FunctionDef):
             outer = ctx.enclosing(function, cst.FunctionDef)
@@ -602,7 +615,7 @@ class LoaderFacts:
         the per-sample indexing that makes most of its cost (ADV105 is the advice there)."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
-        if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call) or self.collates_graphs(call):
+        if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call) or self.collates_unpinnable(call):
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
@@ -710,12 +723,13 @@ class LoaderFacts:
         found = self.function_named(collate)
         return found is not None and _gathers_only(*found)
 
-    def collates_graphs(self, call: cst.Call) -> bool:
-        """A ``collate_fn`` that batches graphs (``dgl.batch(graphs)``, PyG's
-        ``Batch.from_data_list``): the batch is a graph object without the ``pin_memory()``
-        method a DataLoader pins through, so pinning reaches only the labels beside it. The
-        function may be a method of the data set (``collate_fn=dataset.collate``): every method
-        of that name in the modules the file imports, and theirs, must batch graphs."""
+    def collates_unpinnable(self, call: cst.Call) -> bool:
+        """A ``collate_fn`` that batches into an object without the ``pin_memory()`` method a
+        DataLoader pins through: graphs (``dgl.batch(graphs)``, PyG's ``Batch.from_data_list``)
+        or DETR's ``NestedTensor`` of padded images (``nested_tensor_from_tensor_list``).
+        Pinning reaches only the labels beside it. The function may be a method of the data
+        set (``collate_fn=dataset.collate``): every method of that name in the modules the file
+        imports, and theirs, must do so."""
         ctx = self.ctx
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
         if isinstance(collate, cst.Call) and ctx.qualname(collate.func) == "functools.partial" and collate.args:
@@ -725,8 +739,12 @@ class LoaderFacts:
             found = self.function_named(collate)
             functions = [found] if found is not None else []
         elif isinstance(collate, cst.Attribute) and ctx.project is not None:
-            functions = ctx.project.methods_named(collate.attr.value)
-        return bool(functions) and all(_returns_graph_batch(owner, function) for owner, function in functions)
+            bound = ctx.project.binding(collate)  # ``utils.collate_fn`` of ``import util.misc as utils``
+            if bound is not None and isinstance(bound[1].node, cst.FunctionDef):
+                functions = [(bound[0], bound[1].node)]
+            else:
+                functions = ctx.project.methods_named(collate.attr.value)
+        return bool(functions) and all(_returns_unpinnable_batch(owner, function) for owner, function in functions)
 
     def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
         """The ``def`` a name binds once: in this file, or in the project module it is imported
@@ -818,6 +836,14 @@ class LoaderFacts:
             if not getters or not all(owner._only_indexes(getter, moving) for getter in getters):
                 return False
         return True
+
+    def shards_by_worker(self, call: cst.Call) -> bool:
+        """The loader's data set splits its data between worker processes itself: its class's
+        module reads ``get_worker_info()`` (lit-gpt's ``PackedDataset`` shards its files by rank
+        and worker, and needs enough files for every worker). Adding workers changes which
+        worker reads what, and may leave one without files."""
+        classes = self.dataset_classes(call)
+        return bool(classes) and any("get_worker_info" in owner.ctx.source for owner, _ in classes)
 
     def dataset_classes(self, call: cst.Call) -> "list[tuple[LoaderFacts, cst.ClassDef]] | None":
         """The classes the loader's data set is built from (:meth:`dataset_class`), or None
@@ -1159,9 +1185,17 @@ def _only_gathering_calls(ctx: "FileContext", function: cst.FunctionDef) -> bool
 _GRAPH_LIBRARIES = ("dgl.", "torch_geometric.")
 
 
-def _returns_graph_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+# DETR and its descendants (Deformable DETR, DINO-DETR, DAB-DETR) batch images this way.
+_NESTED_TENSOR_BUILDERS = frozenset({"nested_tensor_from_tensor_list", "NestedTensor"})
+
+
+def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     """Every ``return`` of ``function`` hands back a graph a graph library built (``return
-    batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``)."""
+    batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``), or the function
+    builds a ``NestedTensor`` (``batch[0] = nested_tensor_from_tensor_list(batch[0])``)."""
+    for called in ctx.walk(function, cst.Call):
+        if (dotted_name(called.func) or "").rsplit(".", 1)[-1] in _NESTED_TENSOR_BUILDERS:
+            return True
 
     def graph_call(expr: cst.BaseExpression) -> bool:
         return isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").startswith(_GRAPH_LIBRARIES)

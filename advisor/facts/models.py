@@ -466,6 +466,10 @@ def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
     function = ctx.enclosing(optimizer, cst.FunctionDef)
     if isinstance(function, cst.FunctionDef) and function.name.value == "configure_optimizers":
         return False
+    if isinstance(function, cst.FunctionDef) and function.name.value == "__init__":
+        cls = ctx.parent.get(ctx.parent.get(function))
+        if isinstance(cls, cst.ClassDef) and cls in ctx.facts.frameworks.lightning_modules:
+            return True  # Latte: built in the LightningModule's __init__, before Lightning places it
     params = ctx.argument(optimizer, "params", PARAMS_POSITION)
     if not isinstance(params, cst.BaseExpression) or params is MISSING:
         return False
@@ -480,19 +484,24 @@ _ZERO = frozenset({b"0", b"0.", b"0.0", b"None", b"null", b"~", b"'0'", b'"0"'})
 
 
 def lightning_refuses_fused(ctx: FileContext, optimizer: cst.Call) -> bool:
-    """The optimizer is a LightningModule's (built in ``configure_optimizers``) and the project
-    clips gradients through the Trainer (``gradient_clip_val``, in code or a YAML config, to
-    anything but a visible zero): Lightning's mixed precision plugin raises for a fused
-    optimizer there ("does not allow for gradient clipping because it performs unscaling of
-    gradients internally"), in ``16-mixed`` and ``bf16-mixed`` alike."""
+    """The optimizer is a LightningModule's (built in ``configure_optimizers``) and the program
+    clips gradients through the Trainer (``gradient_clip_val`` to anything but a visible zero,
+    in this file, in a script that imports it, or in a YAML config of the project): Lightning's
+    mixed precision plugin raises for a fused optimizer there ("does not allow for gradient
+    clipping because it performs unscaling of gradients internally"), in ``16-mixed`` and
+    ``bf16-mixed`` alike."""
     function = ctx.enclosing(optimizer, cst.FunctionDef)
     if not (isinstance(function, cst.FunctionDef) and function.name.value == "configure_optimizers"):
         return False
     found = [m for m in _LIGHTNING_CLIP.finditer(ctx.source.encode("utf-8", "replace"))]
-    if ctx.project is not None:
-        for path in ctx.project.project.texts_matching(_LIGHTNING_CLIP):
-            ctx.project.consulted.add(path)
-            found.extend(_LIGHTNING_CLIP.finditer(ctx.project.project.text(path)))
+    view = ctx.project
+    if view is not None and view.member:
+        # The Trainer is built by a script that imports the module (or one importing that),
+        # with settings from the project's YAML configs (Hydra, Lightning CLI).
+        view.asked_importers = True
+        for path in [*view.project.importers_around(view.path), *view.project.configs_matching(_LIGHTNING_CLIP)]:
+            view.consulted.add(path)
+            found.extend(_LIGHTNING_CLIP.finditer(view.project.text(path)))
     return any(match.group("value").rstrip(b"\"'") not in _ZERO for match in found)
 
 
