@@ -159,6 +159,13 @@ class Cache:
             # A new script that imports the module makes its fixes fixes again.
             if reach_word(project_for(path, self._target, parse).reached(path)) != result.reached:
                 return False
+        if result.called:
+            from advisor.project import project_for
+            from advisor.engine import parse
+
+            project = project_for(path, self._target, parse)
+            if any(project.called(name) != used for name, used in result.called.items()):
+                return False
         return True
 
     def _digest_of(self, path: str) -> str:
@@ -178,6 +185,7 @@ class Cache:
             "dependencies": result.dependencies,
             "importers": result.importers,
             "reached": result.reached,
+            "called": result.called,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
             "errors": [[getattr(e, name) for name in _ERROR_FIELDS] for e in result.errors],
@@ -238,6 +246,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
     reached = entry.get("reached")
     if reached not in (None, "yes", "no", "unknown"):
         return None
+    called = entry.get("called")
+    if called is not None and not (isinstance(called, dict) and all(isinstance(v, bool) for v in called.values())):
+        return None
     try:
         result = FileResult(
             path,
@@ -246,6 +257,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
             dependencies=dependencies,
             importers=importers,
             reached=reached,
+            called=called,
         )
     except (TypeError, ValueError):
         return None

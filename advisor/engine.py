@@ -118,8 +118,10 @@ class FileResult:
     # while they are unchanged.
     dependencies: dict[str, str] = field(default_factory=dict)
     importers: list[str] | None = None
-    # Whether running the project runs this file, where a fix asked: "yes", "no" or "unknown".
+    # Whether running the project runs this file, where a fix asked: "yes", "no" or "unknown";
+    # and whether the project uses each of its top-level functions and classes a fix asked about.
     reached: str | None = None
+    called: dict[str, bool] | None = None
 
 
 # -- files ------------------------------------------------------------------------------
@@ -462,6 +464,32 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
 _UNREACHED = "no script, notebook or console entry point of the project imports this module, so the fix is left as advice"
 
 
+def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
+    """A fix in a module no entry point imports, or in a module-level function or class the
+    project never names beyond its definition, becomes advice."""
+    view = ctx.project
+    assert view is not None and finding.fix is not None
+    if view.reached() is False:
+        finding.message = _before_guide(finding.message, _UNREACHED)
+        finding.fix = None
+        return
+    if not view.member:
+        return
+    outermost = None
+    for ancestor in ctx.ancestors(finding.node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            outermost = ancestor
+    if outermost is None or outermost.decorators or outermost.name.value.startswith("__"):
+        return  # module-level code, or registered / called by a framework through its decorator
+    if ctx.parent.get(outermost) is not ctx.module or view.called(outermost.name.value):
+        return
+    kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
+    finding.message = _before_guide(
+        finding.message, f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice"
+    )
+    finding.fix = None
+
+
 def _before_guide(message: str, note: str) -> str:
     """``note`` added to a message, before its closing ``(guide: ...)``."""
     head, separator, guide = message.rpartition(" (guide: ")
@@ -511,9 +539,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
         for finding in produced:
             if finding.fix is not None and finding.fix.requires:
                 _withhold_if_too_new(ctx, finding)
-            if finding.fix is not None and ctx.project is not None and ctx.project.reached() is False:
-                finding.message = _before_guide(finding.message, _UNREACHED)
-                finding.fix = None
+            if finding.fix is not None and ctx.project is not None:
+                _withhold_in_code_nothing_runs(ctx, finding)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:
@@ -587,6 +614,8 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
             return result
         findings, errors = run_rules(ctx, settings.codes_for(path))
         result.dependencies, result.importers, result.reached = dependencies_of(ctx)
+        if ctx.project is not None and ctx.project.asked_called:
+            result.called = dict(ctx.project.asked_called)
     except Exception as error:
         if not from_recursion(error):
             raise

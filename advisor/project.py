@@ -92,6 +92,7 @@ _INSTANTIATES = re.compile(rb"\b(?:instantiate_from_config|get_obj_from_str|inst
 _CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)", re.M)
 # A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
 _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 # Cog runs ``predict: "predict.py:Predictor"`` (and ``train:``) of its ``cog.yaml``.
 _COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
 # An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
@@ -464,6 +465,22 @@ class Project:
             todo.extend(self._packages_around(path))
         return frozenset(reached)
 
+    def called(self, name: str) -> bool:
+        """Whether the project's code names ``name`` more than once (its ``def`` and a use), in
+        any Python file or notebook: a module-level function or class named only where it is
+        defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``)."""
+        return self._identifiers.get(name, 0) > 1
+
+    @cached_property
+    def _identifiers(self) -> dict[str, int]:
+        import collections
+
+        counts: collections.Counter[str] = collections.Counter()
+        for path in (*self.files, *self._walk[1]):
+            data = self._texts.get(path) or _read_regular(path)
+            counts.update(word.decode("ascii", "replace") for word in _IDENTIFIER.findall(data))
+        return counts
+
     def _traits(self, path: str) -> tuple[bool, bool]:
         """(the module runs something when run, it imports modules by name), from its text."""
         found = self._trait_cache.get(path)
@@ -631,6 +648,7 @@ class ProjectView:
         self.consulted: set[str] = set()
         self.asked_importers = False
         self.asked_reached = False
+        self.asked_called: dict[str, bool] = {}
         self._bound: dict[tuple, tuple["FileContext", "Binding"] | None] = {}
 
     @property
@@ -974,6 +992,13 @@ class ProjectView:
         """Whether running the project runs this module (:meth:`Project.reached`)."""
         self.asked_reached = True
         return self.project.reached(self.path)
+
+    def called(self, name: str) -> bool:
+        """Whether the project names this module's function or class ``name`` beyond its
+        definition (:meth:`Project.called`); asked only of a file of the project."""
+        found = self.project.called(name)
+        self.asked_called[name] = found
+        return found
 
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)

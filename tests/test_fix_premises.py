@@ -618,6 +618,9 @@ class Trainer:
     def __init__(self, model):
         self.model = model.cuda()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+
+def main():
+    Trainer(build_model())
 """
 
 
@@ -1023,3 +1026,39 @@ def test_detr_nested_tensor_batches_are_not_pinned(tmp_path):
     script.write_text(source)
     forget_projects()
     assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(script))]
+
+
+def test_a_function_or_class_nothing_uses_gets_advice_not_a_fix(tmp_path):
+    # Latte's models/utils.timestep_embedding and ZoeDepth's OrdinalRegressionLoss: defined, never used.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "utils.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+
+        def timestep_embedding(t, dim):
+            freqs = torch.arange(dim).cuda()
+            return t[:, None] * freqs[None]
+
+        def used_embedding(t, dim):
+            return t[:, None] * torch.ones(dim).cuda()[None]
+    """))
+    (tmp_path / "train.py").write_text("import torch\nfrom utils import used_embedding\nif __name__ == '__main__':\n    used_embedding(torch.zeros(4, device='cuda'), 8)\n")
+    forget_projects()
+    found = {d.line: d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[5].fix_applicability is None and "nothing in the project uses the function `timestep_embedding`" in found[5].message
+    assert found[9].fix_applicability is not None
+
+
+def test_a_cached_check_sees_a_new_use_of_the_function(tmp_path, capsys):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils.py").write_text("import torch\n\ndef embedding(dim):\n    return torch.arange(dim).cuda()\n")
+    (tmp_path / "train.py").write_text("import torch\nimport utils\nif __name__ == '__main__':\n    torch.zeros(1, device='cuda')\n")
+    args = ["check", "--gpu", "A100", "--select", "ADV704", "--format", "json", "."]
+    for _ in range(2):  # the second run is a cached one
+        forget_projects()
+        (first,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
+        assert first["fix"] is None
+    (tmp_path / "train.py").write_text("import torch\nimport utils\nif __name__ == '__main__':\n    utils.embedding(8)\n")
+    forget_projects()
+    (found,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
+    assert found["fix"] is not None

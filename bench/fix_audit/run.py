@@ -290,6 +290,32 @@ def score(path: Path) -> int:
     return 0
 
 
+def _changed_lines(hunk: str, line: int) -> list[str]:
+    """The block of removed and added lines of a hunk at or next to the edit's line (the
+    context, and the other edits the hunk holds, may change with other fixes)."""
+    rows = hunk.splitlines()
+    match = re.match(r"@@ -(\d+)", rows[0]) if rows else None
+    if match is None:
+        return rows
+    old = int(match.group(1))  # the original's line number of the next context or removed row
+    blocks: list[list] = []  # [first old line, last old line, rows]
+    in_block = False
+    for row in rows[1:]:
+        if row[:1] in "+-":
+            if not in_block:
+                blocks.append([old, old - 1, []])
+                in_block = True
+            blocks[-1][2].append(row)
+            if row[0] == "-":
+                blocks[-1][1] = old
+                old += 1
+        else:
+            in_block = False
+            old += 1
+    near = [block for first, last, block in blocks if first - 1 <= line <= max(last, first) + 1]
+    return near[0] if near else [r for r in rows[1:] if r[:1] in "+-"]
+
+
 def carry(verdicts_path: Path, first_path: Path, now_path: Path) -> int:
     """The verdicts of an earlier round carried to a later run of the same repositories: an
     edit of the first sample that the later run still makes (same file, rule and line) keeps
@@ -299,18 +325,22 @@ def carry(verdicts_path: Path, first_path: Path, now_path: Path) -> int:
     first = json.loads(first_path.read_text())["sample"]
     now = json.loads(now_path.read_text())["sample"]
     key = lambda edit: (edit["repo"], edit["path"], edit["code"], edit["line"])  # noqa: E731
-    made = {key(edit) for edit in now}
+    made = {key(edit): edit for edit in now}
     judged = {key(edit) for edit in first if edit["id"] in verdicts}
     kept: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     gone: collections.Counter = collections.Counter()
+    changed: list[str] = []  # made still, but differently: the verdict does not carry
     for edit in first:
         verdict = verdicts.get(edit["id"])
         if verdict is None:
             continue
-        if key(edit) in made:
-            kept[edit["code"]][verdict["verdict"]] += 1
-        else:
+        later = made.get(key(edit))
+        if later is None:
             gone[verdict["verdict"]] += 1
+        elif _changed_lines(later["hunk"], later["line"]) != _changed_lines(edit["hunk"], edit["line"]):
+            changed.append(later["id"])
+        else:
+            kept[edit["code"]][verdict["verdict"]] += 1
     print("| rule | correct | wrong | doubtful |\n|---|--:|--:|--:|")
     total: collections.Counter = collections.Counter()
     for code in sorted(kept):
@@ -320,6 +350,7 @@ def carry(verdicts_path: Path, first_path: Path, now_path: Path) -> int:
     share = f"{total['correct'] / count:.0%}" if count else "-"
     print(f"| **still made** ({count}) | {total['correct']} ({share}) | {total['wrong']} | {total['doubtful']} |")
     print(f"no longer made: {dict(gone)}")
+    print(f"made differently, to judge again: {len(changed)}" + "".join(f"\n- {c}" for c in changed))
     unjudged = [edit["id"] for edit in now if key(edit) not in judged]
     print(f"made now, not in the judged sample: {len(unjudged)}" + "".join(f"\n- {u}" for u in unjudged[:20]))
     return 0
