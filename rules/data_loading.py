@@ -962,6 +962,7 @@ class DataLoaderSyncLoading(Rule):
                 fix = self.fix(
                     f"Set `num_workers={SUGGESTED_WORKERS}` and `persistent_workers=True`",
                     Edit(call, self._with_workers(ctx, call, workers)),
+                    requires=[("torch", "1.7")],  # ``persistent_workers`` came with torch 1.7
                 )
             yield self.report(call, f"{message} (guide: {GUIDE})", fix)
 

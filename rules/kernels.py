@@ -23,6 +23,7 @@ from advisor.facts.models import (
     built_before_gpu_move,
     deepspeed_offloads_optimizer,
     handed_to_deepspeed,
+    handed_to_signature_reader,
     lightning_refuses_fused,
     local_module_classes,
     project_class,
@@ -1305,6 +1306,14 @@ class NoTorchCompile(Rule):
                 f"operation; {advice} once it is built and moved (guide: {COMPILE_GUIDE})"
             )
             fix = self._fix(ctx, name, anchor, in_place, "fabric" in model.handed_to) if anchor is not None else None
+            reader = handed_to_signature_reader(ctx, name)
+            if reader is not None:
+                fix = None  # the conditional-flow-matching notebooks: NeuralODE(model) after the compile
+                message = message.replace(
+                    f" (guide: {COMPILE_GUIDE})",
+                    f"; `{reader}` reads its `forward` signature, which the compiled wrapper hides: compile "
+                    f"inside the wrapper instead (guide: {COMPILE_GUIDE})",
+                )
             yield self.report(_wrapped_network(ctx, shown), message, fix)
 
     @staticmethod

@@ -846,10 +846,14 @@ def test_random_draws_are_left_on_the_host_where_the_program_seeds_torch(tmp_pat
         ("environment.yml", "dependencies:\n  - pytorch\n  - torchvision\n  - pytorch > 2.0.0\n"),  # Latte: bare, then a floor
         ("README.md", "1. Install pytorch >= v1.0.0 following the official instructions.\n"),  # HRNet
         ("Dockerfile", "FROM nvcr.io/nvidia/pytorch:23.07-py3\nRUN pip install packaging torch==2.1.0 lightning==2.1.2\n"),
+        ("conda_env.yml", "name: decision-transformer-gym\ndependencies:\n  - pip:\n    - torch==1.8.1\n"),  # decision-transformer
+        ("README.md", "## Requirement\n1. 1.1.0 =< PyTorch < 1.5.0\n2. cuda=9.0\n"),  # BERT-NER-Pytorch
+        ("readme/INSTALL.md", "1. Install pytorch0.4.1:\n    conda install pytorch=0.4.1 torchvision -c pytorch\n"),  # CenterNet
     ],
 )
 def test_the_floor_is_read_where_projects_write_it(tmp_path, name, text):
     (tmp_path / ".git").mkdir()
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_text(text)
     source = "import torch\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters())\nmodel.cuda()\n"
     script = tmp_path / "train.py"
@@ -1062,3 +1066,74 @@ def test_a_cached_check_sees_a_new_use_of_the_function(tmp_path, capsys):
     forget_projects()
     (found,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
     assert found["fix"] is not None
+
+
+def test_a_nested_package_reads_the_repositorys_floor_above_its_own_setup_py(tmp_path):
+    # ogb: examples/lsc/wikikg90m/dgl-ke-ogb-lsc/python/setup.py names no torch; the
+    # repository's setup.py asks for torch>=1.6.0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='ogb', install_requires=['torch>=1.6.0'])\n")
+    nested = tmp_path / "examples" / "dglke" / "python"
+    (nested / "dglke").mkdir(parents=True)
+    (nested / "setup.py").write_text("from setuptools import setup\nsetup(name='dglke', install_requires=['dgl==0.4.3'])\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = nested / "dglke" / "train_pytorch.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torch>=1.6.0" in finding.message
+
+
+def test_a_tool_setting_that_names_torch_does_not_hide_the_requirement(tmp_path):
+    # conditional-flow-matching: pyproject.toml's `known-third-party = ["torch", ...]`, and
+    # requirements.txt's torch>=1.11.0 beside it.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.isort]\nknown-third-party = ["torch", "wandb"]\n')
+    (tmp_path / "requirements.txt").write_text("torch>=1.11.0\ntorchdyn>=1.0.6\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torch>=1.11.0" in finding.message
+
+
+def test_a_gradient_check_script_is_test_code(tmp_path):
+    # CenterNet's DCNv2/test.py: random inputs for gradcheck, built on the host and copied.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent("""
+        import torch
+        from torch.autograd import gradcheck
+
+        def check_gradient_dconv():
+            input = torch.rand(2, 64, 32, 32).cuda() * 0.01
+            print(gradcheck(dcn, (input,), eps=1e-6, atol=1e-5, rtol=1e-3))
+
+        if __name__ == "__main__":
+            check_gradient_dconv()
+    """)
+    script = tmp_path / "test.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV704", script)
+    assert finding.fix_applicability is None and "checks gradients" in finding.message
+
+
+def test_no_compile_for_a_model_torchdyn_wraps():
+    # torchdyn's NeuralODE reads the vector field's forward signature to decide whether it takes
+    # t; the conditional-flow-matching notebooks hand it the trained model (ADV602 asks this).
+    from advisor.context import FileContext
+    from advisor.facts.models import handed_to_signature_reader
+    from advisor.targets import ASSUMED
+
+    source = textwrap.dedent("""
+        import torch
+        from torchdyn.core import NeuralODE
+
+        model = UNetModel(dim=(1, 28, 28), num_channels=32, num_res_blocks=1).cuda()
+        score_model = UNetModel(dim=(1, 28, 28), num_channels=32, num_res_blocks=1).cuda()
+        node = NeuralODE(model, solver="dopri5", sensitivity="adjoint")
+    """)
+    ctx = FileContext.from_source("mnist_example.py", source, ASSUMED)
+    assert handed_to_signature_reader(ctx, "model") == "torchdyn.core.NeuralODE"
+    assert handed_to_signature_reader(ctx, "score_model") is None

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from advisor.context import FileContext
 
 _FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+# Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
+_CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env)\.ya?ml$", re.I)
 _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
-# Install instructions: read only where no requirement file names the package.
-# Install instructions: a README's, and a Dockerfile's ``RUN pip install lightning==2.1.2``.
+# Install instructions (a README's, a Dockerfile's ``RUN pip install lightning==2.1.2``): read
+# only where no requirement file names the package.
 _DOCUMENT = re.compile(r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*)$", re.I)
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
 MAX_PROJECT_FILE_BYTES = 1_000_000
@@ -53,8 +55,6 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if _DOCUMENT.match(os.path.basename(path)):
             documents.append(text)
             continue
-        if bare:
-            continue  # a bare name was found nearer: only install instructions may add a floor
         for match in pattern.finditer(text):
             quoted = match.group("quoted")
             if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
@@ -64,19 +64,22 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
                 return spec  # ``peft @ git+https://...@3714aa2``: a commit, of whatever age
             if spec:
                 return _poetry(spec)  # Latte's environment.yml: ``- pytorch`` first, ``- pytorch > 2.0.0`` below
-            # ``torch`` alone: the current release, unless the file names it again with a
-            # version, or the project's install instructions say which torch it supports (s4:
-            # "Pytorch 1.10+")
+            # ``torch`` alone (or a mention that is no requirement: ``known-third-party =
+            # ["torch"]`` in a ``pyproject.toml``): the current release, unless a requirement
+            # file names it with a version, or the project's install instructions say which
+            # torch it supports (s4: "Pytorch 1.10+")
             bare = True
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=)\s*v?|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
+    # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
+    bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
-        versions = [m.group(1) for m in mentioned.finditer(text)]
+        versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
@@ -141,7 +144,10 @@ def _names(folder: str) -> list[str]:
     key = (folder, stamp)
     if key not in _LISTINGS:
         try:
-            names = sorted(n for n in os.listdir(folder) if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n))
+            names = sorted(
+                n for n in os.listdir(folder)
+                if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n) or _CONDA_ENVIRONMENT.match(n)
+            )
         except OSError:
             names = []
         if len(_LISTINGS) > 256:
@@ -159,6 +165,10 @@ def _poetry(spec: str) -> str:
     return spec
 
 
+def _repository_top(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg"))
+
+
 def _candidates(ctx: "FileContext") -> list[str]:
     if not os.path.isfile(ctx.path):
         return []  # code with no file behind it (an editor buffer, a test snippet): nothing to read
@@ -174,11 +184,15 @@ def _candidates(ctx: "FileContext") -> list[str]:
     found: list[str] = []
     for _ in range(64 if inside else 6):
         found += [os.path.join(folder, n) for n in _names(folder)]
+        for notes in ("readme", "docs", "doc"):  # CenterNet's readme/INSTALL.md, mmdet's docs/get_started.md
+            nested_notes = os.path.join(folder, notes)
+            if os.path.isdir(nested_notes):
+                found += [os.path.join(nested_notes, n) for n in _names(nested_notes) if _DOCUMENT.match(n)]
         nested = os.path.join(folder, "requirements")  # CORL: requirements/requirements.txt
         if os.path.isdir(nested):
             found += [os.path.join(nested, n) for n in _names(nested) if _REQUIREMENTS.match(n) or n.endswith((".txt", ".in"))]
-        if root is not None and os.path.abspath(folder) == root:
-            break
+        if root is not None and os.path.abspath(folder) == root and _repository_top(folder):
+            break  # a project root that is not the repository's top (ogb's nested ``python/setup.py``) reads on up
         parent = os.path.dirname(folder)
         if parent == folder or any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg")):
             break

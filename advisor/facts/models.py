@@ -455,6 +455,23 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int =
     return owners
 
 
+# Libraries that read a module's ``forward`` signature (torchdyn decides from it whether the
+# vector field takes ``t``): ``torch.compile``'s wrapper has ``forward(*args, **kwargs)``.
+_SIGNATURE_READERS = ("torchdyn.", "torchdiffeq.", "torchsde.")
+
+
+def handed_to_signature_reader(ctx: FileContext, spelling: str) -> str | None:
+    """The library call ``spelling`` (a model's name) is passed to that inspects its signature
+    (``NeuralODE(model, solver="dopri5")``), by qualified name; None if there is none."""
+    for call in ctx.nodes(cst.Call):
+        qualname = ctx.qualname(call.func) or ""
+        if qualname.startswith(_SIGNATURE_READERS) and any(
+            dotted_name(arg.value) == spelling for arg in call.args if not arg.star
+        ):
+            return qualname
+    return None
+
+
 def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
     """The optimizer is constructed while its model's parameters are still on the CPU: the
     file moves the model to a GPU only after it (``.cuda()`` later, ``accelerator.prepare``).
