@@ -77,6 +77,8 @@ _ENTRY_TEXT = re.compile(
     re.M,
 )
 _ENTRY_FILES = frozenset({"__main__.py", "hubconf.py"})
+# Folders where runs leave their outputs, and the copies of the code some scripts save there.
+_ARTIFACT_FOLDERS = frozenset({"log", "logs", "runs", "outputs", "output", "checkpoints", "wandb", "lightning_logs", "mlruns"})
 # A module that imports others by name, from a string or a config (``importlib.import_module``,
 # Hydra's ``instantiate``, latent-diffusion's ``instantiate_from_config``): what it reaches is
 # not in its text.
@@ -441,29 +443,46 @@ class Project:
         path = os.path.abspath(path)
         if path.endswith(".ipynb"):
             return True  # a notebook is run, as a script is
-        reached = self._reached
-        if reached is None or path not in self._file_set:
+        if path not in self._file_set:
             return None
-        return path in reached
+        found = self._reached
+        if found is None:
+            return None
+        reached, by_name = found
+        if path in reached:
+            return True
+        if not by_name:
+            return False
+        # What a module imports by name is not in its text, but it is not a copy of the code
+        # that a run saved beside its logs (Pointnet2's ``log/<run>/pointnet2_utils.py``).
+        if self._in_artifact_folder(path) and all(self._in_artifact_folder(i) for i in self.importers.get(path, [])):
+            return False
+        return None
+
+    def _in_artifact_folder(self, path: str) -> bool:
+        relative = os.path.relpath(os.path.dirname(path), self.root).split(os.sep)
+        return any(part.lower() in _ARTIFACT_FOLDERS for part in relative)
 
     @cached_property
-    def _reached(self) -> frozenset[str] | None:
+    def _reached(self) -> tuple[frozenset[str], bool] | None:
+        """The modules the entry points reach through their imports, and whether one of them
+        imports by name; None without entry points."""
         entries = [path for path in self.files if self._traits(path)[0]]
         entries.extend(self._declared_entries())
         if not entries:
             return None
         reached: set[str] = set()
+        by_name = False
         todo = entries
         while todo:
             path = todo.pop()
             if path in reached:
                 continue
             reached.add(path)
-            if self._traits(path)[1]:
-                return None
+            by_name = by_name or self._traits(path)[1]
             todo.extend(self.imports(path))
             todo.extend(self._packages_around(path))
-        return frozenset(reached)
+        return frozenset(reached), by_name
 
     def called(self, name: str) -> bool:
         """Whether the project's code names ``name`` more than once (its ``def`` and a use), in

@@ -1010,10 +1010,10 @@ class _BatchScope:
                 return True
         return True
 
-    def _is_batch_value(self, expr: cst.BaseExpression) -> bool:
+    def _is_batch_value(self, expr: cst.BaseExpression, at: cst.CSTNode | None = None) -> bool:
         if isinstance(expr, (cst.Tuple, cst.List)) and expr.elements:
-            return all(self.holds_batch(e.value, None) for e in expr.elements)
-        return self.holds_batch(expr, None)
+            return all(self.holds_batch(e.value, at) for e in expr.elements)
+        return self.holds_batch(expr, at)
 
     def holds_batch(self, expr: cst.BaseExpression, at: cst.CSTNode | None) -> bool:
         """``batch``, ``batch[0]``, ``batch["x"]``, ``batch.x``, or ``v`` of ``for k, v in batch.items()``."""
@@ -1050,7 +1050,9 @@ class _BatchScope:
         value = binding.value
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next":
             return False  # ``batch = next(data_iter)``: the draw itself
-        return not self._is_batch_value(value)
+        # ``batch_y = batch_y[:, :, a:b]`` under ``if partial_train:`` slices whatever
+        # ``batch_y`` was before it: the GPU copy made at the top of the loop (iTransformer).
+        return not self._is_batch_value(value, at=value)
 
     def _comprehension_over_batch(self, name: str, at: cst.CSTNode) -> bool:
         for ancestor in self.ctx.ancestors(at):
@@ -1171,6 +1173,21 @@ class BlockingHostToDeviceCopy(Rule):
                 batch_y = batch_y[:, -pred_len:].to("cuda")
             """,
             note="`batch_y` is on the GPU already when it is sliced and moved again (Time-Series-Library)",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=32, pin_memory=True)
+            for batch_x, batch_y in loader:
+                batch_y = batch_y.float().to("cuda", non_blocking=True)
+                if partial_train:
+                    batch_y = batch_y[:, :, start:end]
+                outputs = model(batch_x.to("cuda", non_blocking=True))
+                batch_y = batch_y[:, -pred_len:].to("cuda")
+            """,
+            note="a slice, under an `if`, of the GPU copy is still on the GPU (iTransformer)",
         ),
         Valid(
             """

@@ -1817,6 +1817,26 @@ class EmptyCacheInLoop(Rule):
         Valid(
             """
             import torch
+
+            def maybe_demo(step):
+                if (step - 1) % demo_every != 0:
+                    return
+                sample(model)
+                torch.cuda.empty_cache()
+
+            model = Net().cuda()
+            for step, batch in enumerate(loader):
+                loss = model(batch.cuda()).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                maybe_demo(step)
+            """,
+            note="a helper that returns unless the step is the N-th runs every N steps (stable-audio-tools' demos)",
+        ),
+        Valid(
+            """
+            import torch
             for batch in loader:
                 try:
                     loss = model(batch).loss

@@ -1137,3 +1137,27 @@ def test_no_compile_for_a_model_torchdyn_wraps():
     ctx = FileContext.from_source("mnist_example.py", source, ASSUMED)
     assert handed_to_signature_reader(ctx, "model") == "torchdyn.core.NeuralODE"
     assert handed_to_signature_reader(ctx, "score_model") is None
+
+
+def test_code_a_run_copied_beside_its_logs_gets_advice(tmp_path):
+    # Pointnet2: train scripts import the model by name (importlib) from models/, and save a copy
+    # of it in log/<run>/, where nothing imports it but the other copies.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(
+        "import importlib\nimport sys\nsys.path.append('models')\n"
+        "if __name__ == '__main__':\n    MODEL = importlib.import_module(args.model)\n"
+    )
+    utils = "import torch\n\ndef farthest_point_sample(xyz, npoint):\n    return torch.zeros(npoint, dtype=torch.long).cuda()\n"
+    for folder in ("models", "log/classification/run1"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "pointnet2_utils.py").write_text(utils)
+        (tmp_path / folder / "pointnet2_cls.py").write_text("from pointnet2_utils import farthest_point_sample\n")
+
+    def fixable(folder: str) -> bool:
+        forget_projects()
+        path = tmp_path / folder / "pointnet2_utils.py"
+        (finding,) = [d for d in lint(utils, gpu="A100", path=str(path)) if d.code == "ADV704"]
+        return finding.fix_applicability is not None
+
+    assert fixable("models")  # imported by name: what runs cannot be told, the fix stays
+    assert not fixable("log/classification/run1")

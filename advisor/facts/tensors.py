@@ -104,8 +104,30 @@ class StepFacts:
                     return False
             if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
                 return False
+            if isinstance(ancestor, cst.IndentedBlock) and self._after_periodic_exit(ancestor, child):
+                return False
             child = ancestor
         return True
+
+    def _after_periodic_exit(self, block: cst.IndentedBlock, statement: cst.CSTNode) -> bool:
+        """An earlier statement of the block leaves unless the step is the N-th: ``if (step - 1)
+        % self.demo_every != 0: return`` at the top of stable-audio-tools' demo callback, whose
+        ``finally: torch.cuda.empty_cache()`` then runs every N steps, not every step."""
+        for earlier in block.body:
+            if earlier is statement:
+                return False
+            if not isinstance(earlier, cst.If) or earlier.orelse is not None:
+                continue
+            body = earlier.body.body if isinstance(earlier.body, cst.IndentedBlock) else ()
+            last = body[-1] if body else None
+            exits = isinstance(last, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Return, cst.Continue)) for small in last.body
+            )
+            if exits and any(
+                isinstance(operation.operator, cst.Modulo) for operation in self.ctx.walk(earlier.test, cst.BinaryOperation)
+            ):
+                return True
+        return False
 
     @cached_property
     def _step_branches(self) -> set[tuple[int, int]]:
