@@ -981,6 +981,7 @@ class DataLoaderSyncLoading(Rule):
 
 # Methods that return a view of a contiguous tensor: the same (pinned) memory.
 _VIEWS = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze"})
+_SAME_STORAGE_FUNCTIONS = frozenset({"torch.autograd.Variable", *(f"torch.{view}" for view in _VIEWS if view != "view")})
 
 
 class _BatchScope:
@@ -1020,15 +1021,16 @@ class _BatchScope:
         while True:
             if isinstance(expr, (cst.Subscript, cst.Attribute)):
                 expr = expr.value
-            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
-                expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
             elif (
                 isinstance(expr, cst.Call)
-                and self.ctx.qualname(expr.func) == "torch.autograd.Variable"
+                and self.ctx.qualname(expr.func) in _SAME_STORAGE_FUNCTIONS
                 and expr.args
                 and expr.args[0].keyword is None
             ):
-                expr = expr.args[0].value  # ``Variable(inputs, requires_grad=True)``: the same storage
+                # ``Variable(inputs, requires_grad=True)``, ``torch.unsqueeze(inputs, 1)``: the same storage
+                expr = expr.args[0].value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
+                expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
             else:
                 break
         if self.drawn is not None and expr is self.drawn:
@@ -1260,6 +1262,33 @@ class BlockingHostToDeviceCopy(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, pin_memory=True)
+            for batch in loader:
+                inputs = torch.unsqueeze(batch["input"], 1)
+                inputs = Variable(inputs, requires_grad=True)
+                inputs = inputs.cuda()
+                model(inputs).sum().backward()
+            """,
+            fixed="""
+            import torch
+            from torch.autograd import Variable
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, pin_memory=True)
+            for batch in loader:
+                inputs = torch.unsqueeze(batch["input"], 1)
+                inputs = Variable(inputs, requires_grad=True)
+                inputs = inputs.cuda(non_blocking=True)
+                model(inputs).sum().backward()
+            """,
+            note="`torch.unsqueeze` and `Variable` keep the pinned storage (s4's speech-commands trainer)",
+        ),
         Invalid(
             """
             import torch
