@@ -849,6 +849,7 @@ def test_random_draws_are_left_on_the_host_where_the_program_seeds_torch(tmp_pat
         ("conda_env.yml", "name: decision-transformer-gym\ndependencies:\n  - pip:\n    - torch==1.8.1\n"),  # decision-transformer
         ("README.md", "## Requirement\n1. 1.1.0 =< PyTorch < 1.5.0\n2. cuda=9.0\n"),  # BERT-NER-Pytorch
         ("readme/INSTALL.md", "1. Install pytorch0.4.1:\n    conda install pytorch=0.4.1 torchvision -c pytorch\n"),  # CenterNet
+        ("README.md", "## Dependencies\n1. [torch 1.81](https://github.com/pytorch/pytorch)\n"),  # PyCIL: 1.8.1
     ],
 )
 def test_the_floor_is_read_where_projects_write_it(tmp_path, name, text):
@@ -1161,3 +1162,69 @@ def test_code_a_run_copied_beside_its_logs_gets_advice(tmp_path):
 
     assert fixable("models")  # imported by name: what runs cannot be told, the fix stays
     assert not fixable("log/classification/run1")
+
+
+def test_an_optimizer_handed_to_accelerate_with_its_parameters_is_built_on_the_cpu(tmp_path):
+    # Time-LLM (torch==2.2.2): Adam over a list gathered from model.parameters(), then
+    # accelerator.prepare(..., model, model_optim, ...) places the model.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.2.2\naccelerate==0.28.0\n")
+    source = textwrap.dedent("""
+        import torch
+        from torch import optim
+        from accelerate import Accelerator
+
+        def main():
+            accelerator = Accelerator()
+            model = TimeLLM(args).float()
+            trained_parameters = []
+            for p in model.parameters():
+                if p.requires_grad is True:
+                    trained_parameters.append(p)
+            model_optim = optim.Adam(trained_parameters, lr=args.learning_rate)
+            train_loader, model, model_optim = accelerator.prepare(train_loader, model, model_optim)
+            for batch_x, batch_y in train_loader:
+                loss = criterion(model(batch_x), batch_y)
+                accelerator.backward(loss)
+                model_optim.step()
+
+        if __name__ == "__main__":
+            main()
+    """)
+    script = tmp_path / "run_main.py"
+    script.write_text(source)
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
+
+
+def test_a_loader_in_a_self_test_function_of_a_data_module_is_not_pinned(tmp_path):
+    # dlrm's data_loader_terabyte.py: _test_bin() builds loaders with pin_memory=False, and only
+    # the module's own __main__ block calls it; dlrm_s_pytorch.py imports the module to train.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "data_loader_terabyte.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+
+        class CriteoBinDataset(torch.utils.data.Dataset):
+            def __getitem__(self, idx):
+                return torch.load(self.files[idx])
+
+        def _test_bin():
+            loader = torch.utils.data.DataLoader(CriteoBinDataset(), batch_size=None, pin_memory=False)
+            for batch in loader:
+                print(batch)
+
+        if __name__ == "__main__":
+            _test_bin()
+    """))
+    (tmp_path / "dlrm_s_pytorch.py").write_text(textwrap.dedent("""
+        import torch
+        from data_loader_terabyte import CriteoBinDataset
+        model = DLRM().cuda()
+        loader = torch.utils.data.DataLoader(CriteoBinDataset(), batch_size=None, num_workers=4, pin_memory=True)
+        for batch in loader:
+            model(batch.cuda(non_blocking=True)).sum().backward()
+    """))
+    forget_projects()
+    assert "ADV101" not in [d.code for d in lint(module.read_text(), gpu="A100", path=str(module))]

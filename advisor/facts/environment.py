@@ -80,6 +80,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
         versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
+        if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
+            versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None

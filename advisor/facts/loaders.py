@@ -596,12 +596,17 @@ class LoaderFacts:
             return True
         cls = ctx.enclosing(function, cst.ClassDef)
         name = cls.name.value if isinstance(cls, cst.ClassDef) else function.name.value
-        if ctx.loops.callers(function) or any(
-            isinstance(n, cst.Name) and n.value == name and ctx.is_read(n) and not ctx.is_descendant(n, function)
-            for n in ctx.nodes(cst.Name)
-        ):
+        uses = [
+            n for n in ctx.nodes(cst.Name)
+            if n.value == name and ctx.is_read(n) and not ctx.is_descendant(n, function)
+        ]
+        if ctx.project.used_by_importers(name):
             return True
-        return ctx.project.used_by_importers(name)
+        # dlrm's ``_test_bin``, called only from the data module's own ``__main__`` block: a
+        # self-test, which the importer's GPU does not reach.
+        in_main = lambda node: any(ctx.is_descendant(node, guard) for guard in ctx.main_guards)  # noqa: E731
+        callers = ctx.loops.callers(function)
+        return any(not in_main(c) for c in callers) or any(not in_main(n) for n in uses)
 
     def pin_unset(self, call: cst.Call) -> bool:
         """``pin_memory`` certainly not passed: the loader does not pin, and nobody chose that."""

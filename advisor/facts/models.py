@@ -491,7 +491,31 @@ def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
     if not isinstance(params, cst.BaseExpression) or params is MISSING:
         return False
     owners = _parameter_owners(ctx, params)
-    return bool(owners) and not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
+    if not owners:
+        # Time-LLM: AdamW over a list the loop gathered from ``model.parameters()``, handed
+        # with the model to ``accelerator.prepare`` below, which places them.
+        return _prepared_after(ctx, optimizer)
+    return not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
+
+
+def _prepared_after(ctx: FileContext, optimizer: cst.Call) -> bool:
+    """The optimizer is handed to ``accelerator.prepare`` / ``deepspeed.initialize`` later in its
+    function: what it optimizes is placed there, after its construction."""
+    binding = ctx.parent.get(optimizer)
+    names = {dotted_name(t.target) for t in binding.targets} if isinstance(binding, cst.Assign) else set()
+    names.discard(None)
+    if not names:
+        return False
+    scope = ctx.enclosing(optimizer, cst.FunctionDef) or ctx.module
+    position = ctx.order[optimizer]
+    for call in ctx.walk(scope, cst.Call):
+        if ctx.order[call] <= position:
+            continue
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        if method == "prepare" or (ctx.qualname(call.func) or "") == "deepspeed.initialize":
+            if any(dotted_name(arg.value) in names for arg in call.args):
+                return True
+    return False
 
 
 # ``gradient_clip_val`` set to a value that is not visibly zero: ``=1.0``, ``: 400`` in a
