@@ -152,19 +152,18 @@ class Cache:
             project = project_for(path, self._target, parse)
             if sorted(project.importers.get(os.path.abspath(path), [])) != result.importers:
                 return False
-        if result.reached is not None:
+        if result.reached is not None or result.called:
             from advisor.project import project_for
             from advisor.engine import parse, reach_word
 
-            # A new script that imports the module makes its fixes fixes again.
-            if reach_word(project_for(path, self._target, parse).reached(path)) != result.reached:
-                return False
-        if result.called:
-            from advisor.project import project_for
-            from advisor.engine import parse
-
             project = project_for(path, self._target, parse)
-            if any(project.called(name) != used for name, used in result.called.items()):
+            if result.project_stamp is not None and result.project_stamp == project.stamp:
+                return True  # no project file changed: what runs is what it was
+            # A new script that imports the module makes its fixes fixes again.
+            if result.reached is not None and reach_word(project.reached(path)) != result.reached:
+                return False
+            own = os.path.abspath(path)
+            if any(project.called(name, own) != used for name, used in (result.called or {}).items()):
                 return False
         return True
 
@@ -186,6 +185,7 @@ class Cache:
             "importers": result.importers,
             "reached": result.reached,
             "called": result.called,
+            "project_stamp": result.project_stamp,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
             "errors": [[getattr(e, name) for name in _ERROR_FIELDS] for e in result.errors],
@@ -249,6 +249,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
     called = entry.get("called")
     if called is not None and not (isinstance(called, dict) and all(isinstance(v, bool) for v in called.values())):
         return None
+    project_stamp = entry.get("project_stamp")
+    if project_stamp is not None and not isinstance(project_stamp, str):
+        return None
     try:
         result = FileResult(
             path,
@@ -258,6 +261,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
             importers=importers,
             reached=reached,
             called=called,
+            project_stamp=project_stamp,
         )
     except (TypeError, ValueError):
         return None

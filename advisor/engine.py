@@ -122,6 +122,7 @@ class FileResult:
     # and whether the project uses each of its top-level functions and classes a fix asked about.
     reached: str | None = None
     called: dict[str, bool] | None = None
+    project_stamp: str | None = None  # the project's files when those were asked (Project.stamp)
 
 
 # -- files ------------------------------------------------------------------------------
@@ -628,6 +629,8 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         result.dependencies, result.importers, result.reached = dependencies_of(ctx)
         if ctx.project is not None and ctx.project.asked_called:
             result.called = dict(ctx.project.asked_called)
+        if result.reached is not None or result.called:
+            result.project_stamp = ctx.project.project.stamp  # type: ignore[union-attr]
     except Exception as error:
         if not from_recursion(error):
             raise

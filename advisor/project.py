@@ -21,6 +21,7 @@ so that the result cache can tell when a dependency changed.
 """
 from __future__ import annotations
 
+import collections
 import os
 import re
 import stat as stat_module
@@ -198,6 +199,26 @@ class _Import:
     names: tuple[str, ...]  # names of ``from ... import a, b``; () for ``import x``
 
 
+def _parse_imports(data: bytes) -> list[_Import]:
+    """The imports in a module's text (``import a.b``, ``from .c import d, e``)."""
+    found = []
+    for match in _IMPORT_LINE.finditer(data):
+        try:
+            if match.group("from") is not None:
+                spec = match.group("from").decode()
+                level = len(spec) - len(spec.lstrip("."))
+                names = tuple(_NAME.findall(match.group("names").decode().split(" as ")[0]))
+                found.append(_Import(spec.lstrip("."), level, names))
+            else:
+                for item in match.group("modules").decode().split(","):
+                    module = item.split(" as ")[0].strip()
+                    if module:
+                        found.append(_Import(module, 0, ()))
+        except UnicodeDecodeError:
+            continue
+    return found
+
+
 def _notebook_imports(data: bytes) -> list[_Import]:
     """The imports in a notebook's cells, read from its JSON text."""
     found = []
@@ -231,6 +252,7 @@ class Project:
         self._imported: dict[str, list[str]] = {}
         self._kept_bytes = 0
         self._trait_cache: dict[str, tuple[bool, bool]] = {}
+        self._import_lists: dict[str, list[_Import]] = {}
         self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
         self.importer_depth = 0
 
@@ -265,7 +287,7 @@ class Project:
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern``."""
-        return [path for path in self.texts_matching(pattern) if not path.endswith(".py")]
+        return [path for path in self._walk[2] if pattern.search(_read_regular(path))]
 
     def importers_around(self, path: str, depth: int = 3) -> list[str]:
         """The files that import ``path``, those that import them, and so on ``depth`` levels up
@@ -352,25 +374,13 @@ class Project:
         return None
 
     def _imports_of(self, path: str) -> list[_Import]:
-        data = self._texts.get(path) or _read_regular(path)
-        if path.endswith(".ipynb"):
-            return _notebook_imports(data)
-        found = []
-        for match in _IMPORT_LINE.finditer(data):
-            try:
-                if match.group("from") is not None:
-                    spec = match.group("from").decode()
-                    level = len(spec) - len(spec.lstrip("."))
-                    names = tuple(_NAME.findall(match.group("names").decode().split(" as ")[0]))
-                    found.append(_Import(spec.lstrip("."), level, names))
-                else:
-                    for item in match.group("modules").decode().split(","):
-                        module = item.split(" as ")[0].strip()
-                        if module:
-                            found.append(_Import(module, 0, ()))
-            except UnicodeDecodeError:
-                continue
+        """The imports in a project file's text (kept per process: they are small)."""
+        found = self._import_lists.get(path)
+        if found is None:
+            data = self._texts.get(path) or _read_regular(path)
+            found = self._import_lists[path] = _notebook_imports(data) if path.endswith(".ipynb") else _parse_imports(data)
         return found
+
 
     def imports(self, path: str) -> list[str]:
         """The project files ``path`` imports (read from its text, not run)."""
@@ -416,15 +426,18 @@ class Project:
     def _instantiated(self) -> list[tuple[str, str]]:
         """(module, file) pairs where the file builds a class of the module from its dotted name:
         ``instantiate_from_config(config.model)`` with ``target: taming.models.vqgan.VQModel``
-        in a YAML config, Hydra's ``_target_``, EDM's ``construct_class_by_name`` with
-        ``class_name='training.networks.EDMPrecond'``. The module runs where that file runs."""
+        in a YAML config, Hydra's ``_target_``; in a project whose configs name classes, also
+        a dotted string of the file (``class_name='training.networks.EDMPrecond'``). The module
+        runs where that file runs."""
+        named: set[str] = set()
+        for config in self._walk[2]:
+            named.update(m.group(1).decode() for m in _CONFIG_TARGET.finditer(_read_regular(config)))
+        if not named:
+            return []  # no config names a class: nothing to scan the Python files for
         instantiators = [path for path in self.texts_matching(_INSTANTIATES) if path.endswith(".py")]
         if not instantiators:
             return []
         anchor = os.path.join(self.root, "__config__.py")
-        named: set[str] = set()
-        for config in self._walk[2]:
-            named.update(m.group(1).decode() for m in _CONFIG_TARGET.finditer(_read_regular(config)))
         pairs: list[tuple[str, str]] = []
         for path in instantiators:
             spelled = set(named)
@@ -484,29 +497,48 @@ class Project:
             todo.extend(self._packages_around(path))
         return frozenset(reached), by_name
 
-    def called(self, name: str) -> bool:
+    def called(self, name: str, first: str | None = None) -> bool:
         """Whether the project's code names ``name`` more than once (its ``def`` and a use), in
         any Python file or notebook: a module-level function or class named only where it is
-        defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``)."""
-        return self._identifiers.get(name, 0) > 1
+        defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``).
+        ``first``, the defining module, is where a use is likeliest: it is read alone first."""
+        key = name.encode()
+        if first is not None and first in self._file_set:
+            data = self._texts.get(first) or _read_regular(first)
+            if len(re.findall(rb"\b" + re.escape(key) + rb"\b", data)) > 1:
+                return True
+        return self._identifiers.get(key, 0) > 1
 
     @cached_property
-    def _identifiers(self) -> dict[str, int]:
-        import collections
-
-        counts: collections.Counter[str] = collections.Counter()
+    def _identifiers(self) -> "collections.Counter[bytes]":
+        counts: collections.Counter[bytes] = collections.Counter()
         for path in (*self.files, *self._walk[1]):
-            data = self._texts.get(path) or _read_regular(path)
-            counts.update(word.decode("ascii", "replace") for word in _IDENTIFIER.findall(data))
+            counts.update(_IDENTIFIER.findall(self._texts.get(path) or _read_regular(path)))
         return counts
+
+    @cached_property
+    def stamp(self) -> str:
+        """What the project's files are now (names, sizes, modification times), from ``stat``
+        alone: an unchanged stamp means the answers about what runs are unchanged too."""
+        import hashlib
+
+        digest = hashlib.blake2b(digest_size=16)
+        names = [*self.files, *self._walk[1], *self._walk[2]]
+        names += [os.path.join(self.root, n) for n in ("pyproject.toml", "setup.py", "setup.cfg", "cog.yaml")]
+        for path in names:
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            digest.update(f"{path}\0{info.st_mtime_ns}\0{info.st_size}\n".encode("utf-8", "surrogateescape"))
+        return digest.hexdigest()
 
     def _traits(self, path: str) -> tuple[bool, bool]:
         """(the module runs something when run, it imports modules by name), from its text."""
         found = self._trait_cache.get(path)
         if found is None:
             data = self._texts.get(path) or _read_regular(path)
-            name = os.path.basename(path)
-            runs = name in _ENTRY_FILES or _ENTRY_TEXT.search(data) is not None
+            runs = os.path.basename(path) in _ENTRY_FILES or _ENTRY_TEXT.search(data) is not None
             found = self._trait_cache[path] = (runs, _DYNAMIC_IMPORT.search(data) is not None)
         return found
 
@@ -1015,7 +1047,7 @@ class ProjectView:
     def called(self, name: str) -> bool:
         """Whether the project names this module's function or class ``name`` beyond its
         definition (:meth:`Project.called`); asked only of a file of the project."""
-        found = self.project.called(name)
+        found = self.project.called(name, self.path)
         self.asked_called[name] = found
         return found
 
