@@ -44,6 +44,7 @@ class StepFacts:
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
+        self._periodic_exits: dict[int, int | None] = {}
 
     def step_of(self, node: cst.CSTNode, together: "tuple[cst.CSTNode, ...] | list[cst.CSTNode]" = ()) -> cst.CSTNode | None:
         """The training loop (or per-step hook) ``node`` runs in every step, outside any
@@ -113,9 +114,15 @@ class StepFacts:
         """An earlier statement of the block leaves unless the step is the N-th: ``if (step - 1)
         % self.demo_every != 0: return`` at the top of stable-audio-tools' demo callback, whose
         ``finally: torch.cuda.empty_cache()`` then runs every N steps, not every step."""
-        for earlier in block.body:
-            if earlier is statement:
-                return False
+        exit_at = self._periodic_exits.get(id(block), -1)
+        if exit_at == -1:
+            exit_at = self._periodic_exits[id(block)] = self._periodic_exit_index(block)
+        if exit_at is None:
+            return False
+        return any(s is statement for s in block.body[exit_at + 1 :])
+
+    def _periodic_exit_index(self, block: cst.IndentedBlock) -> int | None:
+        for index, earlier in enumerate(block.body):
             if not isinstance(earlier, cst.If) or earlier.orelse is not None:
                 continue
             body = earlier.body.body if isinstance(earlier.body, cst.IndentedBlock) else ()
@@ -126,8 +133,8 @@ class StepFacts:
             if exits and any(
                 isinstance(operation.operator, cst.Modulo) for operation in self.ctx.walk(earlier.test, cst.BinaryOperation)
             ):
-                return True
-        return False
+                return index
+        return None
 
     @cached_property
     def _step_branches(self) -> set[tuple[int, int]]:
