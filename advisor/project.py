@@ -410,14 +410,8 @@ class Project:
         """For each project file, the project files that import it."""
         graph: dict[str, list[str]] = {}
         for path in self.files:
-            for imported in self._imports_of(path):
-                targets = [self.module_path(imported.module, imported.level, path)]
-                for name in imported.names:  # ``from pkg import module``
-                    dotted = f"{imported.module}.{name}" if imported.module else name
-                    targets.append(self.module_path(dotted, imported.level, path))
-                for target in targets:
-                    if target is not None and target != path and path not in graph.setdefault(target, []):
-                        graph[target].append(path)
+            for target in self.imports(path):  # kept: the same files' imports are asked again
+                graph.setdefault(target, []).append(path)
         for target, path in self._instantiated():
             if target != path and path not in graph.setdefault(target, []):
                 graph[target].append(path)

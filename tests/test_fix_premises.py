@@ -28,6 +28,14 @@ def codes(source: str, gpu: str = "A100") -> list[str]:
     return sorted(d.code for d in lint(source, gpu=gpu))
 
 
+def fresh_script(path: Path, source: str) -> Path:
+    """``source`` written to ``path``, with the projects this process knows forgotten, so the
+    check reads the project as the test has just laid it out."""
+    path.write_text(source)
+    forget_projects()
+    return path
+
+
 def only(source: str, code: str, script: Path):
     """The one finding of ``code`` in ``source``, checked as the file ``script`` of its project."""
     (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == code]
@@ -857,9 +865,7 @@ def test_the_floor_is_read_where_projects_write_it(tmp_path, name, text):
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_text(text)
     source = "import torch\nmodel = Net()\noptimizer = torch.optim.AdamW(model.parameters())\nmodel.cuda()\n"
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "train.py", source)
     finding = only(source, "ADV601", script)
     assert finding.fix_applicability is None and "the fix needs torch >= 2.4" in finding.message
 
@@ -883,9 +889,7 @@ def test_an_optimizer_built_in_a_lightning_modules_init_is_built_on_the_cpu(tmp_
 
         Trainer(accelerator="gpu").fit(LatteTrainingModule(args))
     """)
-    script = tmp_path / "train_pl.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "train_pl.py", source)
     finding = only(source, "ADV601", script)
     assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
 
@@ -919,9 +923,7 @@ def test_fabric_compile_before_setup_needs_the_lightning_that_recompiles_it(tmp_
         if __name__ == "__main__":
             main(L.Fabric(accelerator="cuda", devices=8, strategy="fsdp"))
     """)
-    script = tmp_path / "pretrain.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "pretrain.py", source)
     finding = only(source, "ADV602", script)
     assert finding.fix_applicability is None and "lightning >= 2.2" in finding.message
     (tmp_path / "Dockerfile").write_text("RUN pip install torch>=2.1.0dev lightning==2.4.0\n")
@@ -965,9 +967,7 @@ def test_workers_are_advice_for_a_dataset_that_shards_its_files_by_worker(tmp_pa
         if __name__ == "__main__":
             main(L.Fabric(accelerator="cuda", devices=8, strategy="fsdp"))
     """)
-    script = tmp_path / "pretrain.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "pretrain.py", source)
     finding = only(source, "ADV102", script)
     assert finding.fix_applicability is None and "get_worker_info()" in finding.message
 
@@ -1027,9 +1027,7 @@ def test_detr_nested_tensor_batches_are_not_pinned(tmp_path):
         if __name__ == "__main__":
             main()
     """)
-    script = tmp_path / "main.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "main.py", source)
     assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(script))]
 
 
@@ -1092,9 +1090,7 @@ def test_a_tool_setting_that_names_torch_does_not_hide_the_requirement(tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.isort]\nknown-third-party = ["torch", "wandb"]\n')
     (tmp_path / "requirements.txt").write_text("torch>=1.11.0\ntorchdyn>=1.0.6\n")
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "train.py", source)
     finding = only(source, "ADV601", script)
     assert finding.fix_applicability is None and "torch>=1.11.0" in finding.message
 
@@ -1113,9 +1109,7 @@ def test_a_gradient_check_script_is_test_code(tmp_path):
         if __name__ == "__main__":
             check_gradient_dconv()
     """)
-    script = tmp_path / "test.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "test.py", source)
     finding = only(source, "ADV704", script)
     assert finding.fix_applicability is None and "checks gradients" in finding.message
 
@@ -1191,9 +1185,7 @@ def test_an_optimizer_handed_to_accelerate_with_its_parameters_is_built_on_the_c
         if __name__ == "__main__":
             main()
     """)
-    script = tmp_path / "run_main.py"
-    script.write_text(source)
-    forget_projects()
+    script = fresh_script(tmp_path / "run_main.py", source)
     finding = only(source, "ADV601", script)
     assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
 
