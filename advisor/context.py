@@ -171,16 +171,21 @@ def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
-def _comments(module: cst.Module) -> list[cst.Comment]:
-    """Every comment, in source order. Comments live in whitespace, which the index skips."""
+def _comments(module: cst.Module, parent: dict[cst.CSTNode, cst.CSTNode]) -> list[cst.Comment]:
+    """Every comment, in source order. Comments live in whitespace, which the index skips: each
+    is given the nearest indexed node above it as its parent (so that positioning a ``# noqa``
+    regenerates its statement, not the whole file)."""
     found: list[cst.Comment] = []
-    stack: list[cst.CSTNode] = [module]
+    stack: list[tuple[cst.CSTNode, cst.CSTNode]] = [(module, module)]
     while stack:
-        node = stack.pop()
+        node, owner = stack.pop()
         if node.__class__ is cst.Comment:
             found.append(node)  # type: ignore[arg-type]
+            parent[node] = owner
         else:
-            stack.extend(reversed(_children(node)))
+            if node in parent:
+                owner = node
+            stack.extend((child, owner) for child in reversed(_children(node)))
     return found
 
 
@@ -336,7 +341,7 @@ class FileContext:
 
     @cached_property
     def _comments(self) -> list[cst.Comment]:
-        return _comments(self.module)
+        return _comments(self.module, self.parent)
 
     def comments_matching(self, pattern: re.Pattern[str]) -> list[cst.Comment]:
         """The comments ``pattern`` finds something in. Collecting comments walks the whole

@@ -79,7 +79,11 @@ class Positions:
         found = self.ranges.get(node)
         if found is None:
             statement = self._enclosing_anchor(node)
-            if statement is None or not self._record_statement(statement):
+            if statement is not None:
+                recorded = self._record_statement(statement)
+            else:  # a comment above the first statement or below the last (a licence header)
+                recorded = self._record_header_and_footer()
+            if not recorded or node not in self.ranges:
                 self._record_whole_file()
             found = self.ranges[node]
         return found
@@ -101,6 +105,25 @@ class Positions:
         self.module._codegen(state)
         self.ranges.update(state.ranges)
         self._whole_file_done = True
+
+    def _record_header_and_footer(self) -> bool:
+        """Regenerate the module's leading and trailing lines, which open and close the file;
+        False if their code does not match the source there."""
+        state = self._new_state()
+        for line in self.module.header:
+            line._codegen(state)
+        if not self.source.startswith("".join(state.tokens)):
+            return False
+        footer = self._new_state()
+        for line in self.module.footer:
+            line._codegen(footer)
+        code = "".join(footer.tokens)
+        if not self.source.endswith(code):
+            return False
+        shift = len(self.source) - len(code)
+        self.ranges.update(state.ranges)
+        self.ranges.update({node: (start + shift, end + shift) for node, (start, end) in footer.ranges.items()})
+        return True
 
     def _record_statement(self, statement: cst.CSTNode) -> bool:
         """Regenerate one statement where the source says it is; False if the code does not

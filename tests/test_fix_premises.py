@@ -1220,3 +1220,19 @@ def test_a_loader_in_a_self_test_function_of_a_data_module_is_not_pinned(tmp_pat
     """))
     forget_projects()
     assert "ADV101" not in [d.code for d in lint(module.read_text(), gpu="A100", path=str(module))]
+
+
+def test_a_project_outside_any_repository_ends_at_its_root(tmp_path):
+    # bench/analyzer's corpora sit in a temporary folder: the notes of /tmp (a stray
+    # readme_old.txt saying torch 1.8) are not the project's.
+    (tmp_path / "readme_old.txt").write_text("pip install torch==1.8.0\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    script = project / "train.py"
+    script.write_text(source)
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+    (tmp_path / ".git").mkdir()  # inside a repository, its top's notes are the project's
+    (tmp_path / "readme_old.txt").rename(tmp_path / "README.md")
+    assert "allow torch" in only(source, "ADV601", script).message

@@ -148,6 +148,10 @@ class A:
     "global, nonlocal, del, assert, raise": "import torch\ndef f():\n    global g\n    del g\n    assert x, 'm'\n    raise E from None\n",
     "a decorator continued with a backslash": "import torch\n@\\\ndecorator\ndef f():\n    pass\n",
     "statements ast cannot parse on every Python": "import torch\ntype Alias = list[int]\nx = 1\n",
+    "comments above the first statement and below the last": "#!/usr/bin/env python\n# Copyright\n\nimport torch\nx = 1\n\n# the end\n",
+    "a last comment without a newline": "# header\nimport torch\nx = 1\n# the end",
+    "only comments": "# torch\n\n# nothing else\n",
+    "comments inside statements": "import torch  # noqa: ADV101\ndef f(\n    x,  # the input\n):\n    # inside\n    return x  # out\n    # after\n",
 }
 
 
@@ -162,6 +166,7 @@ def provider_positions(source: str) -> dict[cst.CSTNode, tuple[int, int, int, in
 def assert_positions_match(source: str, seed: int = 0) -> Positions:
     module, expected = provider_positions(source)
     ctx = FileContext("positions.py", source, module, target_for("A100"))  # the provider's tree
+    ctx.nodes(cst.Comment)  # comments join the index with their statement as parent (``# noqa``)
     nodes = [node for node in ctx.parent if not isinstance(node, cst.Module)]
     random.Random(seed).shuffle(nodes)  # whichever statement is asked for first
     positions = Positions(source, module, ctx.parent)
@@ -210,3 +215,14 @@ def test_the_module_node_is_positioned_too():
     source = "import torch\nx = 1\n"
     ctx = parse("m.py", source.encode(), target_for("A100"))
     assert ctx.position(ctx.module) == (1, 1, 3, 1)
+
+
+def test_a_licence_header_is_positioned_without_regenerating_the_file():
+    source = TRICKY["comments above the first statement and below the last"]
+    module, expected = provider_positions(source)
+    ctx = FileContext("positions.py", source, module, target_for("A100"))
+    positions = Positions(source, module, ctx.parent)
+    for line in (*module.header, *module.footer):
+        if line.comment is not None:
+            assert positions.of(line.comment) == expected[line.comment]
+    assert not positions._whole_file_done

@@ -136,6 +136,8 @@ def read_project_file(ctx: "FileContext", path: str) -> str | None:
 # a file's mtime and size): a folder of a thousand scripts is listed once, not per fix.
 _TEXTS: dict[tuple[str, int, int], str | None] = {}
 _LISTINGS: dict[tuple[str, int], list[str]] = {}
+_NESTED: dict[tuple[str, int], list[str]] = {}
+_REPOSITORY_TOPS: dict[tuple[str, int], bool] = {}
 
 
 def _names(folder: str) -> list[str]:
@@ -168,7 +170,51 @@ def _poetry(spec: str) -> str:
 
 
 def _repository_top(folder: str) -> bool:
-    return any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg"))
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return False
+    key = (folder, stamp)  # adding ``.git`` changes the folder's mtime
+    found = _REPOSITORY_TOPS.get(key)
+    if found is None:
+        found = any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg"))
+        if len(_REPOSITORY_TOPS) > 256:
+            _REPOSITORY_TOPS.clear()
+        _REPOSITORY_TOPS[key] = found
+    return found
+
+
+def _in_repository(folder: str) -> bool:
+    """Some folder at or above ``folder`` is a repository's top."""
+    while True:
+        if _repository_top(folder):
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
+
+
+def _folder_candidates(folder: str) -> list[str]:
+    """The files of one folder that may declare requirements, with its ``readme/``, ``docs/``
+    and ``requirements/`` folders' (CenterNet's ``readme/INSTALL.md``, mmdet's
+    ``docs/get_started.md``, CORL's ``requirements/requirements.txt``)."""
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return []
+    key = (folder, stamp)
+    nested = _NESTED.get(key)
+    if nested is None:  # which of them exist changes the folder's mtime
+        nested = _NESTED[key] = [n for n in ("readme", "docs", "doc", "requirements") if os.path.isdir(os.path.join(folder, n))]
+        if len(_NESTED) > 256:
+            _NESTED.clear()
+    found = [os.path.join(folder, n) for n in _names(folder)]
+    for name in nested:
+        inner = os.path.join(folder, name)
+        wanted = _DOCUMENT.match if name != "requirements" else lambda n: _REQUIREMENTS.match(n) or n.endswith((".txt", ".in"))
+        found += [os.path.join(inner, n) for n in _names(inner) if wanted(n)]
+    return found
 
 
 def _candidates(ctx: "FileContext") -> list[str]:
@@ -185,21 +231,21 @@ def _candidates(ctx: "FileContext") -> list[str]:
     inside = root is not None and (folder == root or folder.startswith(root.rstrip(os.sep) + os.sep))
     found: list[str] = []
     for _ in range(64 if inside else 6):
-        found += [os.path.join(folder, n) for n in _names(folder)]
-        for notes in ("readme", "docs", "doc"):  # CenterNet's readme/INSTALL.md, mmdet's docs/get_started.md
-            nested_notes = os.path.join(folder, notes)
-            if os.path.isdir(nested_notes):
-                found += [os.path.join(nested_notes, n) for n in _names(nested_notes) if _DOCUMENT.match(n)]
-        nested = os.path.join(folder, "requirements")  # CORL: requirements/requirements.txt
-        if os.path.isdir(nested):
-            found += [os.path.join(nested, n) for n in _names(nested) if _REQUIREMENTS.match(n) or n.endswith((".txt", ".in"))]
-        if root is not None and os.path.abspath(folder) == root and _repository_top(folder):
-            break  # a project root that is not the repository's top (ogb's nested ``python/setup.py``) reads on up
+        found += _folder_candidates(folder)
+        if root is not None and folder == root:
+            # A project root that is not the repository's top (ogb's nested ``python/setup.py``)
+            # reads on up to that top; one outside any repository ends the project.
+            if _repository_top(folder) or (_declares_project(folder) and not _in_repository(folder)):
+                break
         parent = os.path.dirname(folder)
-        if parent == folder or any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg")):
+        if parent == folder or _repository_top(folder):
             break
         folder = parent
     return found
+
+
+def _declares_project(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, name)) for name in ("pyproject.toml", "setup.py", "setup.cfg"))
 
 
 def _version(text: str) -> tuple[int, ...]:
