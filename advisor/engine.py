@@ -488,6 +488,14 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         return
     if not view.member:
         return
+    if any(ctx.is_descendant(finding.node, guard) for guard in ctx.main_guards) and view.project.importers.get(view.path):
+        # Show-o's wan21_vae.py: the model module the project imports ends with a smoke test.
+        view.asked_importers = True
+        finding.message = _before_guide(
+            finding.message, "the code is the `__main__` self-test of a module the project imports, so the fix is left as advice"
+        )
+        finding.fix = None
+        return
     outermost = None
     for ancestor in ctx.ancestors(finding.node):
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
@@ -501,6 +509,21 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         finding.message, f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice"
     )
     finding.fix = None
+
+
+def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> None:
+    """A fix in the branch the authors keep for older library versions becomes advice: the
+    newer branch is where the current code lives, and the older one may not take the fix
+    (``use_reentrant=False`` in diffusers' ``else:`` after ``is_torch_version(">=", "1.11.0")``)."""
+    from advisor.facts.branches import in_older_version_branch
+
+    guard = in_older_version_branch(ctx, finding.node)
+    if guard is not None:
+        test = " ".join(ctx.code(guard.test).split())
+        finding.message = _before_guide(
+            finding.message, f"the code is in the branch `if {test[:60]}` keeps for other library versions, so the fix is left as advice"
+        )
+        finding.fix = None
 
 
 def _before_guide(message: str, note: str) -> str:
@@ -554,6 +577,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 _withhold_if_too_new(ctx, finding)
             if finding.fix is not None and ctx.project is not None:
                 _withhold_in_code_nothing_runs(ctx, finding)
+            if finding.fix is not None:
+                _withhold_in_older_version_branch(ctx, finding)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

@@ -1016,13 +1016,38 @@ class ProjectView:
 
     def neighbourhood_matches(self, pattern: "re.Pattern[bytes]") -> bool:
         """Whether the text of a file that runs with this one (:meth:`Project.neighbourhood`) has ``pattern``."""
+        return self.neighbour_matching(pattern) is not None
+
+    def neighbour_matching(self, pattern: "re.Pattern[bytes]") -> str | None:
+        """The first file that runs with this one (:meth:`Project.neighbourhood`) whose text has ``pattern``."""
         if not self.member:
-            return False
+            return None
         for path in self.project.neighbourhood(self.path)[1:]:
             self.consulted.add(path)
             if pattern.search(self.project.text(path)):
-                return True
+                return path
         self.asked_importers = True
+        return None
+
+    def runners_match(self, pattern: "re.Pattern[bytes]") -> bool:
+        """Whether a file that imports this one, directly or through others, has ``pattern`` in
+        its text: the scripts that run a package module (generative-models' ``sgm`` samplers,
+        seeded by ``scripts/sampling/*.py`` three imports away)."""
+        if not self.member:
+            return False
+        project = self.project
+        self.asked_importers = True
+        seen = {self.path}
+        todo = list(project.importers.get(self.path, []))
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            self.consulted.add(path)
+            if pattern.search(project.text(path)):
+                return True
+            todo.extend(project.importers.get(path, []))
         return False
 
     def methods_named(self, name: str) -> list[tuple["FileContext", cst.FunctionDef]]:

@@ -16,6 +16,7 @@ from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import autocasts, half_weights, scaler_calls
+from advisor.facts.models import loads_quantized
 from advisor.values import Value
 
 # TrainingArguments defaults, used when an argument is certainly not passed.
@@ -376,6 +377,14 @@ class AccumulationSplit(Rule):
         ),
         Invalid(
             """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments
+            model = AutoModelForCausalLM.from_pretrained("m", quantization_config=BitsAndBytesConfig(load_in_4bit=True))
+            args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=8)
+            """,
+            note="a 4-bit (QLoRA) model is written around its memory: advice, no edit",
+        ),
+        Invalid(
+            """
             import argparse
             from transformers import Seq2SeqTrainingArguments
             BATCH_SIZE = 2
@@ -604,7 +613,11 @@ class AccumulationSplit(Rule):
         )
         edits = self._rebalancing_edits(ctx, split, new_batch, new_accumulation)
         fix = None
-        if edits:
+        if edits and loads_quantized(ctx):
+            # philschmid's QLoRA notebook: an 8B model in 4 bits on a 24 GB GPU, where 1 x 8 is
+            # what fits; a larger batch is for `--verify` to try, not to write.
+            message = message.replace(" (guide: ", "; the model is loaded quantized, written around its memory, so the fix is left as advice (guide: ", 1)
+        elif edits:
             fix = self.fix(f"Rebalance to batch {new_batch} x {new_accumulation} accumulation steps", *edits)
         return self.report(split.report_at, message, fix)
 

@@ -68,8 +68,8 @@ class DataLoaderPinMemory(Rule):
         loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
     """
     fix_notes = """
-        An explicit `pin_memory=False` is the author's choice (host RAM may be tight): it is
-        reported, and its fix is **unsafe**. Where the script falls back to the CPU itself
+        An explicit `pin_memory=False` is the author's choice (host RAM may be tight, or it
+        was tried and turned off): it is reported as advice, never edited. Where the script falls back to the CPU itself
         (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, Accelerate, Lightning's
         `"auto"`), the fix writes `pin_memory=torch.cuda.is_available()`, so that CPU runs do
         not warn that no accelerator is found; `pin_memory=True` where the script always uses
@@ -366,14 +366,7 @@ class DataLoaderPinMemory(Rule):
             loader = DL(ds, pin_memory=False)
             model.to("cuda:0")
             """,
-            fixed="""
-            import torch
-            from torch.utils.data import DataLoader as DL
-            loader = DL(ds, pin_memory=True)
-            model.to("cuda:0")
-            """,
-            unsafe=True,
-            note="`pin_memory=False` written out is a choice: the fix that reverses it is unsafe",
+            note="`pin_memory=False` written out is a choice: reported, left as advice",
         ),
         Invalid(
             """
@@ -473,34 +466,17 @@ class DataLoaderPinMemory(Rule):
             value = ctx.values.resolve(pin)
             if value is None or value.value is not False or value.origin == "argparse default":
                 continue
-            # ``pin_memory=False`` written out is the author's choice (host RAM may be tight):
-            # overriding it is never a safe fix.
+            # ``pin_memory=False`` written out is the author's choice (host RAM may be tight, or
+            # Uformer's authors turned it off after trying it): reported, never edited.
             message = (
                 "DataLoader with `pin_memory=False` on a CUDA script: pinned batches transfer faster; "
-                "the fix overrides an explicit setting"
+                "the setting is explicit, so the fix is left as advice"
             )
-            description = f"Set `pin_memory={pinned}` (overrides an explicit `pin_memory=False`)"
             if ctx.keyword_arg(call, "pin_memory") is None:
-                # Set through a visible ``**kwargs`` dict: the fix edits the dict's own literal;
-                # a constant it names may serve other code, so that is advice only.
                 where = f"`pin_memory=False` from `**kwargs` (line {ctx.position(value.node)[0]})"
-                message = message.replace("`pin_memory=False`", where)
-                literal = value.origin == "literal" and isinstance(value.node, cst.Name)
-                replacement = cst.parse_expression(pinned)
-                fix = (
-                    self.fix(description, Edit(value.node, replacement), imports=imports, applicability=Applicability.UNSAFE)
-                    if literal
-                    else None
-                )
-                yield self.report(call, message + " (guide: Data preloading)", fix)
+                yield self.report(call, message.replace("`pin_memory=False`", where) + " (guide: Data preloading)")
                 continue
-            fix = self.fix(
-                description,
-                Edit(call, set_keyword(call, "pin_memory", pinned)),
-                imports=imports,
-                applicability=Applicability.UNSAFE,
-            )
-            yield self.report(self.at_keyword(call, "pin_memory"), message + " (guide: Data preloading)", fix)
+            yield self.report(self.at_keyword(call, "pin_memory"), message + " (guide: Data preloading)")
 
 
 class DataLoaderSyncLoading(Rule):

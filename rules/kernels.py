@@ -11,8 +11,6 @@ from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
     JIT,
-    PEFT_WRAPPERS,
-    QUANTIZED_LOAD,
     TORCH_COMPILE,
     ModelBuild,
     TrainedModel,
@@ -22,6 +20,7 @@ from advisor.facts.models import (
     framework_hand_over,
     built_before_gpu_move,
     deepspeed_offloads_optimizer,
+    loads_quantized,
     handed_to_deepspeed,
     handed_to_signature_reader,
     lightning_refuses_fused,
@@ -42,6 +41,9 @@ from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 # Trainer optimizers that run one small kernel per parameter tensor, and their fused twin.
 UNFUSED_TRAINER_OPTIMS = ("adamw_torch", "adamw_hf")
 FUSED_TRAINER_OPTIM = "adamw_torch_fused"
+# transformers 4.27 added the option, and refuses it below torch 2.0 (alpaca_farm declares
+# transformers>=4.26.0, torch>=1.13.1).
+FUSED_TRAINER_OPTIM_NEEDS = [("transformers", "4.27"), ("torch", "2.0")]
 UNFUSED_ENUM_MEMBERS = ("ADAMW_TORCH", "ADAMW_HF")
 FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
 GUIDE = "Optimizer choice"
@@ -403,7 +405,8 @@ class AdamNotFused(Rule):
                 f"`optim={shown}` picks the unfused AdamW; use "
                 f'`optim="{FUSED_TRAINER_OPTIM}"` (guide: {GUIDE})'
             )
-            yield self.report(self.at_keyword(call, "optim"), message, self.fix(f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit))
+            fix = self.fix(f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit, requires=FUSED_TRAINER_OPTIM_NEEDS)
+            yield self.report(self.at_keyword(call, "optim"), message, fix)
         yield from self._check_parsed_training_arguments(ctx)
 
     def _check_parsed_training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
@@ -424,7 +427,7 @@ class AdamNotFused(Rule):
                 f'default to `"{FUSED_TRAINER_OPTIM}"` (guide: {GUIDE})'
             )
             edit = Edit(optim.node, string_like(optim.node, FUSED_TRAINER_OPTIM))
-            yield self.report(optim.node, message, self.fix(f'Default to `optim="{FUSED_TRAINER_OPTIM}"`', edit))
+            yield self.report(optim.node, message, self.fix(f'Default to `optim="{FUSED_TRAINER_OPTIM}"`', edit, requires=FUSED_TRAINER_OPTIM_NEEDS))
 
     def _fused_optim_edit(self, ctx: FileContext, optim: cst.BaseExpression) -> Edit | None:
         """The edit turning the ``optim`` value into the fused optimizer, where it is written in this file."""
@@ -554,16 +557,6 @@ def _double_backward(ctx: FileContext) -> bool:
 
 def _uses_library(ctx: FileContext, *modules: str) -> bool:
     return any(target.split(".")[0] in modules for target in ctx.imports.aliases.values())
-
-
-def _quantized_loading(ctx: FileContext) -> bool:
-    if ctx.calls("transformers.BitsAndBytesConfig", *PEFT_WRAPPERS[1:3]):
-        return True
-    return any(
-        arg.keyword is not None and arg.keyword.value in QUANTIZED_LOAD
-        for call in ctx.method_calls("from_pretrained")
-        for arg in call.args
-    )
 
 
 # -- where ``model = torch.compile(model)`` can go ----------------------------------------------------
@@ -714,13 +707,47 @@ def _reaches_into_module(ctx: FileContext, name: str, after: int) -> bool:
     for key, nodes in ctx.attribute_assignments.items():
         if key.startswith(name + ".") and any(ctx.order[n] > after for n in nodes):
             return True
+    # Handed on after the compile to code that may read its state dict or parameter names
+    # (pycls's ``update_model_ema(model, ema)`` matches the keys of an unwrapped copy).
+    for call in ctx.nodes(cst.Call):
+        if ctx.order[call] <= after or (dotted_name(call.func) or "") in _HANDING_ON_HARMLESS:
+            continue
+        if any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args) and _may_read_keys(ctx, call):
+            return True
     return False
+
+
+# Calls that take a model and read nothing a compile wrapper hides.
+_HANDING_ON_HARMLESS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str"})
+# What in a function's text reads names a compile wrapper prefixes with ``_orig_mod.``.
+_READS_KEYS = re.compile(r"state_dict|torch\.save|_orig_mod|\.module\b|named_(?:parameters|buffers|modules|children)|getattr\(")
+
+
+def _may_read_keys(ctx: FileContext, call: cst.Call) -> bool:
+    """The function ``call`` runs may read the model's keys: its ``def`` (in this file or a
+    project module) shows it, or it cannot be read (a library's)."""
+    if framework_hand_over(ctx, call) is not None or (ctx.qualname(call.func) or "") in DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL:
+        return False  # Fabric, Accelerate and DDP wrap a compiled module knowingly
+    function: tuple[FileContext, cst.CSTNode] | None = None
+    if isinstance(call.func, cst.Name):
+        bindings = ctx.lookup(call.func.value, call.func)
+        if len(bindings) == 1 and isinstance(bindings[0].node, cst.FunctionDef):
+            function = (ctx, bindings[0].node)
+    if function is None and ctx.project is not None:
+        found = ctx.project.binding(call.func)
+        if found is not None and isinstance(found[1].node, cst.FunctionDef):
+            function = (found[0], found[1].node)
+    if function is None:
+        return True
+    owner, node = function
+    return _READS_KEYS.search(owner.code(node)) is not None
 
 
 # Where a model goes that decides compilation for it, or does not work with it: Accelerate's
 # launcher config sets ``dynamo_backend``, DeepSpeed's config has its own compile section,
-# TorchScript is another compiler, and ``nn.DataParallel`` replicas do not run compiled code.
-_COMPILE_DECIDED_ELSEWHERE = frozenset({"accelerate", "deepspeed", "jit", "compile", "data_parallel"})
+# TorchScript is another compiler, ``nn.DataParallel`` replicas do not run compiled code, and
+# FSDP wrappers compile only under conditions of their own (fairscale's not at all).
+_COMPILE_DECIDED_ELSEWHERE = frozenset({"accelerate", "deepspeed", "jit", "compile", "data_parallel", "fsdp"})
 
 
 class NoTorchCompile(Rule):
@@ -1343,7 +1370,7 @@ class NoTorchCompile(Rule):
         )
 
     def _training_arguments(self, ctx: FileContext) -> Iterator[Finding]:
-        if not ctx.facts.frameworks.hf_trainer_trains or _quantized_loading(ctx):
+        if not ctx.facts.frameworks.hf_trainer_trains or loads_quantized(ctx):
             return
         if any(key.rsplit(".", 1)[-1].startswith("torch_compile") for key in ctx.attribute_assignments):
             return

@@ -1404,6 +1404,8 @@ TORCH_CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 TORCH_CHECKPOINT_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
 PREPARE_KBIT = ("peft.prepare_model_for_kbit_training", "peft.utils.prepare_model_for_kbit_training", "peft.utils.other.prepare_model_for_kbit_training")
 # prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs=None)
+# ``torch.utils.checkpoint.checkpoint``'s own keywords; any other goes to the checkpointed function.
+CHECKPOINT_OWN_KEYWORDS = frozenset({"use_reentrant", "preserve_rng_state", "context_fn", "determinism_check", "debug"})
 PREPARE_KBIT_POSITION = {"use_gradient_checkpointing": 1, "gradient_checkpointing_kwargs": 2}
 NON_REENTRANT = '{"use_reentrant": False}'
 
@@ -1577,6 +1579,26 @@ class CheckpointingReentrant(Rule):
         ),
         Invalid(
             """
+            import torch.utils.checkpoint
+            def custom_forward(*inputs):
+                return block(*inputs)
+            hidden = torch.utils.checkpoint.checkpoint(custom_forward, hidden, timestep=timestep)
+            """,
+            note="keywords for the function: only the non-reentrant variant passes them on, so no fix",
+        ),
+        Invalid(
+            """
+            import torch.utils.checkpoint
+            from diffusers.utils import is_torch_version
+            if is_torch_version(">=", "1.11.0"):
+                hidden = torch.utils.checkpoint.checkpoint(block, hidden, use_reentrant=False)
+            else:
+                hidden = torch.utils.checkpoint.checkpoint(block, hidden)
+            """,
+            note="the branch for older torch: advice, no edit (Moore-AnimateAnyone, hallo)",
+        ),
+        Invalid(
+            """
             from torch.utils.checkpoint import checkpoint_sequential
             out = checkpoint_sequential(self.layers, 4, x)
             """,
@@ -1653,6 +1675,12 @@ class CheckpointingReentrant(Rule):
             fix = self.fix(
                 "Pass `use_reentrant=False`", Edit(call, set_keyword(call, "use_reentrant", "False")), requires=[("torch", "1.11")]
             )
+            forwarded = [arg.keyword.value for arg in call.args if arg.keyword is not None and arg.keyword.value not in CHECKPOINT_OWN_KEYWORDS]
+            if forwarded:
+                # The reentrant variant refuses keywords for the function; the other passes them on,
+                # and a ``custom_forward(*inputs)`` then raises (Moore-AnimateAnyone's transformer_3d).
+                message = message.replace(" (guide: ", f"; the call also passes `{forwarded[0]}=`, which only the non-reentrant variant hands to the function, so the fix is left as advice (guide: ", 1)
+                fix = None
             yield self.report(call, message, fix)
 
     def _transformers_kwargs(self, ctx: FileContext) -> Iterator[Finding]:

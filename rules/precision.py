@@ -14,6 +14,7 @@ are trained) reads which modules a training loop or an HF trainer trains.
 from __future__ import annotations
 
 import builtins
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -326,6 +327,20 @@ def _scaling_elsewhere(ctx: FileContext, autocast: cst.Call) -> str | None:
     if value is not None and value.value is True:
         return None
     return f"`enabled={ctx.code(enabled.value)}` and no GradScaler in this file"
+
+
+_FP16_SCALING_TEXT = re.compile(rb"GradScaler\s*\(")
+
+
+def _fp16_training_beside(ctx: FileContext) -> str | None:
+    """Another file of the program (importing this one, or imported by it or by its importers)
+    that scales float16 losses itself: the precision is one decision across them."""
+    if ctx.project is None:
+        return None
+    path = ctx.project.neighbour_matching(_FP16_SCALING_TEXT)
+    if path is None:
+        return None
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.path)))
 
 
 # -- ADV201 ----------------------------------------------------------------------------------------
@@ -1004,6 +1019,12 @@ class Fp16OnBf16Gpu(Rule):
                 # and its loss scaling live in another module; bf16 here alone would leave them
                 # configuring a scaler for a dtype that no longer runs.
                 message += f"; its loss scaling is set up outside this file ({elsewhere}): switch the regime where it is configured"
+                fix = None
+            sibling = _fp16_training_beside(ctx) if fix is not None else None
+            if sibling is not None:
+                # pycls: ``benchmark.py`` times the training step of ``trainer.py``; bf16 in one
+                # alone times (or trains) a regime the other does not run.
+                message += f"; `{sibling}`, which runs with this file, trains in float16 with a GradScaler too: switch them together"
                 fix = None
             flag = fp16_flag(ctx, site.call)
             if flag is not None and fix is not None:

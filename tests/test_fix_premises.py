@@ -1236,3 +1236,193 @@ def test_a_project_outside_any_repository_ends_at_its_root(tmp_path):
     (tmp_path / ".git").mkdir()  # inside a repository, its top's notes are the project's
     (tmp_path / "readme_old.txt").rename(tmp_path / "README.md")
     assert "allow torch" in only(source, "ADV601", script).message
+
+
+@pytest.mark.parametrize(
+    "guard,in_body,fixed",
+    [
+        ('is_torch_version(">=", "1.11.0")', True, True),
+        ('is_torch_version(">=", "1.11.0")', False, False),
+        ('is_torch_version("<", "1.11.0")', True, False),
+        ('not is_torch_version("<", "1.11.0")', True, True),
+        ('version.parse(torch.__version__) >= version.parse("1.11")', True, True),
+        ('version.parse(torch.__version__) >= version.parse("1.11")', False, False),
+        ('"1.11" <= torch.__version__', True, True),
+        ("TORCH_VERSION < (1, 11)", True, False),
+        ("TORCH_VERSION < (1, 11)", False, True),
+        ("torch_version_ok and use_checkpoint", True, False),  # a version in a test read no further: both branches
+        ("use_checkpoint", False, True),  # no version: not a guard
+    ],
+)
+def test_a_fix_in_the_branch_kept_for_older_versions_is_advice(tmp_path, guard, in_body, fixed):
+    # Moore-AnimateAnyone / hallo (diffusers' blocks): `use_reentrant=False` in the `else:` of
+    # `if is_torch_version(">=", "1.11.0")` lands where torch < 1.11 runs, which refuses it.
+    call = "hidden = torch.utils.checkpoint.checkpoint(block, hidden)"
+    other = "hidden = block(hidden)"
+    body, orelse = (call, other) if in_body else (other, call)
+    source = f"import torch\nimport torch.utils.checkpoint\nif {guard}:\n    {body}\nelse:\n    {orelse}\n"
+    finding = only(source, "ADV502", fresh_script(tmp_path / "blocks.py", source))
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+    if not fixed:
+        assert "keeps for other library versions" in finding.message
+
+
+def test_requirements_in_cog_yaml_an_environment_folder_and_a_readme_list(tmp_path):
+    # pixel2style2pixel: `environment/psp_env.yaml` pins torch 1.6.0, `cog.yaml` torch 1.8.0;
+    # BigGAN-PyTorch's README: "- [PyTorch](https://PyTorch.org/), version 1.0.1".
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    for name, text in [
+        ("cog.yaml", 'build:\n  gpu: true\n  python_packages:\n    - "torch==1.8.0"\n'),
+        ("environment/psp_env.yaml", "dependencies:\n  - pip:\n    - torch==1.6.0\n"),
+        ("README.md", "## Requirements\n- [PyTorch](https://PyTorch.org/), version 1.0.1\n"),
+    ]:
+        root = tmp_path / name.replace("/", "_")
+        (root / ".git").mkdir(parents=True)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+        finding = only(source, "ADV601", fresh_script(root / "train.py", source))
+        assert finding.fix_applicability is None and "allow torch" in finding.message, (name, finding.message)
+
+
+def test_a_notebooks_own_pip_install_line_declares_its_versions(tmp_path):
+    # philschmid's instruction-tune-llama-2-int4.ipynb: `!pip install "peft==0.4.0" ...`, whose
+    # prepare_model_for_kbit_training has no gradient_checkpointing_kwargs (peft 0.6 added it).
+    import json
+
+    (tmp_path / ".git").mkdir()
+    code = (
+        "import torch\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+        "from peft import prepare_model_for_kbit_training\n"
+        'model = AutoModelForCausalLM.from_pretrained("m", quantization_config=BitsAndBytesConfig(load_in_4bit=True), device_map="auto")\n'
+        "model = prepare_model_for_kbit_training(model)\n"
+    )
+
+    def notebook(install: str) -> str:
+        cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source} for source in (install, code)]
+        return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+    path = tmp_path / "qlora.ipynb"
+    for install, fixed in [('!pip install "transformers==4.34.0" "peft==0.4.0" --upgrade', False), ("%pip install -q peft==0.7.1", True)]:
+        text = notebook(install)
+        fresh_script(path, text)
+        (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV502"]
+        assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
+def test_the_trainers_fused_optimizer_needs_transformers_4_27_and_torch_2(tmp_path):
+    # alpaca_farm: `transformers>=4.26.0`, `torch>=1.13.1`; 4.26 has no adamw_torch_fused, and
+    # 4.27 to 4.29 refuse it below torch 2.0.
+    (tmp_path / ".git").mkdir()
+    source = 'from transformers import TrainingArguments\nargs = TrainingArguments("out", optim="adamw_torch", bf16=True)\n'
+    for requirements, fixed in [("transformers>=4.26.0\ntorch>=2.1\n", False), ("transformers>=4.30\ntorch>=1.13.1\n", False), ("transformers>=4.30\ntorch>=2.1\n", True)]:
+        (tmp_path / "requirements.txt").write_text(requirements)
+        finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+        assert (finding.fix_applicability is not None) == fixed, (requirements, finding.message)
+
+
+def test_a_random_draw_in_a_module_that_seeded_scripts_run_through_others_stays_advice(tmp_path):
+    # generative-models: sgm/modules/distributions/distributions.py draws `torch.randn(shape).to(device)`;
+    # scripts/sampling/simple_video_sample.py seeds (`seed_everything`) and reaches it through
+    # sgm/models/ and sgm/modules/ imports.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "sgm"
+    (package / "modules").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "modules" / "__init__.py").write_text("")
+    draw = (
+        "import torch\n\nclass Gaussian:\n    def sample(self):\n"
+        "        return self.mean + self.std * torch.randn(self.mean.shape).to(device=self.parameters.device)\n"
+    )
+    (package / "modules" / "distributions.py").write_text(draw)
+    (package / "models.py").write_text("from sgm.modules.distributions import Gaussian\n\nclass Model:\n    posterior = Gaussian\n")
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    script = "import torch\nfrom pytorch_lightning import seed_everything\nfrom sgm.models import Model\n\nif __name__ == '__main__':\n    seed_everything(23)\n    Model().cuda()\n"
+    (scripts / "sample.py").write_text(script)
+    finding = only(draw, "ADV704", fresh_script(package / "modules" / "distributions.py", draw))
+    assert finding.fix_applicability is None and "seeds torch" in finding.message
+    (scripts / "sample.py").write_text(script.replace("    seed_everything(23)\n", ""))
+    forget_projects()
+    assert only(draw, "ADV704", package / "modules" / "distributions.py").fix_applicability is not None
+
+
+def test_bf16_in_one_file_of_a_program_that_scales_fp16_in_another_is_advice(tmp_path):
+    # pycls: benchmark.py times the training step with its own fp16 autocast and GradScaler;
+    # trainer.py, which imports it, trains in fp16 with a scaler handed to train_epoch (advice).
+    (tmp_path / ".git").mkdir()
+    bench = (
+        "import torch\nfrom torch.cuda import amp\n\n"
+        "def compute_time_train(model, loss_fun, inputs, labels):\n"
+        "    scaler = amp.GradScaler()\n"
+        "    with amp.autocast():\n        loss = loss_fun(model(inputs), labels)\n"
+        "    scaler.scale(loss).backward()\n"
+    )
+    (tmp_path / "benchmark.py").write_text(bench)
+    trainer = (
+        "import torch\nfrom torch.cuda import amp\nfrom benchmark import compute_time_train\n\n"
+        "def train_epoch(loader, model, optimizer, scaler):\n"
+        "    for x, y in loader:\n        with amp.autocast():\n            loss = model(x.cuda()).sum()\n"
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n\n"
+        "if __name__ == '__main__':\n    model = Net().cuda()\n    train_epoch(loader, model, opt, amp.GradScaler())\n"
+    )
+    (tmp_path / "train.py").write_text(trainer)
+    finding = only(bench, "ADV201", fresh_script(tmp_path / "benchmark.py", bench))
+    assert finding.fix_applicability is None and "switch them together" in finding.message
+    (tmp_path / "train.py").write_text("import torch\nfrom benchmark import compute_time_train\n\nif __name__ == '__main__':\n    compute_time_train(Net().cuda(), f, x, y)\n")
+    forget_projects()
+    assert only(bench, "ADV201", tmp_path / "benchmark.py").fix_applicability is not None
+
+
+def test_a_model_handed_to_a_project_function_that_reads_its_keys_is_compiled_in_place(tmp_path):
+    # pycls: `update_model_ema(model, ema)` in net.py matches the state-dict keys of an
+    # unwrapped copy; `torch.compile(model)` would prefix them with `_orig_mod.`.
+    from helpers import fix as fix_snippet
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "net.py").write_text(
+        "def update_model_ema(model, ema):\n"
+        "    params = ema.state_dict()\n"
+        "    for name, param in model.state_dict().items():\n"
+        "        params[name].copy_(param)\n"
+    )
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom net import update_model_ema\n\nclass Net(nn.Module):\n    pass\n\n"
+        "def train(loader):\n    model = Net().cuda()\n    ema = Net().cuda()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)\n"
+        "    for x in loader:\n        model(x).sum().backward()\n        optimizer.step()\n        update_model_ema(model, ema)\n\n"
+        "if __name__ == '__main__':\n    train(loader)\n"
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    fixed = fix_snippet(source, codes=["ADV602"], gpu="A100", path=str(script)).fixed.decode()
+    assert "    model.compile()\n" in fixed and "torch.compile(model)" not in fixed
+    (tmp_path / "net.py").write_text("def update_model_ema(model, ema):\n    pass\n")
+    forget_projects()
+    fixed = fix_snippet(source, codes=["ADV602"], gpu="A100", path=str(script)).fixed.decode()
+    assert "model = torch.compile(model)" in fixed
+
+
+def test_a_fix_in_the_self_test_of_an_imported_module_is_advice(tmp_path):
+    # Show-o's show-o2/models/wan21_vae.py ends with `if __name__ == '__main__':` drawing a random
+    # video `.cuda()`; the project imports the module for its VAE.
+    (tmp_path / ".git").mkdir()
+    source = "import torch\n\nclass VAE(torch.nn.Module):\n    pass\n\nif __name__ == '__main__':\n    video = torch.randn(2, 3, 1, 256, 256).cuda()\n    VAE().cuda()(video)\n"
+    script = fresh_script(tmp_path / "vae.py", source)
+    assert only(source, "ADV704", script).fix_applicability is not None  # run as a script itself
+    (tmp_path / "train.py").write_text("import torch\nfrom vae import VAE\n\nif __name__ == '__main__':\n    VAE().cuda()\n")
+    forget_projects()
+    finding = only(source, "ADV704", script)
+    assert finding.fix_applicability is None and "self-test" in finding.message
+
+
+def test_a_model_a_factory_may_wrap_in_fsdp_is_not_compiled(tmp_path):
+    # pycls's setup_model() wraps the model in fairscale's FSDP when cfg.FSDP.ENABLED, whose
+    # forward swaps p.data between shards: a compile of what it returns is not ours to add.
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP\n\n"
+        "class Net(nn.Module):\n    pass\n\n"
+        "def setup_model(cfg):\n    model = Net().cuda()\n    if cfg.fsdp:\n        model = FSDP(model)\n    return model\n\n"
+        "def train(cfg, loader):\n    model = setup_model(cfg)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)\n"
+        "    for x in loader:\n        model(x).sum().backward()\n        optimizer.step()\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV602"], gpu="A100")]
+    assert [d for d in lint(source.replace("        model = FSDP(model)\n", "        model = model.half()\n"), codes=["ADV602"], gpu="A100")]

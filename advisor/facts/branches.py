@@ -7,9 +7,12 @@ model or "the" config points at the branch that runs.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import libcst as cst
+
+from advisor.names import dotted_name
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
@@ -71,3 +74,64 @@ def taken_branch(ctx: "FileContext", head: cst.If) -> int | None:
         branch = branch.orelse
         index += 1
     return index if isinstance(branch, cst.Else) else None
+
+
+# A test that reads a library's version: ``is_torch_version(">=", "1.11.0")``,
+# ``version.parse(torch.__version__) >= version.parse("2.0")``, ``TORCH_VERSION < (1, 12)``.
+_VERSION_TEST = re.compile(r"__version__|\bversion\b|_version\b|Version\(|is_torch_(?:greater|less)\w*|\bTORCH_\w*VERSION|\bTORCH_\d", re.I)
+_NEWER_WHEN_TRUE = {">=": True, ">": True, "<": False, "<=": False}
+
+
+def in_older_version_branch(ctx: "FileContext", node: cst.CSTNode) -> cst.If | None:
+    """The ``if`` whose branch for older library versions holds ``node`` (diffusers' ``else:``
+    after ``if is_torch_version(">=", "1.11.0"):``): the authors wrote that code for versions a
+    fix may not fit. A version test whose direction cannot be read counts for both branches."""
+    for ancestor in ctx.ancestors(node):
+        if not isinstance(ancestor, cst.If) or ctx.is_descendant(node, ancestor.test):
+            continue
+        in_body = ctx.is_descendant(node, ancestor.body)
+        if not in_body and not (ancestor.orelse is not None and ctx.is_descendant(node, ancestor.orelse)):
+            continue
+        if not _VERSION_TEST.search(ctx.code(ancestor.test)):
+            continue
+        newer_when_true = _newer_when_true(ctx, ancestor.test)
+        if newer_when_true is None or newer_when_true != in_body:
+            return ancestor
+    return None
+
+
+def _newer_when_true(ctx: "FileContext", test: cst.BaseExpression) -> bool | None:
+    """Whether the test holds for the newer versions; None when that cannot be read."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _newer_when_true(ctx, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Call):
+        name = (dotted_name(test.func) or "").rsplit(".", 1)[-1]
+        if name.startswith(("is_torch_greater", "is_torch_at_least")):
+            return True
+        if name.startswith("is_torch_less"):
+            return False
+        if name.endswith("_version") and test.args and isinstance(test.args[0].value, cst.SimpleString):
+            return _NEWER_WHEN_TRUE.get(test.args[0].value.evaluated_value)  # type: ignore[arg-type]
+        return None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator = ctx.code(test.comparisons[0].operator).strip()
+        newer = _NEWER_WHEN_TRUE.get(operator)
+        if newer is None:
+            return None
+        left_fixed, right_fixed = _literal_version(test.left), _literal_version(test.comparisons[0].comparator)
+        if left_fixed == right_fixed:
+            return None
+        return newer if right_fixed else not newer  # ``"1.11" <= torch.__version__`` reads the other way
+    return None
+
+
+def _literal_version(node: cst.BaseExpression) -> bool:
+    """A version written out: ``"2.0"``, ``(1, 12)``, ``version.parse("2.0")``."""
+    if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Tuple):
+        return bool(node.elements) and all(_literal_version(element.value) for element in node.elements)
+    if isinstance(node, cst.Call):
+        return bool(node.args) and all(_literal_version(arg.value) for arg in node.args)
+    return False

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from advisor.context import FileContext
 
-_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+# ``cog.yaml`` lists ``python_packages: - "torch==1.8.0"`` (pixel2style2pixel).
+_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml")
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env)\.ya?ml$", re.I)
 _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
@@ -49,7 +50,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     documents: list[str] = []
     bare = False
     for path in _candidates(ctx):
-        text = read_project_file(ctx, path)
+        text = _notebook_installs(read_project_file(ctx, path)) if path == ctx.path else read_project_file(ctx, path)
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
@@ -74,7 +75,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
@@ -195,10 +196,22 @@ def _in_repository(folder: str) -> bool:
         folder = parent
 
 
+# Folders beside a project's files that hold its requirements or install notes, and which of
+# their files count: CenterNet's ``readme/INSTALL.md``, mmdet's ``docs/get_started.md``, CORL's
+# ``requirements/requirements.txt``, pixel2style2pixel's ``environment/psp_env.yaml``.
+_NESTED_FOLDERS = {
+    "readme": _DOCUMENT.match,
+    "docs": _DOCUMENT.match,
+    "doc": _DOCUMENT.match,
+    "requirements": lambda n: _REQUIREMENTS.match(n) or n.endswith((".txt", ".in")),
+    "environment": lambda n: _CONDA_ENVIRONMENT.match(n) or n.startswith("environment."),
+    "envs": lambda n: _CONDA_ENVIRONMENT.match(n) or n.startswith("environment."),
+}
+
+
 def _folder_candidates(folder: str) -> list[str]:
-    """The files of one folder that may declare requirements, with its ``readme/``, ``docs/``
-    and ``requirements/`` folders' (CenterNet's ``readme/INSTALL.md``, mmdet's
-    ``docs/get_started.md``, CORL's ``requirements/requirements.txt``)."""
+    """The files of one folder that may declare requirements, with those of its
+    ``_NESTED_FOLDERS``."""
     try:
         stamp = os.stat(folder).st_mtime_ns
     except OSError:
@@ -206,20 +219,51 @@ def _folder_candidates(folder: str) -> list[str]:
     key = (folder, stamp)
     nested = _NESTED.get(key)
     if nested is None:  # which of them exist changes the folder's mtime
-        nested = _NESTED[key] = [n for n in ("readme", "docs", "doc", "requirements") if os.path.isdir(os.path.join(folder, n))]
+        nested = _NESTED[key] = [n for n in _NESTED_FOLDERS if os.path.isdir(os.path.join(folder, n))]
         if len(_NESTED) > 256:
             _NESTED.clear()
     found = [os.path.join(folder, n) for n in _names(folder)]
     for name in nested:
         inner = os.path.join(folder, name)
-        wanted = _DOCUMENT.match if name != "requirements" else lambda n: _REQUIREMENTS.match(n) or n.endswith((".txt", ".in"))
+        wanted = _NESTED_FOLDERS[name]
         found += [os.path.join(inner, n) for n in _names(inner) if wanted(n)]
     return found
+
+
+def _notebook_installs(text: str | None) -> str | None:
+    """A notebook's ``!pip install "peft==0.4.0" ...`` lines, one requirement per line: the
+    versions its author ran it with (philschmid's QLoRA notebook pins peft 0.4.0)."""
+    import json
+
+    try:
+        cells = json.loads(text or "").get("cells", [])
+    except (ValueError, AttributeError):
+        return None
+    found: list[str] = []
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        for line in ("".join(source) if isinstance(source, list) else str(source)).splitlines():
+            command = _PIP_INSTALL.match(line)
+            if command is not None:
+                found += [word.strip("\"'") for word in command.group(1).split() if not word.startswith("-")]
+    return "\n".join(found) or None
+
+
+# ``!pip install -q "transformers==4.34.0" peft``, ``%pip install``, ``!python -m pip install``.
+_PIP_INSTALL = re.compile(r"^\s*[!%](?:python3?\s+-m\s+)?pip3?\s+install\s+(.*)$")
 
 
 def _candidates(ctx: "FileContext") -> list[str]:
     if not os.path.isfile(ctx.path):
         return []  # code with no file behind it (an editor buffer, a test snippet): nothing to read
+    if ctx.path.endswith(".ipynb"):  # its own install lines first (``_notebook_installs``)
+        return [ctx.path, *_candidates_around(ctx)]
+    return _candidates_around(ctx)
+
+
+def _candidates_around(ctx: "FileContext") -> list[str]:
     folder = os.path.dirname(os.path.abspath(ctx.path))
     root = None
     project = getattr(ctx, "project", None)

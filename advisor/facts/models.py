@@ -180,6 +180,29 @@ _HF_LOADERS = ("from_pretrained", "from_config", "from_single_file")
 
 
 QUANTIZED_LOAD = ("load_in_8bit", "load_in_4bit", "quantization_config")
+# Sharded data parallel wrappers: torch's FSDP (compiled only with ``use_orig_params=True``) and
+# fairscale's, whose forward swaps ``p.data`` between shards (pycls, behind ``cfg.FSDP.ENABLED``).
+SHARDED_DATA_PARALLEL = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+    "fairscale.nn.FullyShardedDataParallel",
+    "fairscale.nn.data_parallel.FullyShardedDataParallel",
+    "fairscale.nn.data_parallel.fully_sharded_data_parallel.FullyShardedDataParallel",
+)
+
+
+def loads_quantized(ctx: FileContext) -> bool:
+    """The file loads a model in 8 or 4 bits (bitsandbytes, QLoRA): memory is what it was
+    written around (a small per-device batch, no compile of the quantized kernels)."""
+    if ctx.calls("transformers.BitsAndBytesConfig", *PEFT_WRAPPERS[1:3]):
+        return True
+    return any(
+        arg.keyword is not None and arg.keyword.value in QUANTIZED_LOAD
+        for call in ctx.method_calls("from_pretrained")
+        for arg in call.args
+    )
 
 
 _MAX_TRACE_DEPTH = 6
@@ -224,7 +247,7 @@ class TrainedModel:
     name: str  # as the optimizer's parameters spell it (``model``, ``self.net``)
     optimizer: cst.Call
     builds: list[ModelBuild] = field(default_factory=list)
-    # What it is handed to: "accelerate", "fabric", "deepspeed", "jit", "compile", "data_parallel", "ddp".
+    # What it is handed to: "accelerate", "fabric", "deepspeed", "jit", "compile", "data_parallel", "ddp", "fsdp".
     handed_to: set[str] = field(default_factory=set)
     placements: set[Where] = field(default_factory=set)  # where it is moved, as the device facts tell it
     quantized: bool = False  # loaded in 8/4 bit (bitsandbytes)
@@ -637,6 +660,13 @@ def _trace_value(
             trace_model(ctx, inner, value, trace, outer or (spelling, binding), depth + 1)
         return
     if not isinstance(value, cst.Call):
+        return
+    if (ctx.qualname(value.func) or "") in SHARDED_DATA_PARALLEL:  # before fairscale's class reads as a model
+        trace.handed_to.add("fsdp")
+        module = first_argument(ctx, value, "module")
+        wrapped = dotted_name(module) if module is not None else None
+        if wrapped is not None:
+            trace_model(ctx, wrapped, value, trace, outer, depth + 1)
         return
     kind = model_build_kind(ctx, value)
     if kind is not None:

@@ -255,7 +255,7 @@ class TensorFacts:
         ctx = self.ctx
         if _SEEDS_TORCH.search(ctx.source.encode("utf-8", "replace")):
             return True
-        return ctx.project is not None and ctx.project.neighbourhood_matches(_SEEDS_TORCH)
+        return ctx.project is not None and (ctx.project.neighbourhood_matches(_SEEDS_TORCH) or ctx.project.runners_match(_SEEDS_TORCH))
 
     @cached_property
     def gpu_placed(self) -> bool:
