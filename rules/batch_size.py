@@ -1320,12 +1320,17 @@ def _built_without_weights(ctx: FileContext, consumers: list[cst.Call], loads: l
     return any(id(scope(call)) not in loading for call in builds)
 
 
-_TEXT_ENCODER = re.compile(r"CLIPTextModel|T5EncoderModel|TextModel\b|TextEncoder|BertModel\b|\bEncoderModel\b")
+# Models whose vocabulary is only looked up: text encoders, and classifiers (a reward model's
+# ``AutoModelForSequenceClassification``) whose head is over labels, not tokens.
+_TEXT_ENCODER = re.compile(
+    r"CLIPTextModel|T5EncoderModel|TextModel\b|TextEncoder|BertModel\b|\bEncoderModel\b"
+    r"|For(?:Sequence|Token)Classification|ForQuestionAnswering|ForMultipleChoice"
+)
 
 
 def _text_encoder(ctx: FileContext, call: cst.Call) -> bool:
-    """The resized model is a text encoder (CLIP's, T5's encoder, BERT's bare model): it looks
-    tokens up and has no output layer over the vocabulary."""
+    """The resized model is a text encoder (CLIP's, T5's encoder, BERT's bare model) or a
+    classifier: it looks tokens up and has no output layer over the vocabulary."""
     receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
     spelling = dotted_name(receiver) if receiver is not None else None
     if spelling is None:
@@ -1492,8 +1497,9 @@ class DimsNotTensorCoreFriendly(Rule):
           or an `nn.Linear` output has no matching embedding: the number of classes of a
           classifier is fixed by the task, and padding it would change what the model predicts;
         - widths below 256, layer inputs fixed by the data, fp32-only training;
-        - `resize_token_embeddings(len(tokenizer))` of a text encoder (CLIP's, T5's encoder):
-          no output layer over the vocabulary. Where the file sets embedding rows by index
+        - `resize_token_embeddings(len(tokenizer))` of a text encoder (CLIP's, T5's encoder) or
+          a classifier (a reward model's `AutoModelForSequenceClassification`): no output
+          layer over the vocabulary. Where the file sets embedding rows by index
           itself (`get_input_embeddings().weight[-n:] = mean`, a `len(tokenizer)` mask), the
           finding is advice without a fix: padded rows would take those places.
 
@@ -1501,6 +1507,16 @@ class DimsNotTensorCoreFriendly(Rule):
         or reshapes by it); a command-line default is reported without a fix.
     """
     valid = [
+        Valid(
+            """
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained("meta-llama/Meta-Llama-3-8B")
+            tokenizer.add_special_tokens({"pad_token": "[PAD]"})
+            model = AutoModelForSequenceClassification.from_pretrained("meta-llama/Meta-Llama-3-8B", num_labels=1)
+            model.resize_token_embeddings(len(tokenizer))
+            """,
+            note="a reward model: its head is over one label, the vocabulary is only looked up",
+        ),
         Valid(
             """
             import torch
@@ -2017,7 +2033,9 @@ class DimsNotTensorCoreFriendly(Rule):
                 yield self.report(call, f"{message} (guide: {DIMS_GUIDE})")
                 continue
             edit = Edit(call, set_keyword(call, "pad_to_multiple_of", str(VOCAB_MULTIPLE)))
-            fix = self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit, requires=[("transformers", "4.32")])
+            # 4.32 added the argument, but until 4.34 the config kept the unpadded size, so the
+            # saved model does not load again (trlx pins 4.32.0).
+            fix = self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit, requires=[("transformers", "4.34")])
             yield self.report(call, f"{message} (guide: {DIMS_GUIDE})", fix)
         if _uses_half_precision(ctx):
             for call, width in _hidden_widths(ctx, skip=set(by_size)):

@@ -27,6 +27,7 @@ from advisor.edits import combine_edits, lines_removed_with, nested_block, remov
 from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.facts.distributed import deepspeed_precision
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
@@ -327,6 +328,24 @@ def _scaling_elsewhere(ctx: FileContext, autocast: cst.Call) -> str | None:
     if value is not None and value.value is True:
         return None
     return f"`enabled={ctx.code(enabled.value)}` and no GradScaler in this file"
+
+
+def _steps_outside_loops(ctx: FileContext) -> list[str]:
+    """The functions of the file that call ``.backward()`` outside every training loop it has:
+    training steps a loop's fix would leave in another precision (``ERM.update``, ``CORAL.update``)."""
+    loops = [loop.node for loop in ctx.loops.training_loops]
+    found: list[str] = []
+    for call in ctx.method_calls("backward"):
+        if any(ctx.is_descendant(call, loop) for loop in loops):
+            continue
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if function is None:
+            continue
+        owner = ctx.enclosing(function, cst.ClassDef)
+        name = f"{owner.name.value}.{function.name.value}" if isinstance(owner, cst.ClassDef) else function.name.value
+        if name not in found:
+            found.append(name)
+    return found
 
 
 _FP16_SCALING_TEXT = re.compile(rb"GradScaler\s*\(")
@@ -1100,6 +1119,12 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._training_arguments_fix(ctx, call, fp16, bf16)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            configured = deepspeed_precision(ctx, call)
+            if configured is not None and configured[0] == "fp16" and fix is not None:
+                # trlx's GPT-J reward model: transformers refuses a DeepSpeed config whose
+                # fp16 section disagrees with the arguments.
+                message += f'; `{configured[1]}` sets `"fp16": {{"enabled": true}}` itself: switch it to bf16 there too'
+                fix = None
             yield self.report(self.at_keyword(call, "fp16"), _message(message), fix)
 
     def _training_arguments_fix(self, ctx: FileContext, call: cst.Call, fp16, bf16):
@@ -3272,6 +3297,13 @@ class NoMixedPrecision(Rule):
             # The author chose fp32 matmul precision (TF32) in this file: bf16 is a further
             # change of numerics, theirs to make (RWKV-v8's demos: fp32 + TF32 on purpose).
             message += "; the file sets TF32 for its fp32 matmuls, so it is advice: bf16 autocast changes the numerics further"
+            wrapped = None
+        others = _steps_outside_loops(ctx) if wrapped is not None else []
+        if others:
+            # DomainBed: MLDG's inner loop is one of many algorithms' `update` steps in the file;
+            # bf16 for it alone makes the comparison between them uneven.
+            shown = ", ".join(f"`{name}`" for name in others[:3])
+            message += f"; the file trains in other steps too ({shown}) that this loop's autocast does not reach: mixed precision is one decision for them all, so it is advice"
             wrapped = None
         if wrapped is not None:
             edits, imports = wrapped

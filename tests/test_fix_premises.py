@@ -1426,3 +1426,72 @@ def test_a_model_a_factory_may_wrap_in_fsdp_is_not_compiled(tmp_path):
     )
     assert not [d for d in lint(source, codes=["ADV602"], gpu="A100")]
     assert [d for d in lint(source.replace("        model = FSDP(model)\n", "        model = model.half()\n"), codes=["ADV602"], gpu="A100")]
+
+
+def test_fp16_arguments_under_a_deepspeed_config_that_enables_fp16_itself_are_advice(tmp_path):
+    # trlx's GPT-J reward model: ds_config_gpt_j.json says "fp16": {"enabled": true}; with
+    # bf16=True, fp16=False in the arguments, transformers raises at DeepSpeed's start.
+    import json
+
+    (tmp_path / ".git").mkdir()
+    source = (
+        "from transformers import Trainer, TrainingArguments\n"
+        'args = TrainingArguments("out", fp16=True, bf16=False, deepspeed="ds_config.json")\n'
+        "Trainer(model=model, args=args).train()\n"
+    )
+    for section, fixed in [({"enabled": True, "min_loss_scale": 1}, False), ({"enabled": "auto"}, True)]:
+        (tmp_path / "ds_config.json").write_text(json.dumps({"fp16": section, "zero_optimization": {"stage": 2}}))
+        finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+        assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
+def test_autocast_for_one_loop_of_a_file_with_other_training_steps_is_advice():
+    # DomainBed's algorithms.py: MLDG's inner loop is one of many algorithms' `update` steps;
+    # bf16 for it alone makes the comparison between them uneven.
+    loop = (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "class MLDG:\n    def update(self, minibatches):\n"
+        "        for xi, yi in minibatches:\n            inner_opt = torch.optim.Adam(self.net.parameters())\n"
+        "            loss = F.cross_entropy(self.net(xi.cuda()), yi.cuda())\n"
+        "            inner_opt.zero_grad()\n            loss.backward()\n            inner_opt.step()\n"
+    )
+    other = "\nclass ERM:\n    def update(self, x, y):\n        loss = F.cross_entropy(self.net(x), y)\n        self.optimizer.zero_grad()\n        loss.backward()\n        self.optimizer.step()\n"
+    alone = [d for d in lint(loop, codes=["ADV203"], gpu="A100")]
+    beside = [d for d in lint(loop + other, codes=["ADV203"], gpu="A100")]
+    assert alone and alone[0].fix_applicability is not None, alone
+    assert beside and beside[0].fix_applicability is None and "`ERM.update`" in beside[0].message
+
+
+def test_a_collate_that_returns_a_plain_dataclass_makes_nothing_to_pin():
+    # trlx's ilql_collate_fn returns ILQLBatch(...), a @dataclass without pin_memory(): the
+    # DataLoader's pinning passes it through as it is.
+    source = (
+        "import torch\nfrom dataclasses import dataclass\nfrom torch.utils.data import DataLoader\n"
+        "from torch.nn.utils.rnn import pad_sequence\n\n"
+        "@dataclass\nclass Batch:\n    input_ids: torch.Tensor\n    rewards: torch.Tensor\n\n"
+        "def collate(elems):\n    return Batch(pad_sequence([e[0] for e in elems]), pad_sequence([e[1] for e in elems]))\n\n"
+        "loader = DataLoader(ReadFromDisk(), batch_size=32, collate_fn=collate, num_workers=4)\n"
+        "model = Net().cuda()\nfor batch in loader:\n    model(batch.input_ids.cuda()).sum().backward()\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
+    with_method = source.replace("    rewards: torch.Tensor\n", "    rewards: torch.Tensor\n\n    def pin_memory(self):\n        return Batch(self.input_ids.pin_memory(), self.rewards.pin_memory())\n")
+    assert [d for d in lint(with_method, codes=["ADV101"], gpu="A100")]
+
+
+def test_padding_the_vocabulary_on_resize_needs_transformers_4_34(tmp_path):
+    # trlx pins transformers 4.32.0, whose resize_token_embeddings(pad_to_multiple_of=64) keeps
+    # the unpadded size in the config: the saved model does not load again.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        'tokenizer = AutoTokenizer.from_pretrained("EleutherAI/gpt-j-6B")\n'
+        'tokenizer.add_special_tokens({"pad_token": "[PAD]"})\n'
+        'model = AutoModelForCausalLM.from_pretrained("EleutherAI/gpt-j-6B").cuda()\n'
+        "model.resize_token_embeddings(len(tokenizer))\n"
+        "from transformers import Trainer, TrainingArguments\n"
+        'Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()\n'
+    )
+    for pin, fixed in [("transformers==4.32.0", False), ("transformers>=4.34", True)]:
+        (tmp_path / "requirements.txt").write_text(pin + "\n")
+        finding = only(source, "ADV403", fresh_script(tmp_path / "train.py", source))
+        assert (finding.fix_applicability is not None) == fixed, finding.message

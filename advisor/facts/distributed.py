@@ -250,6 +250,38 @@ def _zero_configs(ctx: "FileContext"):
                 yield found
 
 
+def deepspeed_precision(ctx: "FileContext", call: cst.Call) -> tuple[str, str] | None:
+    """The precision a ``TrainingArguments(deepspeed=...)`` config turns on itself, and where:
+    ``("fp16", "ds_config_gpt_j.json")`` for ``"fp16": {"enabled": true}``. transformers raises
+    when such a config and the arguments disagree; ``"auto"`` follows the arguments (None)."""
+    from advisor.facts.environment import named_json
+
+    expr = ctx.argument(call, "deepspeed")
+    if expr is None or not isinstance(expr, cst.BaseExpression):
+        return None
+    value = ctx.values.value_of(expr)
+    config: object = None
+    where = "the DeepSpeed config"
+    if isinstance(value, str) and value.endswith(".json"):
+        found = named_json(ctx, value)
+        config, where = (found[0], value) if found is not None else (None, value)
+    else:  # a dict written in the script
+        entries = ctx.values.dict_entries(expr)
+        if entries is not None:
+            config = {}
+            for key in ("fp16", "bf16"):
+                nested = ctx.values.dict_entries(entries[key]) if key in entries else None
+                if nested is not None and "enabled" in nested:
+                    config[key] = {"enabled": ctx.values.value_of(nested["enabled"])}
+    if not isinstance(config, dict):
+        return None
+    for key in ("fp16", "bf16"):
+        section = config.get(key)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            return key, where
+    return None
+
+
 def _from_section(section, at: cst.CSTNode, where: str) -> ZeroConfig | None:
     if not isinstance(section, dict):
         return None

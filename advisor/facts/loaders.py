@@ -1196,8 +1196,8 @@ _NESTED_TENSOR_BUILDERS = frozenset({"nested_tensor_from_tensor_list", "NestedTe
 
 def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     """Every ``return`` of ``function`` hands back a graph a graph library built (``return
-    batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``), or the function
-    builds a ``NestedTensor`` (``batch[0] = nested_tensor_from_tensor_list(batch[0])``)."""
+    batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``) or a plain dataclass,
+    or the function builds a ``NestedTensor`` (``batch[0] = nested_tensor_from_tensor_list(batch[0])``)."""
     for called in ctx.walk(function, cst.Call):
         if (dotted_name(called.func) or "").rsplit(".", 1)[-1] in _NESTED_TENSOR_BUILDERS:
             return True
@@ -1217,10 +1217,30 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
         return False
     for returned in returns:
         value = returned.value
+        if isinstance(value, cst.Call) and _builds_plain_dataclass(ctx, value):
+            continue  # trlx's ``ILQLBatch(...)``: pinning returns a dataclass as it is
         parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
         if not any(graph_call(part) or (isinstance(part, cst.Name) and part.value in graphs) for part in parts):
             return False
     return True
+
+
+def _builds_plain_dataclass(ctx: "FileContext", call: cst.Call) -> bool:
+    """``call`` builds an instance of a ``@dataclass`` of the project without a ``pin_memory``
+    method: a DataLoader's pinning passes such an object through untouched."""
+    cls: cst.CSTNode | None = None
+    if isinstance(call.func, cst.Name):
+        bindings = ctx.lookup(call.func.value, call.func)
+        if len(bindings) == 1:
+            cls = bindings[0].node
+    if not isinstance(cls, cst.ClassDef) and ctx.project is not None:
+        found = ctx.project.binding(call.func)
+        cls = found[1].node if found is not None else None
+    if not isinstance(cls, cst.ClassDef):
+        return False
+    if not any((dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("dataclass") for d in cls.decorators):
+        return False
+    return not any(isinstance(s, cst.FunctionDef) and s.name.value == "pin_memory" for s in cls.body.body)
 
 
 def _gathers_only(ctx: "FileContext", function: cst.FunctionDef) -> bool:
