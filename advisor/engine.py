@@ -511,6 +511,22 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     finding.fix = None
 
 
+# Lightning's banner in a cell's saved output: the notebook was last run on a machine without
+# one (chemprop's tutorials, executed on CPU by its documentation build).
+_NO_GPU_OUTPUT = re.compile(rb"GPU available: False")
+
+
+def _notebook_ran_without_gpu(ctx: FileContext) -> bool:
+    def read() -> bool:
+        try:
+            with open(ctx.path, "rb") as handle:
+                return _NO_GPU_OUTPUT.search(handle.read()) is not None
+        except OSError:
+            return False
+
+    return ctx.memo(_notebook_ran_without_gpu, read)
+
+
 def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> None:
     """A fix in the branch the authors keep for older library versions becomes advice: the
     newer branch is where the current code lives, and the older one may not take the fix
@@ -579,6 +595,11 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 _withhold_in_code_nothing_runs(ctx, finding)
             if finding.fix is not None:
                 _withhold_in_older_version_branch(ctx, finding)
+            if finding.fix is not None and ctx.path.endswith(".ipynb") and _notebook_ran_without_gpu(ctx):
+                finding.message = _before_guide(
+                    finding.message, "the notebook's saved outputs show it ran without a GPU (`GPU available: False`), so the fix is left as advice"
+                )
+                finding.fix = None
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

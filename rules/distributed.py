@@ -521,6 +521,13 @@ class AccumulationWithoutNoSync(Rule):
                     f"(forward and backward) under `{name}.no_sync()`"
                 )
                 fix = self._fix(ctx, loop, event, models[0]) if len(models) == 1 and micro is None and not by_scaler else None
+                guard = ctx.facts.distributed.conditional_wrap(name) if fix is not None else None
+                if guard is not None:
+                    # minimind: `if ddp: model = DistributedDataParallel(...)`; a one-GPU run
+                    # keeps the plain module, which has no `no_sync()` and would raise.
+                    test = guard.test if isinstance(guard, (cst.If, cst.IfExp)) else guard
+                    message += f"; `{name}` is wrapped only when `{' '.join(ctx.code(test).split())[:40]}`, so the fix is left as advice"
+                    fix = None
                 yield self.report(event.call, message, fix)
                 break  # one finding per loop: the fp16 and fp32 branches' backwards are one problem
 

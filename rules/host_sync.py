@@ -1941,6 +1941,16 @@ class EvalWithoutNoGrad(Rule):
         return False
 
     @staticmethod
+    def _other_loops(ctx: FileContext, function: cst.FunctionDef, loop: cst.For | cst.While) -> bool:
+        """``function`` loops elsewhere than in ``loop``: it does more than this evaluation
+        (DALLE2's ``train()`` runs the training loop, whose trainer steps it cannot see, and
+        the validation loop in turns), so a decorator would turn autograd off for all of it."""
+        return any(
+            other is not loop and not ctx.is_descendant(other, loop)
+            for other in (*ctx.walk(function, cst.For), *ctx.walk(function, cst.While))
+        )
+
+    @staticmethod
     def _grad_off_at(ctx: FileContext, call: cst.Call) -> bool:
         """Autograd is off around ``call``, or around a call of a function that holds it."""
         if grad_disabled(ctx, call):
@@ -1964,6 +1974,7 @@ class EvalWithoutNoGrad(Rule):
             isinstance(function, cst.FunctionDef)
             and function.asynchronous is None
             and not self._needs_gradients(ctx, function, None)
+            and not self._other_loops(ctx, function, loop)
         ):
             decorated = function.with_changes(decorators=[*function.decorators, cst.Decorator(no_grad)])
             description = "Decorate the evaluation function with `@torch.no_grad()`"

@@ -20,6 +20,7 @@ import libcst as cst
 from advisor.apis import TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.facts import Tri
+from advisor.facts.environment import older_allowed
 from advisor.facts.models import is_model_load, model_loads, pretrained_model_id
 from advisor.facts.precision import autocasts, resolve_dtype
 from advisor.edits import remove_keyword, set_keyword, string_like
@@ -1736,7 +1737,32 @@ class CheckpointingReentrant(Rule):
             )
             # peft 0.6 added ``gradient_checkpointing_kwargs`` (huggingface/peft#1036).
             fix = self.fix("Use non-reentrant checkpointing", edit, requires=[("peft", "0.6")]) if edit is not None else None
+            again = self._reenabled_reentrant(ctx) if fix is not None else None
+            if again is not None:
+                # LLM-Finetuning-Toolkit (transformers 4.40): peft then skips the input-gradient
+                # hook, the Trainer turns reentrant checkpointing back on, and backward raises.
+                message = message.replace(" (guide: ", f"; {again} enables checkpointing again with transformers' default, reentrant before transformers 5, and without the input-gradient hook this would skip: set `gradient_checkpointing_kwargs` there too, so the fix is left as advice (guide: ", 1)
+                fix = None
             yield self.report(call, message, fix)
+
+    @staticmethod
+    def _reenabled_reentrant(ctx: FileContext) -> str | None:
+        """A later ``TrainingArguments(gradient_checkpointing=...)`` / ``gradient_checkpointing_enable()``
+        of the file without ``gradient_checkpointing_kwargs``, on a transformers older than 5
+        (whose default is the reentrant variant); what it is, or None."""
+        if older_allowed(ctx, "transformers", "5.0") is None:
+            return None
+        for call in ctx.calls(*TRAINING_ARGUMENTS):
+            enabled = ctx.argument(call, "gradient_checkpointing")
+            if enabled is MISSING or ctx.argument(call, "gradient_checkpointing_kwargs") is not MISSING:
+                continue
+            if enabled is not None and ctx.values.value_of(enabled) is False:  # type: ignore[arg-type]
+                continue
+            return f"`{dotted_name(call.func) or 'TrainingArguments'}(gradient_checkpointing=...)`"
+        for call in ctx.method_calls("gradient_checkpointing_enable"):
+            if not call.args:
+                return "`gradient_checkpointing_enable()`"
+        return None
 
 
 # -- ADV505 -------------------------------------------------------------------------------------------

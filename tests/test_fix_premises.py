@@ -379,6 +379,7 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
         # PyTorch-YOLOv3: Poetry with operators inside the quotes
         ("pyproject.toml", '[tool.poetry.dependencies]\npython = ">=3.7"\ntorch = ">=1.10.1, < 1.13.0"\n', "torch>=1.10.1, < 1.13.0"),
         ("pyproject.toml", '[tool.poetry.dependencies]\ntorch = "^1.12"\n', "torch>=1.12"),
+        ("pyproject.toml", '[tool.poetry.dependencies]\ntorch = "~1.12.1"\n', "torch>=1.12.1"),  # LLM-Finetuning-Toolkit's transformers
     ],
 )
 def test_poetry_requirements_give_the_floor(tmp_path, name, text, floor):
@@ -1495,3 +1496,97 @@ def test_padding_the_vocabulary_on_resize_needs_transformers_4_34(tmp_path):
         (tmp_path / "requirements.txt").write_text(pin + "\n")
         finding = only(source, "ADV403", fresh_script(tmp_path / "train.py", source))
         assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
+@pytest.mark.parametrize(
+    "wrap,fixed",
+    [
+        ("model = DDP(model.cuda(), device_ids=[rank])\n", True),
+        ("model = model.cuda()\nif ddp:\n    model = DDP(model, device_ids=[rank])\n", False),
+        ("model = DDP(model.cuda(), device_ids=[rank]) if ddp else model.cuda()\n", False),
+    ],
+)
+def test_no_sync_is_added_only_where_the_model_is_always_wrapped(wrap, fixed):
+    # minimind: `if ddp: model = DistributedDataParallel(model, ...)`; on one GPU the plain
+    # module has no `no_sync()`, and the first micro-step that does not step raises.
+    source = (
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n" + wrap +
+        "for i, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x.cuda()), y.cuda()) / accum\n"
+        "    loss.backward()\n"
+        "    if (i + 1) % accum == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n"
+    )
+    (finding,) = [d for d in lint(source, codes=["ADV803"], gpu="A100")]
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+    if not fixed:
+        assert "wrapped only when `ddp`" in finding.message
+
+
+def test_a_function_that_also_trains_is_not_decorated_with_no_grad():
+    # DALLE2's train_decoder.train(): the training loop (steps in a trainer class the file does
+    # not show) and the validation loop in one function; `@torch.no_grad()` on it raises at the
+    # first backward. The validation loop alone goes under `with torch.no_grad():`.
+    source = (
+        "import torch\n\ndef train(trainer, loaders):\n"
+        "    for epoch in range(10):\n"
+        "        for x in loaders['train']:\n            trainer.forward(x.cuda())\n            trainer.update()\n"
+        "        trainer.eval()\n"
+        "        for x in loaders['val']:\n            loss = trainer.forward(x.cuda())\n            total = loss.item()\n"
+        "        trainer.train()\n"
+    )
+    fixed = fix(source, codes=["ADV705"], gpu="A100").fixed.decode()
+    assert "@torch.no_grad()" not in fixed
+
+
+def test_non_reentrant_kbit_preparation_is_advice_when_the_trainer_turns_reentrant_back_on(tmp_path):
+    # LLM-Finetuning-Toolkit (transformers 4.40.2, peft 0.8.2): with use_reentrant=False peft
+    # skips enable_input_require_grads; TrainingArguments(gradient_checkpointing=True) then
+    # re-enables transformers' reentrant default, and backward raises ("does not require grad").
+    (tmp_path / ".git").mkdir()
+    source = (
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n"
+        "from peft import prepare_model_for_kbit_training\n"
+        'model = AutoModelForCausalLM.from_pretrained("m", quantization_config=BitsAndBytesConfig(load_in_4bit=True), device_map="auto")\n'
+        "model = prepare_model_for_kbit_training(model)\n"
+        'args = TrainingArguments("out", gradient_checkpointing=True, bf16=True)\n'
+    )
+    for requirements, fixed in [("transformers==4.40.2\npeft==0.8.2\n", False), ("transformers>=5.0\npeft>=0.8\n", True)]:
+        (tmp_path / "requirements.txt").write_text(requirements)
+        finding = only(source, "ADV502", fresh_script(tmp_path / "train.py", source))
+        assert (finding.fix_applicability is not None) == fixed, (requirements, finding.message)
+
+
+def test_a_notebook_whose_saved_outputs_show_no_gpu_gets_advice(tmp_path):
+    # chemprop's tutorials: Lightning printed "GPU available: False" when the docs build ran
+    # them on CPU; bf16 there changes the documented predictions and speeds up nothing.
+    import json
+
+    code = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+
+    def notebook(output: str) -> str:
+        cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": code,
+                "outputs": [{"output_type": "stream", "name": "stderr", "text": output}]}
+        return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+    path = tmp_path / "tutorial.ipynb"
+    for output, fixed in [("GPU available: False (cuda), used: False\n", False), ("GPU available: True (cuda), used: True\n", True)]:
+        text = notebook(output)
+        path.write_text(text)
+        (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV601"]
+        assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
+def test_a_loader_only_counted_with_len_is_not_pinned():
+    # minimind's train_grpo.py: `loader_for_count = DataLoader(train_ds, batch_size=...)` exists to
+    # compute `len(loader_for_count)`; the training loader beside it pins already.
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "loader_for_count = DataLoader(ReadFromDisk(), batch_size=8)\n"
+        "steps = len(loader_for_count)\n"
+        "model = Net().cuda()\n"
+        "for x in DataLoader(ReadFromDisk(), batch_size=8, pin_memory=True, num_workers=4):\n"
+        "    model(x.cuda(non_blocking=True)).sum().backward()\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
+    iterated = source.replace("steps = len(loader_for_count)\n", "steps = len(loader_for_count)\nfor x in loader_for_count:\n    model(x.cuda()).sum().backward()\n")
+    assert [d for d in lint(iterated, codes=["ADV101"], gpu="A100")]

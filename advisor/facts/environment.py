@@ -58,6 +58,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             continue
         for match in pattern.finditer(text):
             quoted = match.group("quoted")
+            if quoted is not None and re.match(r"\s*(?:\^|~(?!=))", quoted):
+                return ">=" + quoted.strip().lstrip("^~").strip()  # Poetry's ``"~4.40.2"`` / ``"^2.1"``
             if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
                 return quoted.strip()  # Poetry's ``">=1.10.1, < 1.13.0"`` is PEP 440 already
             spec = match.group("spec").strip().rstrip(",")

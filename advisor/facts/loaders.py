@@ -624,7 +624,27 @@ class LoaderFacts:
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
+        if self.only_counted(call):
+            return False
         return self.runs_for_training(call)
+
+    def only_counted(self, call: cst.Call) -> bool:
+        """The loader is bound to a name the file only hands to ``len()``: it is never iterated
+        (minimind's ``loader_for_count``, built to count the steps of an epoch)."""
+        ctx = self.ctx
+        parent = ctx.parent.get(call)
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+            return False
+        name = parent.targets[0].target.value
+        reads = [n for n in ctx.nodes(cst.Name) if n.value == name and ctx.is_read(n)]
+        if not reads:
+            return False
+        for read in reads:
+            arg = ctx.parent.get(read)
+            outer = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+            if not (isinstance(outer, cst.Call) and isinstance(outer.func, cst.Name) and outer.func.value == "len"):
+                return False
+        return True
 
     def items_read_no_data(self, call: cst.Call) -> bool:
         """The loader's dataset is a class of the project whose ``__getitem__`` reads nothing by
