@@ -6,6 +6,7 @@ enough of them to pay for the workers. Rules are instantiated once per process.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import gc
 import io
 import os
@@ -130,14 +131,18 @@ def is_excluded(path: str, exclude: Sequence[str], root: str) -> bool:
     """Whether ``exclude`` (globs relative to the project root, or file and folder names) matches ``path``."""
     if not exclude:
         return False
-    relative = _relative(path, root)
-    name = os.path.basename(path.rstrip(os.sep))
-    return any(
-        fnmatch.fnmatch(relative, pattern)
-        or fnmatch.fnmatch(name, pattern)
-        or relative.startswith(pattern.rstrip("/") + "/")
-        for pattern in exclude
-    )
+    globs, prefixes = _exclude_matcher(tuple(exclude))
+    relative = os.path.normcase(_relative(path, root))
+    name = os.path.normcase(os.path.basename(path.rstrip(os.sep)))
+    return globs.match(relative) is not None or globs.match(name) is not None or relative.startswith(prefixes)
+
+
+@functools.lru_cache(maxsize=64)
+def _exclude_matcher(exclude: tuple[str, ...]) -> "tuple[re.Pattern[str], tuple[str, ...]]":
+    """The patterns as one regular expression (``fnmatch``'s, joined: a walk asks for every
+    file and folder) and as folder prefixes."""
+    globs = re.compile("|".join(fnmatch.translate(os.path.normcase(pattern)) for pattern in exclude))
+    return globs, tuple(pattern.rstrip("/") + "/" for pattern in exclude)
 
 
 def discover(
@@ -202,10 +207,13 @@ def _identity(path: str) -> "tuple[tuple[int, int] | str, os.stat_result | None]
 
 
 def _relative(path: str, root: str) -> str:
-    try:
-        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
-    except ValueError:
-        return Path(path).as_posix()
+    absolute, top = os.path.abspath(path), os.path.abspath(root)
+    if absolute == top:
+        return "."
+    inside = top.rstrip(os.sep) + os.sep
+    if absolute.startswith(inside):
+        return absolute[len(inside):].replace(os.sep, "/")
+    return Path(path).as_posix()
 
 
 def source_encoding(data: bytes) -> str:

@@ -136,6 +136,8 @@ def indented_json(value: object) -> str:
 
 
 _escape = json.encoder.encode_basestring_ascii  # what json.dumps uses (ensure_ascii=True)
+# Dictionary keys as written, with their ": ": a report repeats the same dozen keys per finding.
+_KEYS: dict[object, str] = {}
 
 
 def _write_json(value: object, newline: str, parts: list[str]) -> None:
@@ -150,8 +152,12 @@ def _write_json(value: object, newline: str, parts: list[str]) -> None:
         separator = "{" + inner
         for key, item in value.items():  # type: ignore[attr-defined]
             parts.append(separator)
-            parts.append(_escape(key if key.__class__ is str else json.dumps(key)))
-            parts.append(": ")
+            escaped = _KEYS.get(key)
+            if escaped is None:
+                escaped = _escape(key if key.__class__ is str else json.dumps(key)) + ": "
+                if len(_KEYS) < 4096:
+                    _KEYS[key] = escaped
+            parts.append(escaped)
             _write_json(item, inner, parts)
             separator = "," + inner
         parts.append(newline + "}")
@@ -166,7 +172,15 @@ def _write_json(value: object, newline: str, parts: list[str]) -> None:
             _write_json(item, inner, parts)
             separator = "," + inner
         parts.append(newline + "]")
-    else:  # numbers, booleans, None: the standard encoder's spelling
+    elif kind is int:
+        parts.append(int.__repr__(value))  # type: ignore[arg-type]  # as the standard encoder spells it
+    elif value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    else:  # floats and the rest: the standard encoder's spelling
         parts.append(json.dumps(value))
 
 

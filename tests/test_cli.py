@@ -250,3 +250,27 @@ def test_parallel_fix_rewrites_every_file(tmp_path, capsys):
     for i in range(12):
         assert "pin_memory=True" in (tmp_path / f"t{i:02d}.py").read_text()
     assert "Fixed 12 findings in 12 files" in out
+
+
+def test_exclude_patterns_match_as_fnmatch_did(tmp_path):
+    # The patterns are joined into one expression (a walk asks for every file and folder);
+    # globs relative to the root, bare names anywhere, and folder prefixes all still match.
+    from advisor.engine import is_excluded
+
+    root = str(tmp_path)
+    cases = [
+        ("tests/test_a.py", ["tests"], True),
+        ("pkg/tests/helpers.py", ["tests"], False),  # a folder name matches the folder itself (the walk prunes it)
+        ("pkg/tests", ["tests"], True),
+        ("pkg/test_model.py", ["test_*.py"], True),
+        ("pkg/model_test.py", ["*_test.py"], True),
+        ("pkg/model.py", ["test_*.py", "*_test.py", "conftest.py"], False),
+        ("vendor/lib/x.py", ["vendor/"], True),
+        ("vendor/lib/x.py", ["vendor/*"], True),
+        ("src/vendor.py", ["vendor"], False),
+        ("a/b/c.py", ["a/*/c.py"], True),
+        ("notes[1].py", ["notes[[]1].py"], True),
+    ]
+    for relative, patterns, expected in cases:
+        assert is_excluded(os.path.join(root, relative), patterns, root) is expected, (relative, patterns)
+        assert is_excluded(os.path.join(root, relative), [], root) is False
