@@ -1590,3 +1590,21 @@ def test_a_loader_only_counted_with_len_is_not_pinned():
     assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
     iterated = source.replace("steps = len(loader_for_count)\n", "steps = len(loader_for_count)\nfor x in loader_for_count:\n    model(x.cuda()).sum().backward()\n")
     assert [d for d in lint(iterated, codes=["ADV101"], gpu="A100")]
+
+
+def test_a_loader_whose_batches_are_only_measured_is_not_pinned():
+    # pytorch-YOLOv4's copy of torchvision's _compute_aspect_ratios_slow: each image is loaded
+    # to read its height and width on the host; nothing reaches the GPU.
+    source = (
+        "import torch\nmodel = Net().cuda()\n\n"
+        "def aspect_ratios(dataset, sampler):\n"
+        "    data_loader = torch.utils.data.DataLoader(dataset, batch_size=1, sampler=sampler, num_workers=14, collate_fn=lambda x: x[0])\n"
+        "    ratios = []\n"
+        "    for _i, (img, _) in enumerate(data_loader):\n"
+        "        height, width = img.shape[-2:]\n"
+        "        ratios.append(float(width) / float(height))\n"
+        "    return ratios\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
+    moved = source.replace("        height, width = img.shape[-2:]\n", "        height, width = img.shape[-2:]\n        model(img.cuda())\n")
+    assert [d for d in lint(moved, codes=["ADV101"], gpu="A100")]

@@ -624,9 +624,38 @@ class LoaderFacts:
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
-        if self.only_counted(call):
+        if self.only_counted(call) or self.batches_only_measured(call):
             return False
         return self.runs_for_training(call)
+
+    def batches_only_measured(self, call: cst.Call) -> bool:
+        """Every loop of the file over the loader only measures its batches on the host
+        (``img.shape``, ``len(x)``): torchvision's ``_compute_aspect_ratios_slow``, which
+        loads each image to read its height and width. Nothing goes to a GPU; pinning copies
+        every image once more for nothing."""
+        ctx = self.ctx
+        parent = ctx.parent.get(call)
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+            return False
+        name = parent.targets[0].target.value
+        loops = [loop for loop in ctx.nodes(cst.For) if _iterates(loop.iter, name)]
+        if not loops or len(loops) != len([n for n in ctx.nodes(cst.Name) if n.value == name and ctx.is_read(n)]):
+            return False  # also handed elsewhere, or not iterated here
+        for loop in loops:
+            batch = target_names(loop.target)
+            if not batch:
+                return False
+            for use in ctx.walk(loop.body, cst.Name):
+                if use.value not in batch or not ctx.is_read(use):
+                    continue
+                holder = ctx.parent.get(use)
+                if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
+                    continue
+                outer = ctx.parent.get(holder) if isinstance(holder, cst.Arg) else None
+                if isinstance(outer, cst.Call) and isinstance(outer.func, cst.Name) and outer.func.value in ("len", "print"):
+                    continue
+                return False
+        return True
 
     def only_counted(self, call: cst.Call) -> bool:
         """The loader is bound to a name the file only hands to ``len()``: it is never iterated
@@ -1138,6 +1167,23 @@ class LoaderFacts:
 
 
 # -- the batch a loop draws ------------------------------------------------------------------------
+# Attributes that measure a batch without moving or computing with it.
+_MEASURES = frozenset({"shape", "size", "dtype", "ndim", "numel", "dim"})
+
+
+def _iterates(expr: cst.BaseExpression, name: str) -> bool:
+    """``for ... in name`` / ``enumerate(name)`` / ``tqdm(name)``."""
+    if isinstance(expr, cst.Name):
+        return expr.value == name
+    return (
+        isinstance(expr, cst.Call)
+        and (dotted_name(expr.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm")
+        and bool(expr.args)
+        and isinstance(expr.args[0].value, cst.Name)
+        and expr.args[0].value.value == name
+    )
+
+
 def target_names(target: cst.BaseExpression) -> set[str]:
     """The plain names a loop or assignment target binds."""
     if isinstance(target, cst.Name):
