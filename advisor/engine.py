@@ -463,8 +463,7 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
     for package, version in finding.fix.requires:
         reason = older_allowed(ctx, package, version)
         if reason is not None:
-            finding.message = _before_guide(finding.message, f"the fix needs {package} >= {version}, and {reason}")
-            finding.fix = None
+            _leave_as_advice(finding, f"the fix needs {package} >= {version}, and {reason}")
             return
 
 
@@ -487,22 +486,17 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if ctx.calls(*_GRADIENT_CHECKS):
         # A numerical test of an operator (CenterNet's DCNv2/test.py): its tensors are inputs to
         # compare, not a training step to speed up, as in the test code folder walks leave out.
-        finding.message = _before_guide(finding.message, "the file checks gradients (`gradcheck`): test code, so the fix is left as advice")
-        finding.fix = None
+        _leave_as_advice(finding, "the file checks gradients (`gradcheck`): test code, so the fix is left as advice")
         return
     if view.reached() is False:
-        finding.message = _before_guide(finding.message, _UNREACHED)
-        finding.fix = None
+        _leave_as_advice(finding, _UNREACHED)
         return
     if not view.member:
         return
     if any(ctx.is_descendant(finding.node, guard) for guard in ctx.main_guards) and view.project.importers.get(view.path):
         # Show-o's wan21_vae.py: the model module the project imports ends with a smoke test.
         view.asked_importers = True
-        finding.message = _before_guide(
-            finding.message, "the code is the `__main__` self-test of a module the project imports, so the fix is left as advice"
-        )
-        finding.fix = None
+        _leave_as_advice(finding, "the code is the `__main__` self-test of a module the project imports, so the fix is left as advice")
         return
     outermost = None
     for ancestor in ctx.ancestors(finding.node):
@@ -513,15 +507,13 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if ctx.parent.get(outermost) is not ctx.module or view.called(outermost.name.value):
         return
     kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
-    finding.message = _before_guide(
-        finding.message, f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice"
-    )
-    finding.fix = None
+    _leave_as_advice(finding, f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
 
 
 # Lightning's banner in a cell's saved output: the notebook was last run on a machine without
 # one (chemprop's tutorials, executed on CPU by its documentation build).
 _NO_GPU_OUTPUT = re.compile(rb"GPU available: False")
+_RAN_WITHOUT_GPU = "the notebook's saved outputs show it ran without a GPU (`GPU available: False`), so the fix is left as advice"
 
 
 def _notebook_ran_without_gpu(ctx: FileContext) -> bool:
@@ -544,10 +536,13 @@ def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> Non
     guard = in_older_version_branch(ctx, finding.node)
     if guard is not None:
         test = " ".join(ctx.code(guard.test).split())
-        finding.message = _before_guide(
-            finding.message, f"the code is in the branch `if {test[:60]}` keeps for other library versions, so the fix is left as advice"
-        )
-        finding.fix = None
+        _leave_as_advice(finding, f"the code is in the branch `if {test[:60]}` keeps for other library versions, so the fix is left as advice")
+
+
+def _leave_as_advice(finding: Finding, reason: str) -> None:
+    """The finding stays, without its fix, and says why."""
+    finding.message = _before_guide(finding.message, reason)
+    finding.fix = None
 
 
 def _before_guide(message: str, note: str) -> str:
@@ -604,10 +599,7 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             if finding.fix is not None:
                 _withhold_in_older_version_branch(ctx, finding)
             if finding.fix is not None and ctx.path.endswith(".ipynb") and _notebook_ran_without_gpu(ctx):
-                finding.message = _before_guide(
-                    finding.message, "the notebook's saved outputs show it ran without a GPU (`GPU available: False`), so the fix is left as advice"
-                )
-                finding.fix = None
+                _leave_as_advice(finding, _RAN_WITHOUT_GPU)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

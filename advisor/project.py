@@ -294,7 +294,7 @@ class Project:
         found = self._text_matches.get(pattern)
         if found is None:
             found = self._text_matches[pattern] = [
-                path for path in (*self.files, *self._walk[2]) if pattern.search(self._texts.get(path) or _read_regular(path))
+                path for path in (*self.files, *self._walk[2]) if pattern.search(self._peek(path))
             ]
         return found
 
@@ -390,7 +390,7 @@ class Project:
         """The imports in a project file's text (kept per process: they are small)."""
         found = self._import_lists.get(path)
         if found is None:
-            data = self._texts.get(path) or _read_regular(path)
+            data = self._peek(path)
             found = self._import_lists[path] = _notebook_imports(data) if path.endswith(".ipynb") else _parse_imports(data)
         return found
 
@@ -511,7 +511,7 @@ class Project:
         ``first``, the defining module, is where a use is likeliest: it is read alone first."""
         key = name.encode()
         if first is not None and first in self._file_set:
-            data = self._texts.get(first) or _read_regular(first)
+            data = self._peek(first)
             if len(re.findall(rb"\b" + re.escape(key) + rb"\b", data)) > 1:
                 return True
         return self._identifiers.get(key, 0) > 1
@@ -520,7 +520,7 @@ class Project:
     def _identifiers(self) -> "collections.Counter[bytes]":
         counts: collections.Counter[bytes] = collections.Counter()
         for path in (*self.files, *self._walk[1]):
-            counts.update(_IDENTIFIER.findall(self._texts.get(path) or _read_regular(path)))
+            counts.update(_IDENTIFIER.findall(self._peek(path)))
         return counts
 
     @cached_property
@@ -544,11 +544,11 @@ class Project:
         """The module runs something when run (read from its text)."""
         if os.path.basename(path) in _ENTRY_FILES:
             return True
-        data = self._texts.get(path) or _read_regular(path)
+        data = self._peek(path)
         return b"__main__" in data or _ENTRY_TEXT.search(_lines(data)) is not None
 
     def _imports_by_name(self, path: str) -> bool:
-        data = self._texts.get(path) or _read_regular(path)
+        data = self._peek(path)
         return any(word in data for word in _DYNAMIC_IMPORT_WORDS) and _DYNAMIC_IMPORT.search(data) is not None
 
     def _packages_around(self, path: str) -> list[str]:
@@ -624,6 +624,10 @@ class Project:
                             break
         self._definers[key] = found
         return found
+
+    def _peek(self, path: str) -> bytes:
+        """The file's bytes, without keeping them (a scan of every file reads each once)."""
+        return self._texts.get(path) or _read_regular(path)
 
     def text(self, path: str) -> bytes:
         """The file's bytes (once per process)."""

@@ -137,7 +137,7 @@ def indented_json(value: object) -> str:
 
 _escape = json.encoder.encode_basestring_ascii  # what json.dumps uses (ensure_ascii=True)
 # Dictionary keys as written, with their ": ": a report repeats the same dozen keys per finding.
-_KEYS: dict[object, str] = {}
+_KEYS: dict[str, str] = {}
 
 
 def _write_json(value: object, newline: str, parts: list[str]) -> None:
@@ -152,10 +152,10 @@ def _write_json(value: object, newline: str, parts: list[str]) -> None:
         separator = "{" + inner
         for key, item in value.items():  # type: ignore[attr-defined]
             parts.append(separator)
-            escaped = _KEYS.get(key)
+            escaped = _KEYS.get(key) if key.__class__ is str else None
             if escaped is None:
                 escaped = _escape(key if key.__class__ is str else json.dumps(key)) + ": "
-                if len(_KEYS) < 4096:
+                if key.__class__ is str and len(_KEYS) < 4096:  # 1 and True are one dict key, two spellings
                     _KEYS[key] = escaped
             parts.append(escaped)
             _write_json(item, inner, parts)

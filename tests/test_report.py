@@ -50,3 +50,13 @@ def test_piped_text_is_what_rich_would_print():
     render_text(recorded, findings, [], target)
     assert piped.getvalue() == recorded.export_text()
     assert "train.py:3:5: ADV101 [*] DataLoader" in piped.getvalue()
+
+
+def test_indented_json_spells_keys_as_json_dumps_does_whatever_came_before():
+    # Escaped keys are reused across calls; 1 and True are one dict key with two spellings.
+    import json
+
+    from advisor.report import indented_json
+
+    for value in ({True: "a"}, {1: "b"}, {"path": "x", "line": 1}, {1.5: None}):
+        assert indented_json(value) == json.dumps(value, indent=2)

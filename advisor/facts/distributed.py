@@ -100,29 +100,34 @@ class DistributedFacts:
     def wrapped_names(self) -> set[str]:
         """Names bound to a DDP / FSDP wrap (``model = DDP(model, ...)``, ``self.model = ...``)."""
         names: set[str] = set()
-        wraps = set(self.ddp_wraps) | set(self.fsdp_wraps)
-        for assign in self.ctx.nodes(cst.Assign):
-            value = assign.value
-            if value in wraps or (isinstance(value, cst.IfExp) and (value.body in wraps or value.orelse in wraps)):
-                for target in assign.targets:
-                    name = dotted_name(target.target)
-                    if name:
-                        names.add(name)
+        for assign in self._wrap_assignments:
+            for target in assign.targets:
+                name = dotted_name(target.target)
+                if name:
+                    names.add(name)
         return names
+
+    @cached_property
+    def _wrap_assignments(self) -> list[cst.Assign]:
+        """``model = DDP(model, ...)``, also as one side of a conditional expression
+        (``DDP(model) if ddp else model``)."""
+        wraps = set(self.ddp_wraps) | set(self.fsdp_wraps)
+        return [
+            assign for assign in self.ctx.nodes(cst.Assign)
+            if assign.value in wraps
+            or (isinstance(assign.value, cst.IfExp) and (assign.value.body in wraps or assign.value.orelse in wraps))
+        ]
 
     def conditional_wrap(self, name: str) -> cst.CSTNode | None:
         """The ``if`` (or conditional expression) under which ``name`` is wrapped in DDP / FSDP,
         where the wrap is conditional (minimind's ``if ddp: model = DistributedDataParallel(model)``):
         on one GPU the module stays plain, without ``no_sync()``. None when it is always wrapped."""
         ctx = self.ctx
-        wraps = set(self.ddp_wraps) | set(self.fsdp_wraps)
-        for assign in ctx.nodes(cst.Assign):
-            value = assign.value
-            conditional = isinstance(value, cst.IfExp) and (value.body in wraps or value.orelse in wraps)
-            if not (conditional or value in wraps) or not any(dotted_name(t.target) == name for t in assign.targets):
+        for assign in self._wrap_assignments:
+            if not any(dotted_name(t.target) == name for t in assign.targets):
                 continue
-            if conditional:
-                return value
+            if isinstance(assign.value, cst.IfExp):
+                return assign.value
             for ancestor in ctx.ancestors(assign):
                 if isinstance(ancestor, cst.If) and ancestor not in ctx.main_guards:
                     return ancestor

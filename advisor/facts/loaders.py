@@ -634,12 +634,12 @@ class LoaderFacts:
         loads each image to read its height and width. Nothing goes to a GPU; pinning copies
         every image once more for nothing."""
         ctx = self.ctx
-        parent = ctx.parent.get(call)
-        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+        bound = self._plain_name_reads(call)
+        if bound is None:
             return False
-        name = parent.targets[0].target.value
+        name, reads = bound
         loops = [loop for loop in ctx.nodes(cst.For) if _iterates(loop.iter, name)]
-        if not loops or len(loops) != len([n for n in ctx.nodes(cst.Name) if n.value == name and ctx.is_read(n)]):
+        if not loops or len(loops) != len(reads):
             return False  # also handed elsewhere, or not iterated here
         for loop in loops:
             batch = target_names(loop.target)
@@ -651,29 +651,26 @@ class LoaderFacts:
                 holder = ctx.parent.get(use)
                 if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
                     continue
-                outer = ctx.parent.get(holder) if isinstance(holder, cst.Arg) else None
-                if isinstance(outer, cst.Call) and isinstance(outer.func, cst.Name) and outer.func.value in ("len", "print"):
-                    continue
-                return False
+                if not _argument_of_builtin(ctx, use, ("len", "print")):
+                    return False
         return True
 
     def only_counted(self, call: cst.Call) -> bool:
         """The loader is bound to a name the file only hands to ``len()``: it is never iterated
         (minimind's ``loader_for_count``, built to count the steps of an epoch)."""
+        bound = self._plain_name_reads(call)
+        return bound is not None and all(_argument_of_builtin(self.ctx, read, ("len",)) for read in bound[1])
+
+    def _plain_name_reads(self, call: cst.Call) -> "tuple[str, list[cst.Name]] | None":
+        """The plain name ``call`` is assigned to (``loader = DataLoader(...)``) and every read of
+        that name in the file; None for any other binding, or a name never read."""
         ctx = self.ctx
         parent = ctx.parent.get(call)
         if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
-            return False
+            return None
         name = parent.targets[0].target.value
         reads = [n for n in ctx.nodes(cst.Name) if n.value == name and ctx.is_read(n)]
-        if not reads:
-            return False
-        for read in reads:
-            arg = ctx.parent.get(read)
-            outer = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
-            if not (isinstance(outer, cst.Call) and isinstance(outer.func, cst.Name) and outer.func.value == "len"):
-                return False
-        return True
+        return (name, reads) if reads else None
 
     def items_read_no_data(self, call: cst.Call) -> bool:
         """The loader's dataset is a class of the project whose ``__getitem__`` reads nothing by
@@ -1169,6 +1166,13 @@ class LoaderFacts:
 # -- the batch a loop draws ------------------------------------------------------------------------
 # Attributes that measure a batch without moving or computing with it.
 _MEASURES = frozenset({"shape", "size", "dtype", "ndim", "numel", "dim"})
+
+
+def _argument_of_builtin(ctx: "FileContext", node: cst.CSTNode, builtins: tuple[str, ...]) -> bool:
+    """``node`` is an argument of a call to one of ``builtins`` (``len(loader)``)."""
+    arg = ctx.parent.get(node)
+    call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in builtins
 
 
 def _iterates(expr: cst.BaseExpression, name: str) -> bool:
