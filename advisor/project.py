@@ -450,7 +450,14 @@ class Project:
             spelled = set(named)
             spelled.update(m.group(1).decode() for m in _DOTTED_STRING.finditer(self.text(path)))
             for dotted in spelled:
-                module = self.module_path(dotted, 0, anchor) or self.module_path(dotted.rpartition(".")[0], 0, anchor)
+                # From the instantiating script's folder up (LightningDiT's ``vavae/main.py`` names
+                # ``ldm.models.autoencoder.AutoencoderKL``, a module of ``vavae/ldm``), then the root.
+                module = (
+                    self.module_path(dotted, 0, path)
+                    or self.module_path(dotted.rpartition(".")[0], 0, path)
+                    or self.module_path(dotted, 0, anchor)
+                    or self.module_path(dotted.rpartition(".")[0], 0, anchor)
+                )
                 if module is not None:
                     pairs.append((module, path))
         return pairs

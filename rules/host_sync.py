@@ -159,8 +159,9 @@ class SyncInLoop(Rule):
                 print(running_loss.item() / (step + 1))
     """
     silent_when = """
-        - the read-back is under an `if` (`if step % log_every == 0:`, a debug flag), in an
-          `except` branch, or outside the training step (epoch-level code, evaluation
+        - the read-back is under an `if` (`if step % log_every == 0:`, a debug flag off by
+          default; a switch the command line leaves on, `if args.log_parts:` with a default
+          of `True`, runs every step and is reported), in an `except` branch, or outside the training step (epoch-level code, evaluation
           functions, a `torch.no_grad()` evaluation loop). An `if` that also holds the
           optimizer step of every optimizer of the loop (`if (i + 1) % accum_steps == 0:`
           around `optimizer.step()`) is no logging interval: code under it runs every
@@ -198,6 +199,26 @@ class SyncInLoop(Rule):
                     print(f"step {step}: {loss.item():.4f}")
             """,
             note="logged every N steps",
+        ),
+        Valid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--debug", action="store_true")
+            parser.add_argument("--log_every", type=int, default=1)
+            args = parser.parse_args()
+            model = Net().cuda()
+            for step, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if args.debug:
+                    print(loss.item())
+            """,
+            note="a debug switch off by default",
         ),
         Valid(
             """
@@ -450,6 +471,26 @@ class SyncInLoop(Rule):
                     totals[0] += loss.item()
             """,
             note="NCCL runs on GPUs only; an int device is a GPU index",
+        ),
+        Invalid(
+            """
+            import fire
+            import torch
+
+            def train(epochs: int = 10, log_parts: bool = True):
+                model = Net().cuda()
+                for batch in loader:
+                    loss, parts = model(batch.cuda())
+                    if log_parts:
+                        stats = {k: v.item() for k, v in parts.items()}
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            if __name__ == "__main__":
+                fire.Fire(train)
+            """,
+            note="a switch the command line leaves on by default runs every step (x-transformers' `use_nextlat`)",
         ),
     ]
 

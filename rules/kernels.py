@@ -10,6 +10,7 @@ from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, 
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
+    parallel_wrapper,
     JIT,
     TORCH_COMPILE,
     ModelBuild,
@@ -569,7 +570,11 @@ def _is_hand_over(ctx: FileContext, value: cst.BaseExpression) -> bool:
     value = strip_same_module_methods(value)
     if not isinstance(value, cst.Call):
         return False
-    return (ctx.qualname(value.func) or "") in _HAND_OVER_CALLS or framework_hand_over(ctx, value) is not None
+    return (
+        (ctx.qualname(value.func) or "") in _HAND_OVER_CALLS
+        or framework_hand_over(ctx, value) is not None
+        or parallel_wrapper(ctx, value) is not None
+    )
 
 
 def _mentions(ctx: FileContext, name: str, scope: cst.CSTNode) -> list[cst.CSTNode]:
@@ -791,7 +796,10 @@ class NoTorchCompile(Rule):
     fix_notes = """
         The in-place `model.compile()` (used where the `state_dict()` keys must not change)
         needs torch 2.2; where the project's declared requirement admits an older torch, the
-        finding is advice only and says so.
+        finding is advice only and says so. So it is where the program asks for deterministic
+        runs (`cudnn.deterministic = True`, `torch.use_deterministic_algorithms(True)`, in the
+        file or a script that runs it): compiled dropout draws other random numbers for the
+        same seed.
     """
     silent_when = """
         - the file leaves a compile commented out (`# model = torch.compile(model)`): the
@@ -849,6 +857,28 @@ class NoTorchCompile(Rule):
                 optimizer.zero_grad()
             """,
             note="a linear probe is one matmul: nothing for a compiler to fuse",
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class CustomDataParallel(nn.DataParallel):
+                def scatter(self, inputs, kwargs, device_ids):
+                    return super().scatter(inputs, kwargs, device_ids)
+
+            model = Net()
+            if num_gpus > 0:
+                model = model.cuda()
+                if num_gpus > 1:
+                    model = CustomDataParallel(model, num_gpus)
+            optimizer = torch.optim.AdamW(model.parameters())
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a subclass of `nn.DataParallel` is DataParallel: its replicas do not run compiled code (EfficientDet)",
         ),
         Valid(
             """
@@ -1070,6 +1100,53 @@ class NoTorchCompile(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class SupCEResNet(nn.Module):
+                def __init__(self, name="resnet50", num_classes=10):
+                    super().__init__()
+                    model_fun, dim_in = model_dict[name]
+                    self.encoder = model_fun()
+                    self.fc = nn.Linear(dim_in, num_classes)
+
+                def forward(self, x):
+                    return self.fc(self.encoder(x))
+
+            model = SupCEResNet().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+
+            class SupCEResNet(nn.Module):
+                def __init__(self, name="resnet50", num_classes=10):
+                    super().__init__()
+                    model_fun, dim_in = model_dict[name]
+                    self.encoder = model_fun()
+                    self.fc = nn.Linear(dim_in, num_classes)
+
+                def forward(self, x):
+                    return self.fc(self.encoder(x))
+
+            model = SupCEResNet().cuda()
+            model = torch.compile(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            unsafe=True,
+            note="one `nn.Linear` head on a backbone the class builds from a table (SupContrast): not a probe",
+        ),
         Invalid(
             """
             def batches():
@@ -1333,6 +1410,14 @@ class NoTorchCompile(Rule):
                 f"operation; {advice} once it is built and moved (guide: {COMPILE_GUIDE})"
             )
             fix = self._fix(ctx, name, anchor, in_place, "fabric" in model.handed_to) if anchor is not None else None
+            if ctx.facts.tensors.deterministic:
+                fix = None  # CLAM's ``seed_torch``: a compiled dropout draws other numbers for the same seed
+                message = message.replace(
+                    f" (guide: {COMPILE_GUIDE})",
+                    f"; the program asks for deterministic runs (`cudnn.deterministic`), and compiled kernels "
+                    f"(dropout's random numbers, fused reductions) give other results for the same seed: compile "
+                    f"once reproducibility to the bit is not needed (guide: {COMPILE_GUIDE})",
+                )
             reader = handed_to_signature_reader(ctx, name)
             if reader is not None:
                 fix = None  # the conditional-flow-matching notebooks: NeuralODE(model) after the compile
@@ -1472,7 +1557,26 @@ def _single_layer(ctx: FileContext, build: ModelBuild) -> bool:
         call for call in owner.walk(cls, cst.Call)
         if (owner.qualname(call.func) or "").startswith("torch.nn.") and (owner.qualname(call.func) or "")[9:10].isupper()
     ]
+    if any(_may_build_submodule(owner, assign) for assign in owner.walk(cls, cst.Assign)):
+        return False  # SupContrast's ``self.encoder = model_fun()`` (a ResNet) before its ``nn.Linear`` head
     return len(layers) == 1 and (owner.qualname(layers[0].func) or "").rsplit(".", 1)[-1] in _ONE_LAYER
+
+
+def _may_build_submodule(ctx: FileContext, assign: cst.Assign) -> bool:
+    """``self.x = f(...)`` where ``f`` is neither a ``torch`` function nor a builtin: it may
+    return a network (a backbone picked from a table, a factory of the project)."""
+    if not (isinstance(assign.value, cst.Call) and any(
+        isinstance(t.target, cst.Attribute) and dotted_name(t.target.value) == "self" for t in assign.targets
+    )):
+        return False
+    func = assign.value.func
+    qualname = ctx.qualname(func) or ""
+    if qualname.startswith("torch.") or (isinstance(func, cst.Name) and func.value in _BUILTIN_VALUES):
+        return False
+    return True
+
+
+_BUILTIN_VALUES = frozenset({"int", "float", "bool", "str", "len", "list", "tuple", "dict", "set", "range", "getattr", "max", "min", "sum", "abs", "round"})
 
 
 def _plain_module_base(base: cst.BaseExpression) -> bool:

@@ -1276,6 +1276,9 @@ def test_requirements_in_cog_yaml_an_environment_folder_and_a_readme_list(tmp_pa
         ("cog.yaml", 'build:\n  gpu: true\n  python_packages:\n    - "torch==1.8.0"\n'),
         ("environment/psp_env.yaml", "dependencies:\n  - pip:\n    - torch==1.6.0\n"),
         ("README.md", "## Requirements\n- [PyTorch](https://PyTorch.org/), version 1.0.1\n"),
+        # BRIO: `conda create --name env --file spec-file.txt` (`conda list --explicit`)
+        ("spec-file.txt", "# platform: linux-64\n@EXPLICIT\nhttps://conda.anaconda.org/pytorch/linux-64/pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2\n"),
+        ("conda-packages.txt", "# platform: linux-64\npytorch=1.8.0=py3.8_cuda11.1_0\nnumpy=1.21.2=py38_0\n"),
     ]:
         root = tmp_path / name.replace("/", "_")
         (root / ".git").mkdir(parents=True)
@@ -1608,3 +1611,63 @@ def test_a_loader_whose_batches_are_only_measured_is_not_pinned():
     assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
     moved = source.replace("        height, width = img.shape[-2:]\n", "        height, width = img.shape[-2:]\n        model(img.cuda())\n")
     assert [d for d in lint(moved, codes=["ADV101"], gpu="A100")]
+
+
+def test_compile_is_advice_when_the_program_asks_for_deterministic_runs():
+    # CLAM's seed_torch: `cudnn.deterministic = True` beside the seed; a compiled model's dropout
+    # draws other numbers for the same seed, so the run is no longer reproducible to the bit.
+    loop = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))")
+    deterministic = "import torch\ntorch.manual_seed(7)\ntorch.backends.cudnn.deterministic = True\n" + loop
+    found = [d for d in lint(deterministic, codes=["ADV602"], gpu="A100")]
+    assert len(found) == 1 and found[0].fix_applicability is None and "deterministic" in found[0].message
+    seeded_only = "import torch\ntorch.manual_seed(7)\n" + loop
+    found = [d for d in lint(seeded_only, codes=["ADV602"], gpu="A100")]
+    assert len(found) == 1 and found[0].fix_applicability is not None
+
+
+def test_a_switch_on_by_default_runs_every_step():
+    source = (
+        "import fire\nimport torch\n\n"
+        "def train(log_parts: bool = True, debug: bool = False):\n"
+        "    model = Net().cuda()\n"
+        "    for batch in loader:\n"
+        "        loss = model(batch.cuda())\n"
+        "        if debug:\n"
+        "            print(loss.item())\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n\n"
+        "fire.Fire(train)\n"
+    )
+    assert not lint(source, codes=["ADV701"], gpu="A100")
+    assert lint(source.replace("if debug:", "if log_parts:"), codes=["ADV701"], gpu="A100")
+
+
+@pytest.mark.parametrize("subfolder", ["", "vavae/"])
+def test_a_class_a_yaml_config_names_runs_where_the_script_that_instantiates_it_runs(tmp_path, subfolder):
+    # LightningDiT's vavae/main.py seeds torch and builds `ldm.models.autoencoder.AutoencoderKL`
+    # from a YAML config, a dotted name relative to vavae/ (the script's folder, where `ldm` is a
+    # namespace package with no __init__.py), not the root:
+    # the noise its distribution module draws stays on the host generator (ADV704 advice).
+    (tmp_path / ".git").mkdir()
+    base = tmp_path / subfolder
+    files = {
+        "main.py": (
+            "import torch\nimport yaml\nfrom ldm.util import instantiate_from_config\n"
+            "torch.manual_seed(0)\n"
+            'model = instantiate_from_config(yaml.safe_load(open("configs/ae.yaml"))["model"]).cuda()\n'
+        ),
+        "configs/ae.yaml": "model:\n  target: ldm.models.ae.AE\n",
+        "ldm/util.py": "import importlib\n\ndef instantiate_from_config(config):\n    return importlib.import_module(config['target'])\n",
+        "ldm/models/ae.py": "import torch\nfrom ldm.modules.dist import Gaussian\n\nclass AE(torch.nn.Module):\n    pass\n",
+    }
+    for name, text in files.items():
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).write_text(text)
+    source = (
+        "import torch\n\nclass Gaussian:\n    def sample(self):\n"
+        "        return self.mean + self.std * torch.randn(self.mean.shape).to(device=self.mean.device)\n"
+    )
+    (base / "ldm/modules").mkdir(parents=True)
+    finding = only(source, "ADV704", fresh_script(base / "ldm/modules/dist.py", source))
+    assert finding.fix_applicability is None and "seeds torch" in finding.message

@@ -271,6 +271,21 @@ def test_a_pinned_in_memory_loader_still_gets_non_blocking_copies():
     assert sorted(codes(source)) == ["ADV103", "ADV103", "ADV105"]
 
 
+def test_tensors_unpacked_from_the_dataset_and_a_raise_still_only_index():
+    # egnn's NBodyDataset: `loc, vel = self.data`, then `loc[i]`, and a `raise Exception(...)`
+    # for an unknown partition name: no I/O per item.
+    source = IN_MEMORY_LOOP.replace(
+        "return self.tokens[i * self.block : (i + 1) * self.block].long()",
+        "tokens, block = self.tokens, self.block\n"
+        "            if block <= 0:\n"
+        "                raise Exception('Wrong block %s' % block)\n"
+        "            return tokens[i * block : (i + 1) * block].long()",
+    ).replace("self.tokens, self.block = tokens, block", "self.tokens, self.block = tokens, block\n            self.data = (tokens, block)")
+    assert codes(source.format(dataset="Blocks(tokens, 256)", pin="")) == ["ADV105"]
+    unpacked = source.replace("tokens, block = self.tokens, self.block", "tokens, block = self.data")
+    assert codes(unpacked.format(dataset="Blocks(tokens, 256)", pin="")) == ["ADV105"]
+
+
 def test_data_read_per_item_is_still_pinned():
     source = IN_MEMORY_LOOP.replace(
         "return self.tokens[i * self.block : (i + 1) * self.block].long()",

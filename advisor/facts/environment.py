@@ -21,6 +21,13 @@ _FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environ
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env)\.ya?ml$", re.I)
 _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
+# ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
+# and ``conda list --export`` (``pytorch=1.8.0=py3.8_0``): the environment the authors ran.
+_CONDA_SPEC = re.compile(r"^(?:spec|[\w.-]*[-_]spec|spec[-_][\w.-]*|conda[\w.-]*)\.txt$", re.I)
+_CONDA_PACKAGE = re.compile(
+    r"^(?:\S*/)?(?P<name>[A-Za-z0-9_.-]+?)-(?P<version>[0-9][\w.+!]*)-[^-/\s]+\.(?:tar\.bz2|conda)$"
+    r"|^(?P<exported>[A-Za-z0-9_.-]+)=(?P<pinned>[0-9][\w.+!]*)=\S+$"
+)
 # Install instructions (a README's, a Dockerfile's ``RUN pip install lightning==2.1.2``): read
 # only where no requirement file names the package.
 _DOCUMENT = re.compile(r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*)$", re.I)
@@ -56,6 +63,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if _DOCUMENT.match(os.path.basename(path)):
             documents.append(text)
             continue
+        if _CONDA_SPEC.match(os.path.basename(path)):
+            text = _conda_spec_requirements(text)
         for match in pattern.finditer(text):
             quoted = match.group("quoted")
             if quoted is not None and re.match(r"\s*(?:\^|~(?!=))", quoted):
@@ -88,6 +97,19 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
+
+
+def _conda_spec_requirements(text: str) -> str:
+    """A conda spec file's packages as ``name==version`` lines (nothing for any other ``.txt``)."""
+    if "@EXPLICIT" not in text and "# platform:" not in text:
+        return ""
+    found = []
+    for line in text.splitlines():
+        match = _CONDA_PACKAGE.match(line.strip())
+        if match is not None:
+            name = match.group("name") or match.group("exported")
+            found.append(f"{name}=={match.group('version') or match.group('pinned')}")
+    return "\n".join(found)
 
 
 def named_json(ctx: "FileContext", name: str) -> tuple[object, str] | None:
@@ -153,7 +175,7 @@ def _names(folder: str) -> list[str]:
         try:
             names = sorted(
                 n for n in os.listdir(folder)
-                if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n) or _CONDA_ENVIRONMENT.match(n)
+                if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n) or _CONDA_ENVIRONMENT.match(n) or _CONDA_SPEC.match(n)
             )
         except OSError:
             names = []

@@ -924,12 +924,29 @@ class LoaderFacts:
 
     def _only_indexes(self, getter: cst.FunctionDef, moving: bool = False) -> bool:
         ctx = self.ctx
+        # ``loc, vel, edges = self.data`` then ``loc[i]`` (egnn's NBodyDataset): the same held tensors.
+        def of_self(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.Tuple):
+                return bool(value.elements) and all(of_self(element.value) for element in value.elements)
+            return isinstance(value, cst.Attribute) and dotted_name(value.value) == "self"
+
+        held = {
+            name
+            for assign in ctx.walk(getter, cst.Assign)
+            if of_self(assign.value)
+            for target in assign.targets
+            for name in target_names(target.target)
+        }
         if not any(
-            isinstance(sub.value, cst.Attribute) and dotted_name(sub.value.value) == "self"
+            (isinstance(sub.value, cst.Attribute) and dotted_name(sub.value.value) == "self")
+            or (isinstance(sub.value, cst.Name) and sub.value.value in held)
             for sub in ctx.walk(getter, cst.Subscript)
         ):
             return False
+        raised = {id(call) for statement in ctx.walk(getter, cst.Raise) for call in ctx.walk(statement, cst.Call)}
         for inner in ctx.walk(getter, cst.Call):
+            if id(inner) in raised:
+                continue  # ``raise Exception("Wrong dataset partition")``: not work done per item
             func = inner.func
             qualname = ctx.qualname(func) or ""
             if qualname.startswith("torch.") and qualname.split(".")[1] not in ("load", "hub", "from_file"):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PARAMS_POSITION = 0
 # What a module defining an ``nn.Module`` class must say (a text test before parsing it).
 _MODULE_TEXT = re.compile(rb"Module")
+_PARALLEL_TEXT = re.compile(rb"DataParallel")
 
 
 def _placements(ctx: FileContext, owner: str, scope_node: cst.CSTNode) -> set[Where]:
@@ -668,7 +669,8 @@ def _trace_value(
         if wrapped is not None:
             trace_model(ctx, wrapped, value, trace, outer, depth + 1)
         return
-    kind = model_build_kind(ctx, value)
+    wrapper = parallel_wrapper(ctx, value)
+    kind = model_build_kind(ctx, value) if wrapper is None else None
     if kind is not None:
         name, node = outer or (spelling, binding)
         trace.builds.append(ModelBuild(value, kind, name, node))
@@ -682,9 +684,9 @@ def _trace_value(
         return
     qualname = ctx.qualname(value.func) or ""
     wrapped: cst.BaseExpression | None = None
-    if qualname in DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL:
+    if wrapper is not None:
         if not _only_with_several_gpus(ctx, value):
-            trace.handed_to.add("data_parallel" if qualname in DATA_PARALLEL else "ddp")
+            trace.handed_to.add(wrapper)
         wrapped = first_argument(ctx, value, "module")
     elif qualname in PEFT_WRAPPERS:
         # The PEFT model is the one trained: it is "built" where the wrapper's result is bound.
@@ -1173,6 +1175,35 @@ def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileConte
     if not isinstance(node, cst.ClassDef) or node.name.value not in local_module_classes(other):
         return None
     return other, node
+
+
+def parallel_wrapper(ctx: FileContext, call: cst.Call) -> str | None:
+    """"data_parallel" or "ddp" when ``call`` wraps a model in ``nn.DataParallel`` /
+    ``DistributedDataParallel`` or in a class of the file or project derived from one
+    (EfficientDet's ``CustomDataParallel``); None otherwise."""
+    qualname = ctx.qualname(call.func) or ""
+    if qualname in DATA_PARALLEL:
+        return "data_parallel"
+    if qualname in DISTRIBUTED_DATA_PARALLEL:
+        return "ddp"
+    if isinstance(call.func, cst.Name):
+        bindings = ctx.lookup(call.func.value, call.func)
+        found = (ctx, bindings[0].node) if len(bindings) == 1 and isinstance(bindings[0].node, cst.ClassDef) else None
+    else:
+        found = None
+    if found is None and ctx.project is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
+        bound = ctx.project.binding(call.func, _PARALLEL_TEXT)
+        if bound is not None and isinstance(bound[1].node, cst.ClassDef):
+            found = (bound[0], bound[1].node)
+    if found is None:
+        return None
+    owner, cls = found
+    bases = owner.base_qualnames(cls)
+    if any(base in DATA_PARALLEL for base in bases):
+        return "data_parallel"
+    if any(base in DISTRIBUTED_DATA_PARALLEL for base in bases):
+        return "ddp"
+    return None
 
 
 def _registry(ctx: FileContext, table: cst.BaseExpression) -> bool:

@@ -162,11 +162,14 @@ class StepFacts:
 
     def _always_taken_on_gpu(self, test: cst.BaseExpression) -> bool:
         """A test that holds every step of a GPU run: "is this the main process?" (the
-        others wait for it), "is CUDA there?", or a logging interval of 1 (nanoGPT's
-        ``iter_num % log_interval == 0`` with ``log_interval = 1``)."""
+        others wait for it), "is CUDA there?", a logging interval of 1 (nanoGPT's
+        ``iter_num % log_interval == 0`` with ``log_interval = 1``), or a switch that is on
+        unless the command line turns it off."""
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             return self._always_taken_on_gpu(test.left) and self._always_taken_on_gpu(test.right)
         if every_step_interval(self.ctx, test) is not None:
+            return True
+        if self._on_by_default(test):
             return True
         if self.ctx.facts.devices.gpu_test(test, switches=True) is Tri.YES:
             return True
@@ -177,6 +180,19 @@ class StepFacts:
             ):
                 return True  # ``device.type == "cuda"``
         return self._main_process_test(test)
+
+    def _on_by_default(self, test: cst.BaseExpression) -> bool:
+        """``if use_nextlat:`` with ``use_nextlat: bool = True`` a Fire parameter, ``if
+        args.clip_grad:`` with ``--clip_grad`` defaulting to 3.0: the branch runs every step
+        of a run with the script's defaults. Only a switch, not an interval: a test with
+        ``%`` is a logging condition whatever its divisor resolves to."""
+        if not isinstance(test, (cst.Name, cst.Attribute, cst.UnaryOperation)):
+            return False
+        resolved = self.ctx.values.resolve(test)
+        if resolved is None or resolved.origin not in ("argparse default", "constant"):
+            return False
+        value = resolved.value
+        return value is True or (isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0)
 
     def _main_process_test(self, test: cst.BaseExpression) -> bool:
         """``if accelerator.is_main_process:``, ``if rank == 0:``, ``if master_process:``."""
@@ -240,6 +256,12 @@ _DEVICE_COMPARISONS = (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual,
 _SEEDS_TORCH = re.compile(rb"\bmanual_seed(?:_all)?[ \t]*\(|\bseed_everything[ \t]*\(|\bset_seed[ \t]*\(|use_deterministic_algorithms\(")
 
 
+# Asking for bitwise-reproducible runs, not only seeded ones.
+_ASKS_DETERMINISM = re.compile(
+    rb"cudnn\.deterministic[ \t]*=[ \t]*True|use_deterministic_algorithms\([ \t]*True|\bdeterministic[ \t]*=[ \t]*True"
+)
+
+
 class TensorFacts:
     """Which expressions of a file certainly hold CUDA tensors computed on the GPU."""
 
@@ -256,6 +278,16 @@ class TensorFacts:
         if _SEEDS_TORCH.search(ctx.source.encode("utf-8", "replace")):
             return True
         return ctx.project is not None and (ctx.project.neighbourhood_matches(_SEEDS_TORCH) or ctx.project.runners_match(_SEEDS_TORCH))
+
+    @cached_property
+    def deterministic(self) -> bool:
+        """Whether the program asks for run-to-run identical results (``cudnn.deterministic =
+        True``, ``torch.use_deterministic_algorithms(True)``, ``deterministic=True`` to Lightning
+        or ``set_seed``), in this file or in a file that runs it."""
+        ctx = self.ctx
+        if _ASKS_DETERMINISM.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.runners_match(_ASKS_DETERMINISM)
 
     @cached_property
     def gpu_placed(self) -> bool:
