@@ -29,7 +29,7 @@ from advisor.registry import all_rules
 from advisor.noqa import FILE_NOQA, FILE_NOQA_MENTION, OWN_LINE_FILE_NOQA, suppressed
 from advisor.notebooks import Notebook, NotebookError, is_notebook
 from advisor.rule import Applicability, Finding, Rule
-from advisor.targets import Target
+from advisor.targets import Target, notebook_target
 
 if TYPE_CHECKING:
     from advisor.cache import Cache
@@ -323,7 +323,7 @@ def analyzable_context(
         if not RELEVANT_TEXT.search(notebook.python):
             return None
         try:
-            return parse_source(path, notebook.python, target)
+            return parse_source(path, notebook.python, notebook_target(notebook.text, target))
         except AnalysisError as error:
             message, line, column = str(error), error.line, error.column
             if message.startswith("syntax error"):  # the cell that breaks, as Jupyter would run it

@@ -121,6 +121,28 @@ def lookup(name: str, memory_gb: float | None = None) -> Target | None:
     return None
 
 
+# Colab saves the runtime a notebook last ran on in its metadata: ``"colab": {"gpuType": "T4"}``.
+_COLAB_GPU = re.compile(r'(?<!\\)"gpuType"\s*:\s*"([^"\\]{1,40})"')
+
+
+def notebook_target(text: str, target: Target) -> Target:
+    """The GPU a notebook says it runs on (nanoVLM's Colab notebook: a T4, no bf16), where the
+    target is only assumed; the given target otherwise (``--gpu``, config and NVML win)."""
+    if target.source != ASSUMED.source or "gpuType" not in text:
+        return target
+    saved = _COLAB_GPU.search(text)
+    profile = lookup(saved.group(1)) if saved else None
+    if profile is None:
+        return target
+    return replace(
+        profile,
+        source=f"the notebook's saved Colab runtime ({saved.group(1)})",
+        torch_version=target.torch_version,
+        gpus=target.gpus,
+        gpus_source=target.gpus_source,
+    )
+
+
 def described(table: dict, source: str) -> Target:
     """A GPU the user describes in config (``name``, ``compute-capability``, ``memory-gb``)."""
     major, minor = (int(part) for part in table["compute-capability"].split("."))

@@ -1603,6 +1603,24 @@ _SET_GRAD_ENABLED = (
 _GRADIENT_CALLS = ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.backward")
 
 
+def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
+    """``root`` calls a function of the file that takes gradients (``torch.autograd.grad``,
+    ``.backward()``), directly or through one more such function."""
+    gradient_calls = ctx.calls(*_GRADIENT_CALLS)
+    backwards = ctx.method_calls("backward")
+    if not gradient_calls and not backwards:
+        return False
+    for call in ctx.walk(root, cst.Call):
+        helper = ctx.loops.callee(call)
+        if helper is None or helper is root:
+            continue
+        if ctx.within(helper, gradient_calls) or ctx.within(helper, backwards):
+            return True
+        if depth < 1 and _calls_gradient_helper(ctx, helper, depth + 1):
+            return True
+    return False
+
+
 def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Autograd is off where ``node`` runs: ``torch.no_grad()`` / ``inference_mode()`` /
     ``set_grad_enabled(<not certainly true>)`` around it, as ``with`` or decorator."""
@@ -1671,6 +1689,22 @@ class EvalWithoutNoGrad(Rule):
           that torch, and its author did turn autograd off.
     """
     valid = [
+        Valid(
+            """
+            import torch
+
+            class FROMP(torch.optim.Optimizer):
+                def jacobian(self, loss, outputs):
+                    return torch.autograd.grad(loss, outputs, retain_graph=True)
+
+                def update_fisher(self, loader):
+                    self.model.eval()
+                    for x, y in loader:
+                        logits = self.model(x.cuda())
+                        self.fisher += self.jacobian(logits.sum(), self.outputs)[0] ** 2
+            """,
+            note="the loop takes gradients through a method of the file (continual-learning's FROMP)",
+        ),
         Valid(
             """
             import torch
@@ -1952,8 +1986,11 @@ class EvalWithoutNoGrad(Rule):
 
     @staticmethod
     def _needs_gradients(ctx: FileContext, root: cst.CSTNode, model: str | None) -> bool:
-        """``root`` trains or computes gradients, or ``model`` is frozen."""
+        """``root`` trains or computes gradients (itself or in a function of the file it calls:
+        FROMP's ``self.cac_grad(...)`` wraps ``torch.autograd.grad``), or ``model`` is frozen."""
         if trains_within(ctx, root) or ctx.within(root, ctx.calls(*_GRADIENT_CALLS)):
+            return True
+        if _calls_gradient_helper(ctx, root, 0):
             return True
         if any(a.attr.value in ("grad", "requires_grad") for a in ctx.walk(root, cst.Attribute)):
             return True

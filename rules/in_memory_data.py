@@ -414,7 +414,8 @@ class InMemoryDatasetPerSample(Rule):
                 yield self.report(call, message)
                 continue
             if loaders.in_memory_tensors(call):
-                what = "indexes its in-memory `TensorDataset` one sample at a time"
+                dataset = "tensor" if loaders.plain_tensor_dataset(call) else "`TensorDataset`"
+                what = f"indexes its in-memory {dataset} one sample at a time"
                 how = f"index whole batches with `sampler={sampler_text}` and `batch_size=None`"
             else:
                 what = f"calls {_getitem_of(ctx, call)}, which only indexes tensors it holds, once per sample"

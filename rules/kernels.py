@@ -1470,7 +1470,13 @@ class NoTorchCompile(Rule):
                 f"`{callee}` without `torch_compile=True`: the Trainer runs the model eagerly; "
                 f"set `torch_compile=True` (guide: {COMPILE_GUIDE})"
             )
-            fix = self.fix("Set `torch_compile=True`", Edit(call, set_keyword(call, "torch_compile", "True")))
+            # ``torch_compile`` came to ``TrainingArguments`` with transformers 4.27, for torch 2.0
+            # (RL4LMs pins transformers 4.18 and torch 1.11: the argument raises there).
+            fix = self.fix(
+                "Set `torch_compile=True`",
+                Edit(call, set_keyword(call, "torch_compile", "True")),
+                requires=[("transformers", "4.27"), ("torch", "2.0")],
+            )
             yield self.report(call, message, fix)
 
 

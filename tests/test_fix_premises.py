@@ -1276,6 +1276,7 @@ def test_requirements_in_cog_yaml_an_environment_folder_and_a_readme_list(tmp_pa
         ("cog.yaml", 'build:\n  gpu: true\n  python_packages:\n    - "torch==1.8.0"\n'),
         ("environment/psp_env.yaml", "dependencies:\n  - pip:\n    - torch==1.6.0\n"),
         ("README.md", "## Requirements\n- [PyTorch](https://PyTorch.org/), version 1.0.1\n"),
+        ("INSTALL.md", "## Requirements\n* python3.6\n* pytorch1.2.0\n* apex\n"),  # glow-tts README
         # BRIO: `conda create --name env --file spec-file.txt` (`conda list --explicit`)
         ("spec-file.txt", "# platform: linux-64\n@EXPLICIT\nhttps://conda.anaconda.org/pytorch/linux-64/pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2\n"),
         ("conda-packages.txt", "# platform: linux-64\npytorch=1.8.0=py3.8_cuda11.1_0\nnumpy=1.21.2=py38_0\n"),
@@ -1671,3 +1672,59 @@ def test_a_class_a_yaml_config_names_runs_where_the_script_that_instantiates_it_
     (base / "ldm/modules").mkdir(parents=True)
     finding = only(source, "ADV704", fresh_script(base / "ldm/modules/dist.py", source))
     assert finding.fix_applicability is None and "seeds torch" in finding.message
+
+
+def test_tf32_set_by_a_module_the_script_runs_is_the_authors_choice(tmp_path):
+    # lingua: `lingua/distributed.py` turns TF32 on only when `matmul_allow_tf32` (off by default)
+    # says so; `apps/aunet/train.py`, which imports it, trains a transformer in fp32.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nfrom torch import nn\nfrom dist import setup_env\n"
+        "setup_env(args)\n"
+        "model = nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8), 6).cuda()\n"
+        "optimizer = torch.optim.AdamW(model.parameters())\n"
+        "for x in loader:\n"
+        "    model(x.cuda()).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    (tmp_path / "dist.py").write_text("import torch\n\ndef setup_env(args):\n    pass\n")
+    assert only(source, "ADV202", fresh_script(tmp_path / "train.py", source))
+    (tmp_path / "dist.py").write_text(
+        "import torch\n\ndef setup_env(args):\n    if args.matmul_allow_tf32:\n"
+        "        torch.backends.cuda.matmul.allow_tf32 = True\n"
+    )
+    fresh_script(tmp_path / "train.py", source)
+    assert "ADV202" not in [d.code for d in lint(source, gpu="A100", path=str(tmp_path / "train.py"))]
+
+
+def test_torch_compile_in_training_arguments_needs_transformers_4_27(tmp_path):
+    # RL4LMs pins transformers 4.18.0 (and torch 1.11): `TrainingArguments(torch_compile=True)` raises.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments\n"
+        'model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")\n'
+        'args = TrainingArguments("out", per_device_train_batch_size=32, bf16=True)\n'
+        "Trainer(model=model, args=args, train_dataset=ds).train()\n"
+    )
+    (tmp_path / "requirements.txt").write_text("transformers==4.18.0\ntorch==1.11.0\n")
+    finding = only(source, "ADV602", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "transformers >= 4.27" in finding.message
+    (tmp_path / "requirements.txt").write_text("transformers>=4.40\ntorch>=2.1\n")
+    finding = only(source, "ADV602", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None
+
+
+def test_asking_whether_cuda_is_there_and_never_using_the_answer_is_no_gpu():
+    # Person_reID's prepare_static.py: mean and std of the images on the host, and a
+    # `use_gpu = torch.cuda.is_available()` nothing reads.
+    source = (
+        "import torch\n"
+        "loader = torch.utils.data.DataLoader(images, batch_size=128, shuffle=True, num_workers=16)\n"
+        "use_gpu = torch.cuda.is_available()\n"
+        "mean = torch.zeros(3)\n"
+        "for inputs, labels in loader:\n"
+        "    mean += inputs.mean(dim=(2, 3)).sum(dim=0)\n"
+    )
+    assert "ADV101" not in codes(source)
+    used = source + "    if use_gpu:\n        inputs = inputs.cuda()\n"
+    assert "ADV101" in codes(used)

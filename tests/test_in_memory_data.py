@@ -322,3 +322,12 @@ def test_a_training_loader_wrapped_in_cycle_is_known_by_its_name():
     """
     found = lint(source, codes=DATA_LOADING)
     assert [(d.code, d.line) for d in found] == [("ADV105", 18)]
+
+
+def test_a_tensor_handed_to_the_loader_as_its_data_set_is_in_memory():
+    # ULTRA's `DataLoader(torch.cat([data.target_edge_index, ...]).t(), batch_size, sampler=...)`
+    # over a graph the caller moved to the GPU: pinning such a batch raises, workers cannot use CUDA.
+    source = IN_MEMORY_LOOP.format(dataset="torch.cat([edges, types.unsqueeze(0)]).t()", pin="")
+    found = lint(source, codes=DATA_LOADING)
+    assert [d.code for d in found] == ["ADV105"]
+    assert "in-memory tensor one sample" in found[0].message

@@ -559,3 +559,31 @@ def test_an_empty_cell_that_gets_code_is_laid_out_like_its_neighbours():
     after = nb.with_python(nb.python.replace(first_marker, first_marker + "x = 1\ny = 2\n", 1))
     assert after == expected_after(data, ('"source": []', '"source": [\n    "x = 1\\n",\n    "y = 2"\n   ]'))
     assert_valid_nbformat(after)
+
+
+def test_a_colab_notebooks_saved_gpu_is_its_target_where_the_target_is_assumed():
+    # nanoVLM's train_nanoVLM.ipynb: `"colab": {"gpuType": "T4"}`, fp16 autocast. A T4 has no
+    # bf16, so ADV201 stays silent there unless the user names the GPU.
+    from advisor.targets import ASSUMED
+
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "for x in loader:\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = model(x.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    document = json.loads(notebook(code(source)))
+    document["metadata"]["colab"] = {"gpuType": "T4", "provenance": []}
+    data = json.dumps(document).encode()
+
+    def codes(target):
+        result = check_file("train.ipynb", Settings(codes=frozenset({"ADV201"}), target=target), data=data)
+        return [d.code for d in result.diagnostics]
+
+    assert codes(ASSUMED) == []
+    assert codes(A100) == ["ADV201"]  # a GPU the user named wins
+    assert codes(ASSUMED) == [] and "ADV201" in [
+        d.code for d in check_file("train.ipynb", Settings(codes=frozenset({"ADV201"}), target=ASSUMED), data=notebook(code(source))).diagnostics
+    ]

@@ -622,8 +622,23 @@ class DeviceFacts:
             parent = ctx.parent.get(node)
             if isinstance(parent, cst.Attribute) and parent.value is node:
                 continue  # the inner part of a longer reference: the outer one decides
+            if qualname in _AVAILABILITY_TESTS and self._answer_unread(node):
+                continue  # Person_reID's prepare_static.py: ``use_gpu = torch.cuda.is_available()``, never read
             found.append(node)
         return found
+
+    def _answer_unread(self, func: cst.CSTNode) -> bool:
+        """``name = torch.cuda.is_available()`` where the file never reads ``name``: a question
+        whose answer nothing uses says nothing about where the work runs."""
+        ctx = self.ctx
+        call = ctx.parent.get(func)
+        if not isinstance(call, cst.Call) or call.func is not func:
+            return False
+        assign = ctx.parent.get(call)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            return False
+        name = assign.targets[0].target.value
+        return not any(n.value == name and ctx.is_read(n) for n in ctx.nodes(cst.Name))
 
     @cached_property
     def gpu(self) -> Answer:

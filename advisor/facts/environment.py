@@ -86,9 +86,9 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
+    # glow-tts: "* pytorch1.2.0", no space. BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
         versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
@@ -342,7 +342,26 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         cap = _cuda_cap(ctx)
         if cap is not None and _version(cap[1]) < _version(version):
             return f"the project installs torch for CUDA {cap[0]}, whose newest torch is {cap[1]}"
+    if package == "torch":
+        major = _asserted_torch_major(ctx.source)
+        if major is not None and major < _version(version)[0]:
+            return f"the file asserts torch {major}.x"
     return None
+
+
+# pytorch-retinanet's ``assert torch.__version__.split('.')[0] == '1'``: the script refuses any other major.
+_ASSERTED_MAJOR = re.compile(
+    r"^\s*assert\s+(?:torch\.__version__\.split\(\s*['\"]\.['\"]\s*\)\[0\]\s*==\s*['\"](\d+)['\"]"
+    r"|torch\.__version__\.startswith\(\s*['\"](\d+)\.?['\"]\s*\))",
+    re.M,
+)
+
+
+def _asserted_torch_major(source: str) -> int | None:
+    if "__version__" not in source:
+        return None
+    match = _ASSERTED_MAJOR.search(source)
+    return None if match is None else int(match.group(1) or match.group(2))
 
 
 # The newest torch built for each CUDA toolkit a project may name (``cudatoolkit=11.3``,

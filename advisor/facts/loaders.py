@@ -54,6 +54,13 @@ _LIGHTNING_MODULES = ("LightningModule", "LightningDataModule")
 _PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders")
 # What an in-memory dataset's ``__getitem__`` may call and still only index what it holds.
 _CHEAP_BUILTINS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "super"})
+# Torch functions that return a new tensor from data (a loader over one indexes it in memory).
+_TENSOR_BUILDERS = frozenset(
+    f"torch.{name}" for name in (
+        "cat", "concat", "concatenate", "stack", "hstack", "vstack", "tensor", "as_tensor", "from_numpy",
+        "arange", "randn", "rand", "randint", "randperm", "zeros", "ones", "empty", "full", "linspace",
+    )
+)
 _CHEAP_TENSOR_METHODS = frozenset({
     "long", "float", "int", "bool", "half", "clone", "contiguous", "view", "reshape", "unsqueeze", "squeeze",
     "size", "item", "numel", "flatten", "t", "transpose", "permute", "type", "tolist", "copy",
@@ -846,9 +853,27 @@ class LoaderFacts:
         if dataset is None or dataset is MISSING:
             return False
         return any(
-            isinstance(source, cst.Call) and self.ctx.qualname(source.func) in IN_MEMORY_DATASETS
+            isinstance(source, cst.Call)
+            and (self.ctx.qualname(source.func) in IN_MEMORY_DATASETS or self._tensor_itself(source))
             for source in self.dataset_sources(dataset) or ()
         )
+
+    def plain_tensor_dataset(self, call: cst.Call) -> bool:
+        """The loader's data set is a tensor itself, not a ``Dataset`` (:meth:`_tensor_itself`)."""
+        dataset = self.ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return False
+        sources = self.dataset_sources(dataset) or ()
+        return bool(sources) and all(isinstance(s, cst.Call) and self._tensor_itself(s) for s in sources)
+
+    def _tensor_itself(self, source: cst.Call) -> bool:
+        """A tensor handed to the loader as its data set (ULTRA's ``DataLoader(torch.cat([...]).t(),
+        ...)``): indexed in memory like a ``TensorDataset``, and as likely on the GPU already."""
+        while isinstance(source.func, cst.Attribute) and source.func.attr.value in _CHEAP_TENSOR_METHODS:
+            if not isinstance(source.func.value, cst.Call):
+                return False
+            source = source.func.value
+        return (self.ctx.qualname(source.func) or "") in _TENSOR_BUILDERS
 
     def in_memory(self, call: cst.Call) -> bool:
         """The loader's dataset is tensors held in memory: a ``TensorDataset``

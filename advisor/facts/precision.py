@@ -789,7 +789,14 @@ def tf32_configured(ctx: FileContext) -> bool:
         value = string_value(string)
         if isinstance(value, str) and "tf32" in value.lower():
             return True
-    return False
+    # lingua's ``apps/*/train.py``: ``lingua/distributed.py``, which it runs, sets
+    # ``allow_tf32`` from a ``matmul_allow_tf32`` option that is off by default.
+    return ctx.project is not None and (
+        ctx.project.neighbourhood_matches(_TF32_SETTING) or ctx.project.runners_match(_TF32_SETTING)
+    )
+
+
+_TF32_SETTING = re.compile(rb"\ballow_tf32\b|set_float32_matmul_precision\(|\bfp32_precision\b")
 
 
 def trainer_compiles(ctx: FileContext, call: cst.Call) -> bool:
