@@ -1457,7 +1457,11 @@ class BlockingHostToDeviceCopy(Rule):
                     continue
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
-                fix = self.fix("Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")))
+                fix = self.fix(
+                    "Pass `non_blocking=True`",
+                    Edit(call, set_keyword(call, "non_blocking", "True")),
+                    requires=[("torch", "0.4")],  # ``async=True`` before 0.4
+                )
                 if unpinned:
                     message = (
                         f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "

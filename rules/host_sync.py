@@ -47,6 +47,10 @@ COPY_GUIDE = "torch.tensor always copies data"
 DEVICE_GUIDE = "Create tensors directly on the target device"
 NO_GRAD_GUIDE = "Disable gradient calculation for validation or inference"
 
+# ``device=`` on factories, ``torch.no_grad()``, ``non_blocking=``, ``Tensor.to``: the torch 0.4 API
+# (pytorch-semantic-segmentation's README asks for PyTorch 0.2.0).
+TORCH_0_4 = (("torch", "0.4"),)
+
 _LOOPS = (cst.For, cst.While)
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
@@ -1416,6 +1420,7 @@ class HostAllocThenCopy(Rule):
                 "Create the tensor on the device and compute there (rounding can differ on the GPU)",
                 Edit(copy, moved),
                 applicability=Applicability.UNSAFE,
+                requires=TORCH_0_4,
             )
         method = copy.func.attr.value  # type: ignore[attr-defined]
         yield self.report(
@@ -1522,7 +1527,7 @@ class HostAllocThenCopy(Rule):
         description = "Create the tensor on the device" + (
             "" if exact else " (random numbers or rounding can differ on the GPU)"
         )
-        return self.fix(description, Edit(copy, replacement), applicability=applicability)
+        return self.fix(description, Edit(copy, replacement), applicability=applicability, requires=TORCH_0_4)
 
     @staticmethod
     def _stepped(ctx: FileContext, factory: cst.Call) -> bool:
@@ -2056,7 +2061,8 @@ class EvalWithoutNoGrad(Rule):
         ):
             decorated = function.with_changes(decorators=[*function.decorators, cst.Decorator(no_grad)])
             description = "Decorate the evaluation function with `@torch.no_grad()`"
-            return self.fix(description, Edit(function, decorated), imports=imports)
+            # ``no_grad`` as a decorator came with torch 0.4.1 (awd-lstm-lm asks for "PyTorch 0.4").
+            return self.fix(description, Edit(function, decorated), imports=imports, requires=[("torch", "0.4.1")])
         if not isinstance(ctx.parent.get(loop), (cst.IndentedBlock, cst.Module)) or self._backward_after(ctx, loop):
             return None
         wrapped = cst.With(
@@ -2064,7 +2070,7 @@ class EvalWithoutNoGrad(Rule):
             body=nested_block(ctx, loop, [loop.with_changes(leading_lines=[])]),
             leading_lines=loop.leading_lines,
         )
-        return self.fix("Run the evaluation loop under `torch.no_grad()`", Edit(loop, wrapped), imports=imports)
+        return self.fix("Run the evaluation loop under `torch.no_grad()`", Edit(loop, wrapped), imports=imports, requires=TORCH_0_4)
 
     @staticmethod
     def _backward_after(ctx: FileContext, loop: cst.CSTNode) -> bool:
@@ -2381,5 +2387,5 @@ class TensorCopyInLoop(Rule):
         else:
             replacement = cst.Call(func=cst.Attribute(value=detached, attr=cst.Name("clone")))
             description = "Spell the copy `x.detach().clone()`"
-        return self.fix(description, Edit(call, replacement))
+        return self.fix(description, Edit(call, replacement), requires=TORCH_0_4)
 

@@ -1280,6 +1280,8 @@ def test_requirements_in_cog_yaml_an_environment_folder_and_a_readme_list(tmp_pa
         # BRIO: `conda create --name env --file spec-file.txt` (`conda list --explicit`)
         ("spec-file.txt", "# platform: linux-64\n@EXPLICIT\nhttps://conda.anaconda.org/pytorch/linux-64/pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2\n"),
         ("conda-packages.txt", "# platform: linux-64\npytorch=1.8.0=py3.8_cuda11.1_0\nnumpy=1.21.2=py38_0\n"),
+        # equiformer: `env/env_equiformer.yml`, a bare `- pytorch` first, then the pinned build
+        ("env/env_equiformer.yml", "dependencies:\n  - pytorch\n  - pytorch=1.10.2=py3.8_cuda11.3_cudnn8.2.0_0\n"),
     ]:
         root = tmp_path / name.replace("/", "_")
         (root / ".git").mkdir(parents=True)
@@ -1728,3 +1730,79 @@ def test_asking_whether_cuda_is_there_and_never_using_the_answer_is_no_gpu():
     assert "ADV101" not in codes(source)
     used = source + "    if use_gpu:\n        inputs = inputs.cuda()\n"
     assert "ADV101" in codes(used)
+
+
+def test_an_ngc_container_caps_the_torch_version(tmp_path):
+    # FourCastNet's `docker/Dockerfile`: `FROM nvcr.io/nvidia/pytorch:21.11-py3` (torch 1.11 alpha).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "docker").mkdir()
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    (tmp_path / "docker" / "Dockerfile").write_text("FROM nvcr.io/nvidia/pytorch:21.11-py3\nRUN pip install wandb\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "container 21.11" in finding.message
+    (tmp_path / "docker" / "Dockerfile").write_text("FROM nvcr.io/nvidia/pytorch:25.06-py3\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None
+
+
+def test_fixes_in_the_torch_0_4_api_wait_for_a_project_on_an_older_torch(tmp_path):
+    # pytorch-semantic-segmentation's README: "1. PyTorch 0.2.0" (`.cuda(async=True)`, no
+    # `non_blocking`, no `torch.no_grad`, no `device=` on factories).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("## Requirement\n1. PyTorch 0.2.0\n")
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)\n"
+        "for x, y in loader:\n"
+        "    x = x.cuda()\n"
+        "    loss = model(x, y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    h = torch.zeros(8, 8).cuda()\n"
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    found = {d.code: d for d in lint(source, gpu="A100", path=str(script)) if d.code in ("ADV103", "ADV704")}
+    assert set(found) == {"ADV103", "ADV704"}
+    assert all(d.fix_applicability is None and "torch >= 0.4" in d.message for d in found.values())
+
+
+def test_no_grad_as_a_decorator_needs_torch_0_4_1(tmp_path):
+    # awd-lstm-lm's README: "PyTorch 0.4" (June 2018): `@torch.no_grad()` raises on 0.4.0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("The codebase is now PyTorch 0.4 compatible.\n")
+    source = (
+        "import torch\nmodel = Net().cuda()\n\n"
+        "def evaluate(data):\n"
+        "    model.eval()\n"
+        "    total = 0\n"
+        "    for x, y in data:\n"
+        "        total += criterion(model(x.cuda()), y.cuda()).item()\n"
+        "    return total\n"
+    )
+    finding = only(source, "ADV705", fresh_script(tmp_path / "main.py", source))
+    assert finding.fix_applicability is None and "torch >= 0.4.1" in finding.message
+
+
+def test_a_readme_line_pointing_to_another_release_names_no_requirement(tmp_path):
+    # lemniscate: "supports python27 and pytorch=0.4", then "if you are looking for pytorch 0.3,
+    # please switch to tag v0.3"; NCRF++: "PyTorch: 1.0" and "[PyTorch 0.3 compatible version is
+    # here.](.../tree/PyTorch0.3)". The checkout runs the first.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.cuda(), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    for readme in (
+        "- supports python27 and [pytorch=0.4](http://pytorch.org)\n- if you are looking for pytorch 0.3, please switch to tag v0.3\n",
+        "\tPyTorch: 1.0 \n[PyTorch 0.3 compatible version is here.](https://github.com/jiesutd/NCRFpp/tree/PyTorch0.3)\n",
+    ):
+        (tmp_path / "README.md").write_text(readme)
+        finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
+        assert finding.fix_applicability is not None, finding.message
+    (tmp_path / "README.md").write_text("## Requirements\n- pytorch 0.3\n")
+    finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None

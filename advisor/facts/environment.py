@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # ``cog.yaml`` lists ``python_packages: - "torch==1.8.0"`` (pixel2style2pixel).
 _FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml")
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
-_CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env)\.ya?ml$", re.I)
+_CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*)\.ya?ml$", re.I)
 _REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
 # ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
 # and ``conda list --export`` (``pytorch=1.8.0=py3.8_0``): the environment the authors ran.
@@ -91,12 +91,19 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # glow-tts: "* pytorch1.2.0", no space. BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
+        # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
+        # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
+        # lemniscate) names code this checkout is not.
+        text = "\n".join(line for line in text.splitlines() if not _OTHER_RELEASE_LINE.search(line))
         versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
         if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
             versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
+
+
+_OTHER_RELEASE_LINE = re.compile(r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here", re.I)
 
 
 def _conda_spec_requirements(text: str) -> str:
@@ -190,7 +197,7 @@ def _poetry(spec: str) -> str:
     spec = spec.strip()
     if spec.startswith("=") and not spec.startswith("=="):
         version = spec.lstrip("=").strip().strip("\"'").lstrip("^~")
-        return f">={version}"
+        return f">={version.split('=')[0]}"  # conda's ``=1.10.2=py3.8_cuda11.3_0``: the build string goes
     return spec
 
 
@@ -230,6 +237,10 @@ _NESTED_FOLDERS = {
     "requirements": lambda n: _REQUIREMENTS.match(n) or n.endswith((".txt", ".in")),
     "environment": lambda n: _CONDA_ENVIRONMENT.match(n) or n.startswith("environment."),
     "envs": lambda n: _CONDA_ENVIRONMENT.match(n) or n.startswith("environment."),
+    # equiformer's ``env/env_equiformer.yml`` (``pytorch=1.10.2``)
+    "env": lambda n: _CONDA_ENVIRONMENT.match(n) or n.startswith("environment.") or n.endswith((".yml", ".yaml")),
+    # FourCastNet's ``docker/Dockerfile`` (``FROM nvcr.io/nvidia/pytorch:21.11-py3``)
+    "docker": lambda n: n.lower().startswith("dockerfile") or _REQUIREMENTS.match(n) is not None,
 }
 
 
@@ -342,6 +353,9 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         cap = _cuda_cap(ctx)
         if cap is not None and _version(cap[1]) < _version(version):
             return f"the project installs torch for CUDA {cap[0]}, whose newest torch is {cap[1]}"
+        container = _ngc_cap(ctx)
+        if container is not None and _version(container[1]) < _version(version):
+            return f"the project builds on NVIDIA's PyTorch container {container[0]}, which has torch {container[1]}"
     if package == "torch":
         major = _asserted_torch_major(ctx.source)
         if major is not None and major < _version(version)[0]:
@@ -371,6 +385,34 @@ _NEWEST_TORCH_FOR_CUDA = {
     "11.3": "1.12.1", "11.5": "1.11.0", "11.6": "1.13.1", "11.7": "2.0.1",
 }
 _CUDA_NAMED = re.compile(r"(?:cudatoolkit|pytorch-cuda|cuda-toolkit)\s*[=\s]\s*(\d+\.\d+)|[+/]cu(\d{2,3})\b", re.I)
+
+
+# NVIDIA's NGC PyTorch containers (``nvcr.io/nvidia/pytorch:21.11-py3``): the newest torch release
+# each one contains, up to the release month given (a container's ``2.2.0a0`` build counts as 2.1).
+_NGC_TORCH = (
+    ((20, 12), "1.7"), ((21, 5), "1.8"), ((21, 10), "1.9"), ((22, 1), "1.10"), ((22, 4), "1.11"),
+    ((22, 11), "1.12"), ((23, 4), "1.13"), ((23, 10), "2.0"), ((24, 1), "2.1"), ((24, 4), "2.2"),
+    ((24, 7), "2.3"), ((24, 10), "2.4"), ((25, 3), "2.5"),
+)
+_NGC_IMAGE = re.compile(r"nvcr\.io/nvidia/pytorch:(\d{2})\.(\d{2})")
+
+
+def _ngc_cap(ctx: "FileContext") -> tuple[str, str] | None:
+    """The NGC container a Dockerfile (or install instructions) builds on, and the newest torch
+    release in it, when that is an old one."""
+    for path in _candidates(ctx):
+        text = read_project_file(ctx, path)
+        if text is None or "nvcr.io" not in text:
+            continue
+        match = _NGC_IMAGE.search(text)
+        if match is None:
+            continue
+        release = (int(match.group(1)), int(match.group(2)))
+        for until, torch in _NGC_TORCH:
+            if release <= until:
+                return f"{match.group(1)}.{match.group(2)}", torch
+        return None
+    return None
 
 
 def _cuda_cap(ctx: "FileContext") -> tuple[str, str] | None:
