@@ -541,16 +541,7 @@ def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> Non
 
 def _leave_as_advice(finding: Finding, reason: str) -> None:
     """The finding stays, without its fix, and says why."""
-    finding.message = _before_guide(finding.message, reason)
-    finding.fix = None
-
-
-def _before_guide(message: str, note: str) -> str:
-    """``note`` added to a message, before its closing ``(guide: ...)``."""
-    head, separator, guide = message.rpartition(" (guide: ")
-    if not separator:
-        return f"{message}; {note}"
-    return f"{head}; {note}{separator}{guide}"
+    finding.as_advice(reason)
 
 
 def file_suppressions(ctx: FileContext) -> frozenset[str] | None:

@@ -1040,6 +1040,24 @@ class ProjectView:
         self.asked_importers = True
         return None
 
+    def imports_match(self, pattern: "re.Pattern[bytes]", depth: int = 3) -> bool:
+        """Whether a project module this file imports, directly or through up to ``depth``
+        imports, has ``pattern`` in its text (FEDformer's ``exp_main.py`` imports the model,
+        which imports the layer that calls ``torch.fft.rfft``)."""
+        if not self.member:
+            return False
+        project = self.project
+        seen = {self.path}
+        level = [self.path]
+        for _ in range(depth):
+            level = [i for p in level for i in project.imports(p) if i not in seen]
+            for path in dict.fromkeys(level):
+                seen.add(path)
+                self.consulted.add(path)
+                if pattern.search(project.text(path)):
+                    return True
+        return False
+
     def runners_match(self, pattern: "re.Pattern[bytes]") -> bool:
         """Whether a file that imports this one, directly or through others, has ``pattern`` in
         its text: the scripts that run a package module (generative-models' ``sgm`` samplers,

@@ -68,6 +68,13 @@ class Finding:
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.column, self.code)
 
+    def as_advice(self, reason: str) -> "Finding":
+        """The finding without its fix, saying why (before its closing guide reference)."""
+        head, separator, guide = self.message.rpartition(" (guide: ")
+        self.message = f"{head}; {reason}{separator}{guide}" if separator else f"{self.message}; {reason}"
+        self.fix = None
+        return self
+
 
 @dataclass(frozen=True)
 class Valid:

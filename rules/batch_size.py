@@ -16,7 +16,7 @@ from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import autocasts, half_weights, scaler_calls
-from advisor.facts.models import loads_quantized
+from advisor.facts.models import loads_quantized, recomputes_activations
 from advisor.values import Value
 
 # TrainingArguments defaults, used when an argument is certainly not passed.
@@ -218,7 +218,9 @@ class AccumulationSplit(Rule):
         The fix keeps the effective batch (the product) and edits only integer literals it
         can see, both of them, so the product cannot drift. A larger per-device batch uses
         more memory, so the fix is unsafe; `advisor fix --verify` tries it and finds the
-        largest per-device batch that fits. Where the method needs one sample per step
+        largest per-device batch that fits. Where the script is visibly written around its
+        memory (a model loaded in 8 or 4 bits, gradient checkpointing turned on), the finding
+        is advice: the small batch is likely memory's choice. Where the method needs one sample per step
         (per-sample generators, some GANs), accumulation over 8+ steps is rare; suppress
         the finding with `# noqa: ADV401` where it is intended.
     """
@@ -382,6 +384,13 @@ class AccumulationSplit(Rule):
             args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=8)
             """,
             note="a 4-bit (QLoRA) model is written around its memory: advice, no edit",
+        ),
+        Invalid(
+            """
+            from transformers import TrainingArguments
+            args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=8, gradient_checkpointing=True)
+            """,
+            note="gradient checkpointing already trades speed for memory: the batch of 1 is memory's choice, advice (yarn)",
         ),
         Invalid(
             """
@@ -617,6 +626,9 @@ class AccumulationSplit(Rule):
             # philschmid's QLoRA notebook: an 8B model in 4 bits on a 24 GB GPU, where 1 x 8 is
             # what fits; a larger batch is for `--verify` to try, not to write.
             message = message.replace(" (guide: ", "; the model is loaded quantized, written around its memory, so the fix is left as advice (guide: ", 1)
+        elif edits and recomputes_activations(ctx):
+            # yarn's finetune.py: 1 x 8 over 65k-token sequences with checkpointing on; 4 x 2 runs out of memory.
+            message = message.replace(" (guide: ", "; the script already recomputes activations to save memory (gradient checkpointing), so the batch is likely memory's choice and the fix is left as advice (guide: ", 1)
         elif edits:
             fix = self.fix(f"Rebalance to batch {new_batch} x {new_accumulation} accumulation steps", *edits)
         return self.report(split.report_at, message, fix)

@@ -1170,6 +1170,17 @@ class HostAllocThenCopy(Rule):
         Valid(
             """
             import torch
+            device = torch.device("cuda")
+            y_test = torch.empty(0).to(device)
+            y_pred = torch.empty((0, 10)).to(device)
+            for x, y in loader:
+                y_test = torch.cat([y_test, y.to(device)], dim=0)
+            """,
+            note="tensors with no elements: nothing is filled or copied (saint's accumulators)",
+        ),
+        Valid(
+            """
+            import torch
             x = torch.zeros(4, 4, device="cuda")
             y = torch.zeros(4, 4).to(torch.float16)
             z = torch.zeros(4, 4).to(other)
@@ -1367,6 +1378,11 @@ class HostAllocThenCopy(Rule):
                 continue
             if any(arg.star == "**" for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
                 continue
+            if _empty_shape(factory, kind) and not _runs_per_step(ctx, copy):
+                # ``torch.empty(0).to(device)`` once per evaluation (saint's accumulators): nothing
+                # is filled or copied; in a ``forward`` (DINO's MultiCropWrapper) it is still a
+                # host allocation and a copy call every step.
+                continue
             target = self._target(ctx, copy)
             if target is None:
                 continue
@@ -1533,6 +1549,26 @@ class HostAllocThenCopy(Rule):
     def _stepped(ctx: FileContext, factory: cst.Call) -> bool:
         positional = [arg for arg in factory.args if arg.keyword is None]
         return len(positional) > 2 or ctx.keyword_arg(factory, "step") is not None
+
+
+def _runs_per_step(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """In a training step, or in a module's ``forward`` (which every step runs)."""
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
+        return True
+    return ctx.loops.per_step(node)
+
+
+def _empty_shape(factory: cst.Call, kind: str) -> bool:
+    """A size of ``0`` written out (``torch.empty(0)``, ``torch.zeros((0, 4))``): a tensor with no elements."""
+    if kind not in ("zeros", "ones", "empty", "full", "randn", "rand"):
+        return False  # ``arange(0, n)``, ``randint(0, k, size)``: a 0 there is no size
+    positional = [arg.value for arg in factory.args if arg.keyword is None and not arg.star]
+    if kind == "full":
+        positional = positional[:1]  # ``full(size, fill_value)``
+    sizes = positional[0].elements if len(positional) == 1 and isinstance(positional[0], (cst.Tuple, cst.List)) else None
+    values = [element.value for element in sizes] if sizes is not None else positional
+    return any(isinstance(value, cst.Integer) and value.evaluated_value == 0 for value in values)
 
 
 def _argument_device(ctx: FileContext, device: cst.BaseExpression) -> bool:
@@ -2119,6 +2155,18 @@ _IMAGE_DATASETS = frozenset(
 _REPEATED_FUNCTION = frozenset({"__getitem__", "forward", "training_step", "validation_step", "test_step"})
 
 
+_SEQUENCE_LITERALS = (cst.List, cst.ListComp, cst.Tuple, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _operands(operation: cst.BinaryOperation) -> Iterator[cst.BaseExpression]:
+    """The leaves of a chain of binary operations (``a * b + c + d``)."""
+    for side in (operation.left, operation.right):
+        if isinstance(side, cst.BinaryOperation) and not side.lpar:
+            yield from _operands(side)
+        else:
+            yield side
+
+
 class _Tensors:
     """Which expressions are certainly tensors (on any device)."""
 
@@ -2135,6 +2183,8 @@ class _Tensors:
         if isinstance(expr, cst.Subscript):
             return self.is_tensor(expr.value, depth + 1)
         if isinstance(expr, cst.BinaryOperation):
+            if any(isinstance(side, _SEQUENCE_LITERALS) for side in _operands(expr)):
+                return False  # ``[IGNORE_ID] * (1 + lengths[i]) + tokens.tolist()``: list repetition and concatenation (CosyVoice)
             return self.is_tensor(expr.left, depth + 1) or self.is_tensor(expr.right, depth + 1)
         if isinstance(expr, cst.Attribute):
             return expr.attr.value in ("data", "T", "mT") and self.is_tensor(expr.value, depth + 1)
@@ -2238,6 +2288,16 @@ class TensorCopyInLoop(Rule):
         No fix when the call passes `requires_grad=` or `pin_memory=`.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            lengths = torch.tensor([3, 4])
+            tokens = torch.randint(0, 10, (2, 5))
+            for i in range(2):
+                target = torch.tensor([-100] * (1 + lengths[i]) + tokens[i].tolist() + [eos])
+            """,
+            note="a list repeated and concatenated with a tensor's `.tolist()`: a Python list, not a tensor (CosyVoice)",
+        ),
         Valid(
             """
             import torch

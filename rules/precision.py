@@ -17,7 +17,7 @@ import builtins
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 
@@ -31,6 +31,7 @@ from advisor.facts.distributed import deepspeed_precision
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
+    runs_fft,
     AMP_SCALER,
     AUTOCAST,
     CUDA_AUTOCAST,
@@ -363,6 +364,18 @@ def _fp16_training_beside(ctx: FileContext) -> str | None:
 
 
 # -- ADV201 ----------------------------------------------------------------------------------------
+def _no_bf16_fix_under_fft(ctx: FileContext, findings: Iterable[Finding]) -> Iterator[Finding]:
+    """bf16 fixes left as advice in a program that computes FFTs: cuFFT takes no bf16 input, so
+    the first ``torch.fft.rfft`` of a bf16 activation raises (FEDformer's Fourier blocks)."""
+    for finding in findings:
+        if finding.fix is not None and runs_fft(ctx):
+            finding.as_advice(
+                "the model computes FFTs (`torch.fft`), which raise on bf16 input: cast them to float32 "
+                "(`x.float()` in the FFT block) before switching, so the fix is left as advice"
+            )
+        yield finding
+
+
 class Fp16OnBf16Gpu(Rule):
     code = "ADV201"
     name = "fp16-on-bf16-gpu"
@@ -427,7 +440,10 @@ class Fp16OnBf16Gpu(Rule):
 
         Where the model itself is loaded or cast in float16 (`torch_dtype=torch.float16`,
         `bnb_4bit_compute_dtype=torch.float16`, `.half()`), the finding comes without a fix:
-        switching only the mixed-precision flag would leave the job half done.
+        switching only the mixed-precision flag would leave the job half done. So it does
+        where the model computes FFTs (`torch.fft.rfft`, `torch.stft`, in the file or a module
+        it imports): cuFFT takes no bf16 input, and the first transform of a bf16 activation
+        raises (ADV203's bf16 autocast likewise).
 
         The fix switches to bf16 and, for `autocast`, removes the GradScaler when its only
         uses are `scale(loss).backward()`, `step(opt)`, `update()` and `unscale_(opt)`; a
@@ -1000,8 +1016,8 @@ class Fp16OnBf16Gpu(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not ctx.target.bf16:
             return
-        yield from self._autocasts(ctx)
-        yield from self._training_arguments(ctx)
+        yield from _no_bf16_fix_under_fft(ctx, self._autocasts(ctx))
+        yield from _no_bf16_fix_under_fft(ctx, self._training_arguments(ctx))
         yield from self._accelerators(ctx)
         yield from self._lightning(ctx)
 
@@ -3243,6 +3259,10 @@ class NoMixedPrecision(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        findings = self._findings(ctx)
+        yield from _no_bf16_fix_under_fft(ctx, findings) if ctx.target.bf16 else findings
+
+    def _findings(self, ctx: FileContext) -> Iterator[Finding]:
         sites = ctx.facts.frameworks.gpu_sites
         if not sites or small_network_training(ctx):
             return

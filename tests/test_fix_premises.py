@@ -1277,6 +1277,7 @@ def test_requirements_in_cog_yaml_an_environment_folder_and_a_readme_list(tmp_pa
         ("environment/psp_env.yaml", "dependencies:\n  - pip:\n    - torch==1.6.0\n"),
         ("README.md", "## Requirements\n- [PyTorch](https://PyTorch.org/), version 1.0.1\n"),
         ("INSTALL.md", "## Requirements\n* python3.6\n* pytorch1.2.0\n* apex\n"),  # glow-tts README
+        ("get_started.md", "## Requirements\n * numpy\n * pytorch (>= 0.4.1)\n"),  # sentiment-discovery README
         # BRIO: `conda create --name env --file spec-file.txt` (`conda list --explicit`)
         ("spec-file.txt", "# platform: linux-64\n@EXPLICIT\nhttps://conda.anaconda.org/pytorch/linux-64/pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2\n"),
         ("conda-packages.txt", "# platform: linux-64\npytorch=1.8.0=py3.8_cuda11.1_0\nnumpy=1.21.2=py38_0\n"),
@@ -1806,3 +1807,83 @@ def test_a_readme_line_pointing_to_another_release_names_no_requirement(tmp_path
     (tmp_path / "README.md").write_text("## Requirements\n- pytorch 0.3\n")
     finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is None
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, direct):
+    # the-algorithm-ml: the README says to run `./images/init_venv.sh`, which runs
+    # `pip install -r images/requirements.txt` (torch==1.13.1).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "requirements.txt").write_text("torch==1.13.1\ntorchrec==0.3.2\n")
+    if direct:
+        (tmp_path / "README.md").write_text("## Setup\n`pip install -r images/requirements.txt`\n")
+    else:
+        (tmp_path / "README.md").write_text("## Setup\nRun `./images/init_venv.sh` (Linux only).\n")
+        (tmp_path / "images" / "init_venv.sh").write_text("#!/bin/sh\npip install --no-deps -r images/requirements.txt\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch==1.13.1" in finding.message
+
+
+def test_bf16_is_advice_where_the_model_computes_ffts(tmp_path):
+    # FEDformer: `exp_main.py` trains under fp16 autocast a model whose Fourier block, two
+    # imports away, calls `torch.fft.rfft`; cuFFT raises on bf16 input.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "layers.py").write_text(
+        "import torch\n\nclass FourierBlock(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return torch.fft.irfft(torch.fft.rfft(x, dim=-1) * self.weights, n=x.size(-1))\n"
+    )
+    (tmp_path / "model.py").write_text("import torch\nfrom layers import FourierBlock\n\nclass FEDformer(torch.nn.Module):\n    pass\n")
+    source = (
+        "import torch\nfrom model import FEDformer\n"
+        "model = FEDformer().cuda()\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "for x, y in loader:\n"
+        "    with torch.cuda.amp.autocast():\n"
+        "        loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+    )
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "FFTs" in finding.message
+    (tmp_path / "layers.py").write_text("import torch\n\nclass FourierBlock(torch.nn.Module):\n    pass\n")
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None
+
+
+def test_a_demos_requirement_file_the_readme_names_speaks_for_the_demo_only(tmp_path):
+    # co-tracker: "after installing the required packages: `pip install -r gradio_demo/requirements.txt`"
+    # (torch==1.13.0 for the Gradio demo); the training scripts declare no torch version.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "gradio_demo").mkdir()
+    (tmp_path / "gradio_demo" / "requirements.txt").write_text("torch==1.13.0\ngradio\n")
+    (tmp_path / "README.md").write_text("Run the demo after `pip install -r gradio_demo/requirements.txt`.\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_zero_element_tensor_is_reported_only_where_it_runs_every_step():
+    # saint builds `torch.empty(0).to(device)` accumulators once per evaluation: nothing to copy.
+    # DINO's MultiCropWrapper.forward does it on every step: a host allocation and a copy call.
+    once = (
+        "import torch\ndevice = torch.device('cuda')\n\n"
+        "def classification_scores(model, loader):\n"
+        "    y_pred = torch.empty(0).to(device)\n"
+        "    for x, y in loader:\n"
+        "        y_pred = torch.cat([y_pred, model(x.to(device))])\n"
+        "    return y_pred\n"
+    )
+    assert "ADV704" not in codes(once)
+    every_step = (
+        "import torch\n\nclass MultiCropWrapper(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        output = torch.empty(0).to(x[0].device)\n"
+        "        for crop in x:\n"
+        "            output = torch.cat((output, self.backbone(crop)))\n"
+        "        return output\n\n"
+        "model = MultiCropWrapper().cuda()\n"
+    )
+    assert "ADV704" in codes(every_step)

@@ -86,9 +86,10 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    # glow-tts: "* pytorch1.2.0", no space. BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
+    # glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)".
+    # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
@@ -262,7 +263,74 @@ def _folder_candidates(folder: str) -> list[str]:
         inner = os.path.join(folder, name)
         wanted = _NESTED_FOLDERS[name]
         found += [os.path.join(inner, n) for n in _names(inner) if wanted(n)]
+    found += [path for path in _installed_by_path(folder, found) if path not in found]
     return found
+
+
+# ``pip install -r images/requirements.txt`` in a README, or in a script the README runs
+# (the-algorithm-ml: "`./images/init_venv.sh`", which installs ``images/requirements.txt``).
+_INSTALLS_FILE = re.compile(r"-r\s+[\"']?([\w./-]+\.(?:txt|in))")
+_RUNS_SCRIPT = re.compile(r"(?<![\w/.-])(?:\./)?([\w-]+(?:/[\w.-]+)*\.sh)\b")
+
+
+def _installed_by_path(folder: str, found: list[str]) -> list[str]:
+    """Requirement files elsewhere in the project that the folder's install instructions name."""
+    documents = [
+        path for path in found
+        if _DOCUMENT.match(os.path.basename(path)) and not os.path.basename(path).lower().startswith("dockerfile")
+    ]
+    if not documents:
+        return []
+    try:
+        key = (folder, tuple((path, os.stat(path).st_mtime_ns) for path in documents))
+    except OSError:
+        return []
+    if key not in _INSTALLED:
+        if len(_INSTALLED) > 256:
+            _INSTALLED.clear()
+        _INSTALLED[key] = _named_requirement_files(folder, documents)
+    return _INSTALLED[key]
+
+
+_INSTALLED: dict[tuple, list[str]] = {}
+
+
+def _named_requirement_files(folder: str, documents: list[str]) -> list[str]:
+    named: list[str] = []
+    for path in documents:
+        text = _read_small(path)
+        if text is None or ("-r " not in text and ".sh" not in text):
+            continue
+        named += _INSTALLS_FILE.findall(text)
+        for script in _RUNS_SCRIPT.findall(text)[:8]:
+            script_text = _read_small(os.path.join(folder, script))
+            if script_text is not None:
+                named += _INSTALLS_FILE.findall(script_text)
+    paths = []
+    for relative in named:
+        if _SIDE_APPLICATION.search(relative):
+            continue  # co-tracker's "`pip install -r gradio_demo/requirements.txt`" is the demo's, not the trainer's
+        path = os.path.normpath(os.path.join(folder, relative))
+        if path.startswith(folder.rstrip(os.sep) + os.sep) and os.path.isfile(path) and path not in paths:
+            paths.append(path)
+    return paths
+
+
+# Folders of a project's side applications, whose requirements speak for them (their own files
+# read them as their folder's requirement files).
+_SIDE_APPLICATION = re.compile(
+    r"(?:^|/)(?:[\w.]*[_-])?(?:demos?|gradio|streamlit|apps?|web|ui|docs?|examples?|notebooks?)(?:[_-][\w.-]*)?/", re.I
+)
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        if os.path.getsize(path) > MAX_PROJECT_FILE_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def _notebook_installs(text: str | None) -> str | None:

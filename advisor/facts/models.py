@@ -206,6 +206,23 @@ def loads_quantized(ctx: FileContext) -> bool:
     )
 
 
+def recomputes_activations(ctx: FileContext) -> bool:
+    """The file turns gradient checkpointing on (``model.gradient_checkpointing_enable()``,
+    ``torch.utils.checkpoint``, ``gradient_checkpointing=True`` / ``use_gradient_checkpointing=True``):
+    it trades speed for activation memory, so its small per-device batch is memory's choice
+    (yarn's 1 x 8 over 65k-token sequences)."""
+    if ctx.method_calls("gradient_checkpointing_enable"):
+        return True
+    if ctx.calls("torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"):
+        return True
+    for arg in ctx.nodes(cst.Arg):
+        if arg.keyword is not None and arg.keyword.value in ("gradient_checkpointing", "use_gradient_checkpointing"):
+            value = ctx.values.resolve(arg.value)
+            if value is not None and value.value is True:
+                return True
+    return False
+
+
 _MAX_TRACE_DEPTH = 6
 
 
