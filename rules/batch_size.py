@@ -628,7 +628,12 @@ class AccumulationSplit(Rule):
             message = message.replace(" (guide: ", "; the model is loaded quantized, written around its memory, so the fix is left as advice (guide: ", 1)
         elif edits and recomputes_activations(ctx):
             # yarn's finetune.py: 1 x 8 over 65k-token sequences with checkpointing on; 4 x 2 runs out of memory.
-            message = message.replace(" (guide: ", "; the script already recomputes activations to save memory (gradient checkpointing), so the batch is likely memory's choice and the fix is left as advice (guide: ", 1)
+            message = message.replace(
+                " (guide: ",
+                "; the script already recomputes activations to save memory (gradient checkpointing), so the "
+                "batch is likely memory's choice and the fix is left as advice (guide: ",
+                1,
+            )
         elif edits:
             fix = self.fix(f"Rebalance to batch {new_batch} x {new_accumulation} accumulation steps", *edits)
         return self.report(split.report_at, message, fix)

@@ -104,7 +104,10 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     return "" if bare else None
 
 
-_OTHER_RELEASE_LINE = re.compile(r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here", re.I)
+_OTHER_RELEASE_LINE = re.compile(
+    r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here",
+    re.I,
+)
 
 
 def _conda_spec_requirements(text: str) -> str:
