@@ -463,7 +463,7 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
     for package, version in finding.fix.requires:
         reason = older_allowed(ctx, package, version)
         if reason is not None:
-            _leave_as_advice(finding, f"the fix needs {package} >= {version}, and {reason}")
+            finding.as_advice(f"the fix needs {package} >= {version}, and {reason}")
             return
 
 
@@ -486,17 +486,17 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if ctx.calls(*_GRADIENT_CHECKS):
         # A numerical test of an operator (CenterNet's DCNv2/test.py): its tensors are inputs to
         # compare, not a training step to speed up, as in the test code folder walks leave out.
-        _leave_as_advice(finding, "the file checks gradients (`gradcheck`): test code, so the fix is left as advice")
+        finding.as_advice("the file checks gradients (`gradcheck`): test code, so the fix is left as advice")
         return
     if view.reached() is False:
-        _leave_as_advice(finding, _UNREACHED)
+        finding.as_advice(_UNREACHED)
         return
     if not view.member:
         return
     if any(ctx.is_descendant(finding.node, guard) for guard in ctx.main_guards) and view.project.importers.get(view.path):
         # Show-o's wan21_vae.py: the model module the project imports ends with a smoke test.
         view.asked_importers = True
-        _leave_as_advice(finding, "the code is the `__main__` self-test of a module the project imports, so the fix is left as advice")
+        finding.as_advice("the code is the `__main__` self-test of a module the project imports, so the fix is left as advice")
         return
     outermost = None
     for ancestor in ctx.ancestors(finding.node):
@@ -507,7 +507,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if ctx.parent.get(outermost) is not ctx.module or view.called(outermost.name.value):
         return
     kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
-    _leave_as_advice(finding, f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
+    finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
 
 
 # Lightning's banner in a cell's saved output: the notebook was last run on a machine without
@@ -536,12 +536,7 @@ def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> Non
     guard = in_older_version_branch(ctx, finding.node)
     if guard is not None:
         test = " ".join(ctx.code(guard.test).split())
-        _leave_as_advice(finding, f"the code is in the branch `if {test[:60]}` keeps for other library versions, so the fix is left as advice")
-
-
-def _leave_as_advice(finding: Finding, reason: str) -> None:
-    """The finding stays, without its fix, and says why."""
-    finding.as_advice(reason)
+        finding.as_advice(f"the code is in the branch `if {test[:60]}` keeps for other library versions, so the fix is left as advice")
 
 
 def file_suppressions(ctx: FileContext) -> frozenset[str] | None:
@@ -590,7 +585,7 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             if finding.fix is not None:
                 _withhold_in_older_version_branch(ctx, finding)
             if finding.fix is not None and ctx.path.endswith(".ipynb") and _notebook_ran_without_gpu(ctx):
-                _leave_as_advice(finding, _RAN_WITHOUT_GPU)
+                finding.as_advice(_RAN_WITHOUT_GPU)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

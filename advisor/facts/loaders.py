@@ -83,6 +83,22 @@ def local_class(ctx: "FileContext", expr: cst.BaseExpression) -> cst.ClassDef | 
     return None
 
 
+def defining_class(
+    ctx: "FileContext", func: cst.BaseExpression, needle: "re.Pattern[bytes] | None" = None
+) -> "tuple[FileContext, cst.ClassDef] | None":
+    """The class a call of ``func`` builds, with the context of the file defining it: a class of
+    this file, else of another module of the project (whose text must match ``needle``)."""
+    cls = local_class(ctx, func)
+    if cls is not None:
+        return ctx, cls
+    if ctx.project is None or not isinstance(func, (cst.Name, cst.Attribute)):
+        return None
+    found = ctx.project.binding(func, needle)
+    if found is None or not isinstance(found[1].node, cst.ClassDef):
+        return None
+    return found[0], found[1].node
+
+
 def class_methods(ctx: "FileContext", cls: cst.ClassDef, names: tuple[str, ...], depth: int = 0) -> list[cst.FunctionDef]:
     """``cls``'s methods of these names, its own or those of base classes the file defines."""
     if depth > 3 or not isinstance(cls.body, cst.IndentedBlock):
@@ -936,16 +952,11 @@ class LoaderFacts:
     def dataset_class(self, source: cst.Call) -> "tuple[LoaderFacts, cst.ClassDef] | None":
         """The class a dataset is built from, with the loader facts of the file defining it: a
         class of this file, or of another module of the project (``gail.ExpertDataset(...)``)."""
-        cls = local_class(self.ctx, source.func)
-        if cls is not None:
-            return self, cls
-        project = self.ctx.project
-        if project is None or not isinstance(source.func, (cst.Name, cst.Attribute)):
+        found = defining_class(self.ctx, source.func)
+        if found is None:
             return None
-        found = project.binding(source.func)
-        if found is None or not isinstance(found[1].node, cst.ClassDef):
-            return None
-        return found[0].facts.loaders, found[1].node
+        owner, cls = found
+        return (self if owner is self.ctx else owner.facts.loaders), cls
 
     def _only_indexes(self, getter: cst.FunctionDef, moving: bool = False) -> bool:
         ctx = self.ctx
@@ -1340,16 +1351,10 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
 def _builds_plain_dataclass(ctx: "FileContext", call: cst.Call) -> bool:
     """``call`` builds an instance of a ``@dataclass`` of the project without a ``pin_memory``
     method: a DataLoader's pinning passes such an object through untouched."""
-    cls: cst.CSTNode | None = None
-    if isinstance(call.func, cst.Name):
-        bindings = ctx.lookup(call.func.value, call.func)
-        if len(bindings) == 1:
-            cls = bindings[0].node
-    if not isinstance(cls, cst.ClassDef) and ctx.project is not None:
-        found = ctx.project.binding(call.func)
-        cls = found[1].node if found is not None else None
-    if not isinstance(cls, cst.ClassDef):
+    found = defining_class(ctx, call.func)
+    if found is None:
         return False
+    cls = found[1]
     if not any((dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("dataclass") for d in cls.decorators):
         return False
     return not any(isinstance(s, cst.FunctionDef) and s.name.value == "pin_memory" for s in cls.body.body)

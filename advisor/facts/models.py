@@ -20,6 +20,7 @@ import libcst as cst
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, FABRIC
 from advisor.context import MISSING, FileContext
 from advisor.facts.devices import Where, join
+from advisor.facts.loaders import defining_class
 from advisor.names import dotted_name
 
 if TYPE_CHECKING:
@@ -1203,15 +1204,7 @@ def parallel_wrapper(ctx: FileContext, call: cst.Call) -> str | None:
         return "data_parallel"
     if qualname in DISTRIBUTED_DATA_PARALLEL:
         return "ddp"
-    if isinstance(call.func, cst.Name):
-        bindings = ctx.lookup(call.func.value, call.func)
-        found = (ctx, bindings[0].node) if len(bindings) == 1 and isinstance(bindings[0].node, cst.ClassDef) else None
-    else:
-        found = None
-    if found is None and ctx.project is not None and isinstance(call.func, (cst.Name, cst.Attribute)):
-        bound = ctx.project.binding(call.func, _PARALLEL_TEXT)
-        if bound is not None and isinstance(bound[1].node, cst.ClassDef):
-            found = (bound[0], bound[1].node)
+    found = defining_class(ctx, call.func, _PARALLEL_TEXT)
     if found is None:
         return None
     owner, cls = found

@@ -799,10 +799,14 @@ def tf32_configured(ctx: FileContext) -> bool:
 def runs_fft(ctx: FileContext) -> bool:
     """The program computes FFTs (``torch.fft.rfft``, ``torch.stft``) in this file or in the
     project modules it imports: cuFFT takes no bf16 input, so bf16 autocast makes them raise
-    ("Unsupported dtype BFloat16"), where fp16 and fp32 run (FEDformer's Fourier blocks)."""
-    if _FFT_CALL.search(ctx.source.encode("utf-8", "replace")):
-        return True
-    return ctx.project is not None and ctx.project.imports_match(_FFT_CALL)
+    ("Unsupported dtype BFloat16"), where fp16 and fp32 run (FEDformer's Fourier blocks).
+    Asked once per file however many findings ask it."""
+    def find() -> bool:
+        if _FFT_CALL.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.imports_match(_FFT_CALL)
+
+    return ctx.memo(runs_fft, find)
 
 
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
