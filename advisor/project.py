@@ -999,6 +999,29 @@ class ProjectView:
             project._in_progress.discard(self.path)
         return found
 
+    def importer_contexts(self, pattern: "re.Pattern[bytes]") -> list["FileContext"]:
+        """The contexts of the project files that import this one and whose text has
+        ``pattern`` (``.to(`` for a loader's consumers); the others are not parsed."""
+        project = self.project
+        self.asked_importers = True
+        if project.importer_depth >= _IMPORTER_DEPTH or self.path in project._in_progress:
+            return []
+        found: list[FileContext] = []
+        project._in_progress.add(self.path)
+        project.importer_depth += 1
+        try:
+            for path in project.importers.get(self.path, [])[:_IMPORTERS_ASKED]:
+                self.consulted.add(path)
+                if not pattern.search(project.text(path)):
+                    continue
+                other = self._context(path)
+                if other is not None and other.project is not None:
+                    found.append(other)
+        finally:
+            project.importer_depth -= 1
+            project._in_progress.discard(self.path)
+        return found
+
     def imported(self) -> bool:
         """Whether another file of the project imports this one."""
         self.asked_importers = True

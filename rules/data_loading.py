@@ -10,7 +10,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
-from advisor.facts.loaders import batch_target, target_names
+from advisor.facts.batches import blocking_copy
 from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
@@ -74,6 +74,16 @@ class DataLoaderPinMemory(Rule):
         `"auto"`), the fix writes `pin_memory=torch.cuda.is_available()`, so that CPU runs do
         not warn that no accelerator is found; `pin_memory=True` where the script always uses
         CUDA.
+
+        A loader without worker processes (`num_workers` unset or 0) pins each batch in the
+        training process itself: one more host copy, right before the copy to the GPU. That
+        pays only where the copy is non-blocking (the host then queues the step's kernels
+        instead of waiting; PyTorch's guide to `non_blocking` and `pin_memory()` measures a
+        pin followed by a copy on one thread as slower than the plain copy). So there the
+        fix is applied where the project shows the loader's batches copied to the GPU (ADV103
+        makes those copies non-blocking in the same run), or where Lightning or Fabric moves
+        them (non-blocking on CUDA); elsewhere (the copies are made by Accelerate's blocking
+        `send_to_device`, or by code advisor cannot follow) it is advice: workers first (ADV102).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -330,15 +340,28 @@ class DataLoaderPinMemory(Rule):
             """
             import torch
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=8, shuffle=True)
+            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=4)
             device = torch.device("cuda")
             """,
             fixed="""
             import torch
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=8, shuffle=True, pin_memory=True)
+            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=4, pin_memory=True)
             device = torch.device("cuda")
             """,
+            note="worker processes: the loader pins in a thread of its own, and the copy needs no staging",
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=8, shuffle=True)
+            device = torch.device("cuda")
+            """,
+            note=(
+                "no workers, and no copy of its batches in sight: pinning would be one more host copy in the "
+                "training process before each copy, so it is advice (give it workers, or copy non-blocking)"
+            ),
         ),
         Invalid(
             """
@@ -347,7 +370,8 @@ class DataLoaderPinMemory(Rule):
                 ds,
                 batch_size=8,
             )
-            x = x.cuda()
+            for x in loader:
+                x = x.cuda()
             """,
             fixed="""
             import torch.utils.data as tud
@@ -356,8 +380,10 @@ class DataLoaderPinMemory(Rule):
                 batch_size=8,
                 pin_memory=True,
             )
-            x = x.cuda()
+            for x in loader:
+                x = x.cuda()
             """,
+            note="no workers, but its batches are copied here (ADV103 makes the copy non-blocking in the same run)",
         ),
         Invalid(
             """
@@ -377,6 +403,8 @@ class DataLoaderPinMemory(Rule):
             device = th.device("cuda" if th.cuda.is_available() else "cpu")
             model = Net().to(device)
             loader = DataLoader(ds, batch_size=32, shuffle=True)
+            for x, y in loader:
+                loss = model(x.to(device), y.to(device))
             """,
             fixed="""
             from torch.utils.data import DataLoader
@@ -386,6 +414,8 @@ class DataLoaderPinMemory(Rule):
             device = th.device("cuda" if th.cuda.is_available() else "cpu")
             model = Net().to(device)
             loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=th.cuda.is_available())
+            for x, y in loader:
+                loss = model(x.to(device), y.to(device))
             """,
             note="the script falls back to the CPU: pin only when CUDA is there (no warning on CPU runs)",
         ),
@@ -399,7 +429,7 @@ class DataLoaderPinMemory(Rule):
                 tokens = pad_sequence([torch.tensor(t) for t, _ in batch], batch_first=True)
                 return tokens.to(torch.long), torch.tensor([label for _, label in batch])
 
-            loader = DataLoader(samples, batch_size=16, collate_fn=collate)
+            loader = DataLoader(samples, batch_size=16, collate_fn=collate, num_workers=2)
             model.cuda()
             """,
             fixed="""
@@ -411,7 +441,7 @@ class DataLoaderPinMemory(Rule):
                 tokens = pad_sequence([torch.tensor(t) for t, _ in batch], batch_first=True)
                 return tokens.to(torch.long), torch.tensor([label for _, label in batch])
 
-            loader = DataLoader(samples, batch_size=16, collate_fn=collate, pin_memory=True)
+            loader = DataLoader(samples, batch_size=16, collate_fn=collate, num_workers=2, pin_memory=True)
             model.cuda()
             """,
             note="a collate_fn that stays on the CPU (`.to(torch.long)` only converts the dtype)",
@@ -461,7 +491,13 @@ class DataLoaderPinMemory(Rule):
             if pin is MISSING:
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
                 fix = self.fix(f"Set `pin_memory={pinned}`", Edit(call, set_keyword(call, "pin_memory", pinned)), imports=imports)
-                yield self.report(call, message + " (guide: Data preloading)", fix)
+                finding = self.report(call, message + " (guide: Data preloading)", fix)
+                if not loaders.pinning_pays(call):
+                    finding = finding.as_advice(
+                        "without worker processes it would pin each batch in the training process, right before "
+                        "a copy not seen to be non-blocking: give it workers (ADV102) or non-blocking copies first"
+                    )
+                yield finding
                 continue
             value = ctx.values.resolve(pin)
             if value is None or value.value is not False or value.origin == "argparse default":
@@ -955,135 +991,6 @@ class DataLoaderSyncLoading(Rule):
         return append_args(updated, added)
 
 
-# Methods that return a view of a contiguous tensor: the same (pinned) memory.
-_VIEWS = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze"})
-_SAME_STORAGE_FUNCTIONS = frozenset({"torch.autograd.Variable", *(f"torch.{view}" for view in _VIEWS if view != "view")})
-
-
-class _BatchScope:
-    """The names in one loop body that hold (parts of) the batch the loop draws."""
-
-    def __init__(
-        self, ctx: FileContext, loop: cst.For | cst.While | cst.FunctionDef, names: set[str], drawn: cst.Call | None = None
-    ) -> None:
-        self.ctx = ctx
-        self.loop = loop  # the loop drawing the batch, or a helper it hands the batch to
-        self.names = names
-        self.drawn = drawn  # ``next(loader)`` used in place: the batch is that expression
-        # ``x, y = batch`` / ``inputs = batch["input_ids"]``: still host tensors of the batch.
-        assignments = [a for a in ctx.walk(loop.body, cst.Assign) if not self.outside(a)]
-        for _ in range(2):
-            for assign in assignments:
-                if self._is_batch_value(assign.value):
-                    for target in assign.targets:
-                        self.names |= target_names(target.target)
-
-    def outside(self, node: cst.CSTNode) -> bool:
-        """Whether ``node`` is not run by the loop body itself (it sits in a nested def or class)."""
-        for ancestor in self.ctx.ancestors(node):
-            if ancestor is self.loop:
-                return False
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return True
-        return True
-
-    def _is_batch_value(self, expr: cst.BaseExpression, at: cst.CSTNode | None = None) -> bool:
-        if isinstance(expr, (cst.Tuple, cst.List)) and expr.elements:
-            return all(self.holds_batch(e.value, at) for e in expr.elements)
-        return self.holds_batch(expr, at)
-
-    def holds_batch(self, expr: cst.BaseExpression, at: cst.CSTNode | None) -> bool:
-        """``batch``, ``batch[0]``, ``batch["x"]``, ``batch.x``, or ``v`` of ``for k, v in batch.items()``."""
-        while True:
-            if isinstance(expr, (cst.Subscript, cst.Attribute)):
-                expr = expr.value
-            elif (
-                isinstance(expr, cst.Call)
-                and self.ctx.qualname(expr.func) in _SAME_STORAGE_FUNCTIONS
-                and expr.args
-                and expr.args[0].keyword is None
-            ):
-                # ``Variable(inputs, requires_grad=True)``, ``torch.unsqueeze(inputs, 1)``: the same storage
-                expr = expr.args[0].value
-            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
-                expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
-            else:
-                break
-        if self.drawn is not None and expr is self.drawn:
-            return True
-        if not isinstance(expr, cst.Name):
-            return False
-        if expr.value in self.names:
-            return at is None or not self._rebound(expr)
-        return at is not None and self._comprehension_over_batch(expr.value, at)
-
-    def _rebound(self, name: cst.Name) -> bool:
-        """The name last got something else than the batch before this use (``batch_y =
-        batch_y.float().to(device)``, then ``batch_y[:, -n:].to(device)`` copies a GPU tensor)."""
-        binding = self.ctx.facts.tensors.reaching(name)
-        if not isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or self.outside(binding):
-            return False
-        if isinstance(binding, cst.AugAssign) or binding.value is None:
-            return True
-        value = binding.value
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next":
-            return False  # ``batch = next(data_iter)``: the draw itself
-        # ``batch_y = batch_y[:, :, a:b]`` under ``if partial_train:`` slices whatever
-        # ``batch_y`` was before it: the GPU copy made at the top of the loop (iTransformer).
-        return not self._is_batch_value(value, at=value)
-
-    def _comprehension_over_batch(self, name: str, at: cst.CSTNode) -> bool:
-        for ancestor in self.ctx.ancestors(at):
-            if ancestor is self.loop:
-                return False
-            if not isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-                continue
-            clause: cst.CompFor | None = ancestor.for_in
-            while clause is not None:
-                iterable, target = clause.iter, clause.target
-                if (
-                    isinstance(iterable, cst.Call)
-                    and isinstance(iterable.func, cst.Attribute)
-                    and iterable.func.attr.value in ("items", "values")
-                    and not iterable.args
-                ):
-                    if iterable.func.attr.value == "items":
-                        target = batch_target(target, indexed=True)
-                    iterable = iterable.func.value
-                if target is not None and name in target_names(target):
-                    return self.holds_batch(iterable, ancestor)
-                clause = clause.inner_for_in
-        return False
-
-
-def _blocking_copy(ctx: FileContext, call: cst.Call) -> bool:
-    """``.to(<cuda device>)`` / ``.cuda()`` without ``non_blocking=True``."""
-    if any(arg.star for arg in call.args):
-        return False
-    non_blocking = ctx.keyword_arg(call, "non_blocking")
-    if non_blocking is not None and ctx.values.value_of(non_blocking.value) is not False:
-        return False  # already set, or set from a value we cannot read
-    positional = [arg.value for arg in call.args if arg.keyword is None]
-    device_keyword = ctx.keyword_arg(call, "device")
-    assert isinstance(call.func, cst.Attribute)
-    if call.func.attr.value == "type":  # ``imgs.type(torch.cuda.FloatTensor)``: a copy to the GPU
-        dtype = ctx.keyword_arg(call, "dtype")
-        target = dtype.value if dtype is not None else positional[0] if len(positional) == 1 else None
-        return target is not None and ctx.facts.devices.cuda_tensor_type(target)
-    if call.func.attr.value == "cuda":
-        if len(positional) > 1:
-            return False
-        device = device_keyword.value if device_keyword else positional[0] if positional else None
-        return device is None or ctx.facts.devices.on_gpu(device)
-    if len(positional) > 2:
-        return False
-    if len(positional) == 2 and isinstance(ctx.values.value_of(positional[1]), bool):
-        return False  # ``to(other, non_blocking)``
-    device = device_keyword.value if device_keyword else positional[0] if positional else None
-    devices = ctx.facts.devices
-    return device is not None and not devices.is_dtype(device) and devices.on_gpu(device)
-
-
 class BlockingHostToDeviceCopy(Rule):
     code = "ADV103"
     name = "blocking-host-to-device-copy"
@@ -1447,13 +1354,14 @@ class BlockingHostToDeviceCopy(Rule):
         if not ctx.method_calls("to", "cuda", "type") or not ctx.facts.devices.gpu.yes:
             return  # no copy to report
         reported: set[cst.Call] = set()
-        for scope, source in self._batches(ctx):
+        batches = ctx.facts.batches
+        for scope, source in batches.scopes:
             unpinned = self._unpinned(ctx, source)
             if unpinned is None:
                 continue
-            for call, scope in self._batch_copies(ctx, scope):
+            for call, scope in batches.copies(scope):
                 func = call.func
-                if call in reported or not _blocking_copy(ctx, call):
+                if call in reported or not blocking_copy(ctx, call):
                     continue
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
@@ -1477,34 +1385,6 @@ class BlockingHostToDeviceCopy(Rule):
 
 
     @staticmethod
-    def _batches(ctx: FileContext) -> Iterator[tuple["_BatchScope", cst.BaseExpression]]:
-        """Where the code holds a batch drawn from a loader, and the expression it draws from:
-        ``for x, y in loader:``, and ``batch = next(data_iter)`` (``data_iter = iter(loader)``)
-        in a loop, as in minGPT's trainer; ``next(loader).to(device)`` is a batch on its own."""
-        facts = ctx.facts.loaders
-        for loop in ctx.nodes(cst.For):
-            source, indexed = facts.unwrap(loop.iter)
-            target = batch_target(loop.target, indexed)
-            names = target_names(target) if target is not None else set()
-            if names:
-                yield _BatchScope(ctx, loop, names), source
-        for call in ctx.nodes(cst.Call):
-            if not (isinstance(call.func, cst.Name) and call.func.value == "next") or ctx.lookup("next", call):
-                continue
-            if len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
-                continue
-            loop = ctx.enclosing(call, cst.While, cst.For)
-            if loop is None or ctx.enclosing(call, cst.FunctionDef) is not ctx.enclosing(loop, cst.FunctionDef):
-                continue
-            parent = ctx.parent.get(call)
-            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-                names = target_names(parent.targets[0].target)
-                if names:
-                    yield _BatchScope(ctx, loop, names), call.args[0].value
-            else:
-                yield _BatchScope(ctx, loop, set(), drawn=call), call.args[0].value
-
-    @staticmethod
     def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> bool | None:
         """False when every loader behind ``source`` pins its batches, True when none sets
         ``pin_memory`` and ADV101 pins them (in this file or the one that builds it), None
@@ -1515,7 +1395,10 @@ class BlockingHostToDeviceCopy(Rule):
             return None
         if all(owner.pinned(c) for owner, c in loaders):
             unpinned = False
-        elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
+        elif all(
+            owner.pin_unset(c) and owner.pinnable(c) and owner.pinning_pays(c) and owner.ctx.facts.devices.gpu.yes
+            for owner, c in loaders
+        ):
             unpinned = True  # ADV101 pins it: the copies go with it, in the same run
         else:
             return None
@@ -1525,31 +1408,6 @@ class BlockingHostToDeviceCopy(Rule):
         if any(facts.handed_to_framework(spelling) for spelling in spellings):
             return None
         return unpinned
-
-    @staticmethod
-    def _batch_copies(ctx: FileContext, scope: "_BatchScope", depth: int = 0) -> Iterator[tuple[cst.Call, "_BatchScope"]]:
-        """The ``.to()`` / ``.cuda()`` / ``.type()`` calls on the batch in the loop body, and in the
-        functions of the file the loop hands the batch to (``calc_loss_batch(x, y, model, device)``)."""
-        for call in ctx.walk(scope.loop.body, cst.Call):
-            if scope.outside(call):
-                continue
-            func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "type"):
-                if scope.holds_batch(func.value, call):
-                    yield call, scope
-                continue
-            helper = ctx.loops.callee(call) if depth < 2 else None
-            if helper is None or helper is scope.loop:
-                continue
-            params = list(helper.params.params)
-            offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
-            handed: set[str] = set()
-            for index, param in enumerate(params):
-                passed = ctx.argument(call, param.name.value, index - offset if index >= offset else None)
-                if isinstance(passed, cst.BaseExpression) and passed is not MISSING and scope.holds_batch(passed, call):
-                    handed.add(param.name.value)
-            if handed:
-                yield from BlockingHostToDeviceCopy._batch_copies(ctx, _BatchScope(ctx, helper, handed), depth + 1)
 
 
 # -- ADV104 ------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from advisor.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN = (ROOT / "fixtures" / "plain_pytorch.py").read_bytes()
 GPU = ["--gpu", "A100"]
-LOADER = b"loader = DataLoader(ds, batch_size=32)\n"
-FIXED_LOADER = b"loader = DataLoader(ds, batch_size=32, pin_memory=True)\n"
+LOADER = b"loader = DataLoader(ds, batch_size=32, num_workers=4)\n"
+FIXED_LOADER = b"loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)\n"
 HEADER = b"import torch\nfrom torch.utils.data import DataLoader\n"
 TAIL = b"model = model.cuda()\n"
 

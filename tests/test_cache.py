@@ -21,11 +21,11 @@ PROBLEM = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=32)  # keep this comment
+    loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment
     model = model.cuda()
     """
 )
-FIXED = PROBLEM.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
+FIXED = PROBLEM.replace("num_workers=2)", "num_workers=2, pin_memory=True)")
 BROKEN = "import torch\ndef f(:\n"
 
 

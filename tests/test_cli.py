@@ -18,7 +18,7 @@ PROBLEM = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=32)  # keep this comment
+    loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment
     model = model.cuda()
     """
 )
@@ -27,7 +27,7 @@ CLEAN = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=32, pin_memory=True)
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=True)
     model = model.cuda()
     """
 )
@@ -63,7 +63,7 @@ def test_exit_codes_and_text_format(project, capsys):
 
 def test_positions_are_printed_as_numbers_not_emoji_codes(tmp_path, capsys):
     # Rich reads ``:100:`` as an emoji code; a finding on line 100 must still print its line.
-    (tmp_path / "train.py").write_text("import torch\n" + "\n" * 98 + "loader = torch.utils.data.DataLoader(ds)\nx.cuda()\n")
+    (tmp_path / "train.py").write_text("import torch\n" + "\n" * 98 + "loader = torch.utils.data.DataLoader(ds, num_workers=2)\nx.cuda()\n")
     code, out, _ = run(["check", "train.py", "--select", "ADV101"], capsys, tmp_path)
     assert code == 1
     assert "train.py:100:10: ADV101" in out
@@ -123,7 +123,7 @@ def test_suppression_of_other_code_does_not_hide(tmp_path, capsys):
 
 def test_suppression_on_first_line_of_multiline_call(tmp_path, capsys):
     source = PROBLEM.replace(
-        "loader = DataLoader(dataset, batch_size=32)  # keep this comment",
+        "loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment",
         "loader = DataLoader(  # noqa: ADV101\n    dataset,\n    batch_size=32,\n)",
     )
     (tmp_path / "t.py").write_text(source)
@@ -188,7 +188,7 @@ def test_missing_path(tmp_path, capsys):
 
 
 def test_files_without_torch_are_skipped(tmp_path, capsys):
-    (tmp_path / "other.py").write_text("loader = DataLoader(ds)\nx.cuda()\n")
+    (tmp_path / "other.py").write_text("loader = DataLoader(ds, num_workers=2)\nx.cuda()\n")
     assert run(["check", "other.py"], capsys, tmp_path)[0] == 0
 
 
@@ -198,7 +198,7 @@ def test_fix_writes_atomically_keeps_mode_and_comments(project, capsys):
     code, out, _ = run(["fix", "train.py", "--select", "ADV101"], capsys, project)
     assert code == 0, out
     text = path.read_text()
-    assert "DataLoader(dataset, batch_size=32, pin_memory=True)  # keep this comment" in text
+    assert "DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=True)  # keep this comment" in text
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o750
     assert not [p for p in os.listdir(project) if p.startswith(".advisor-")]
     before = path.read_bytes()
@@ -210,7 +210,7 @@ def test_fix_diff_writes_nothing(project, capsys):
     before = (project / "train.py").read_bytes()
     code, out, _ = run(["fix", "train.py", "--diff", "--select", "ADV101"], capsys, project)
     assert code == 1
-    assert "+loader = DataLoader(dataset, batch_size=32, pin_memory=True)" in out
+    assert "+loader = DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=True)" in out
     assert (project / "train.py").read_bytes() == before
 
 

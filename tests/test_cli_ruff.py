@@ -20,7 +20,7 @@ TRAIN = textwrap.dedent(
     model = model.cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(dataset, batch_size=32)
-    eval_loader = DataLoader(dataset, batch_size=32)
+    eval_loader = DataLoader(dataset, batch_size=32, num_workers=2)
     for x, y in loader:
         loss = model(x.cuda(non_blocking=True)).sum()
         loss.backward()
@@ -104,7 +104,7 @@ def test_exit_non_zero_on_fix(project, capsys):
 def test_check_diff_writes_nothing(project, capsys):
     code, out, _ = run(["check", "train.py", "--diff", "--select", "ADV101"], capsys, project)
     assert code == 1
-    assert "+eval_loader = DataLoader(dataset, batch_size=32, pin_memory=True)" in out
+    assert "+eval_loader = DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=True)" in out
     assert (project / "train.py").read_text() == TRAIN
 
 
@@ -139,7 +139,9 @@ def test_stdin_fix_writes_the_fixed_code_to_stdout(project, capsys, monkeypatch)
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(TRAIN.encode())))
     code, out, err = run(["check", "-", "--fix", "--select", "ADV101"], capsys, project)
     assert code == 0
-    assert out == TRAIN.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
+    assert out == TRAIN.replace("batch_size=32)", "batch_size=32, pin_memory=True)").replace(
+        "num_workers=2)", "num_workers=2, pin_memory=True)"
+    )
 
 
 def test_rules_as_json(capsys, tmp_path):
@@ -192,14 +194,14 @@ def test_a_syntax_error_is_reported_where_python_reports_it(tmp_path, capsys):
 
 def test_add_noqa_silences_every_finding_and_keeps_the_code(project, capsys):
     source = TRAIN.replace("\nloader = DataLoader(dataset, batch_size=32)\n", "\nloader = DataLoader(dataset, batch_size=32)  # the train set\n")
-    source = source.replace("eval_loader = DataLoader(dataset, batch_size=32)\n", "eval_loader = DataLoader(dataset, batch_size=32)  # noqa: E501\n")
+    source = source.replace("eval_loader = DataLoader(dataset, batch_size=32, num_workers=2)\n", "eval_loader = DataLoader(dataset, batch_size=32, num_workers=2)  # noqa: E501\n")
     source += 'NOTE = """\nmodel = model.cuda()\n"""\n'
     (project / "train.py").write_text(source)
     code, out, _ = run(["check", "train.py", "--add-noqa", "--select", "ADV1,ADV6"], capsys, project)
     assert code == 0 and out.startswith("Added ")
     text = (project / "train.py").read_text()
     assert "\nloader = DataLoader(dataset, batch_size=32)  # noqa: ADV101, ADV102  # the train set\n" in text
-    assert "eval_loader = DataLoader(dataset, batch_size=32)  # noqa: E501, ADV101\n" in text
+    assert "eval_loader = DataLoader(dataset, batch_size=32, num_workers=2)  # noqa: E501, ADV101\n" in text
     assert "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # noqa: ADV601\n" in text
     assert 'NOTE = """\nmodel = model.cuda()\n"""\n' in text
     compile(text, "train.py", "exec")

@@ -36,11 +36,11 @@ FIXABLE = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=32)  # keep this comment
+    loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment
     model = model.cuda()
     """
 )
-CLEAN = FIXABLE.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
+CLEAN = FIXABLE.replace("num_workers=2)", "num_workers=2, pin_memory=True)")
 
 
 def notebook_of(source: str) -> str:

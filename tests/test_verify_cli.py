@@ -106,7 +106,7 @@ def test_verify_end_to_end(tmp_path, capsys, monkeypatch):
 def test_fix_without_verify_never_imports_torch(tmp_path):
     """The verify options live on `advisor fix`; `fix` itself must stay static and torch-free."""
     script = tmp_path / "train.py"
-    script.write_text("import torch\nfrom torch.utils.data import DataLoader\nl = DataLoader(d)\nm = m.cuda()\n")
+    script.write_text("import torch\nfrom torch.utils.data import DataLoader\nl = DataLoader(d, num_workers=2)\nm = m.cuda()\n")
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     for name in ("torch", "transformers", "accelerate"):

@@ -14,6 +14,7 @@ one answer per file (computed once, on first use, and kept on the file's context
 - :mod:`advisor.facts.models`, :mod:`advisor.facts.loaders`, :mod:`advisor.facts.precision`,
   :mod:`advisor.facts.tensors`: the models trained and where, the DataLoaders and their
   roles, the precision regime, which expressions hold CUDA tensors.
+- :mod:`advisor.facts.batches`: where a file holds a loader's batches and copies them to a GPU.
 
 The answers to yes/no questions are tri-state (:class:`Answer`): yes, no or unknown, with the
 node that decided it. A rule keeps its own policy for "unknown" (most stay silent).
@@ -86,6 +87,12 @@ class Facts:
         from advisor.facts.loaders import LoaderFacts
 
         return self.ctx.memo(LoaderFacts, lambda: LoaderFacts(self.ctx))
+
+    @property
+    def batches(self):
+        from advisor.facts.batches import BatchFacts
+
+        return self.ctx.memo(BatchFacts, lambda: BatchFacts(self.ctx))
 
     @property
     def tensors(self):

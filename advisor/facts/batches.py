@@ -1,0 +1,246 @@
+"""Batches: where a file holds a batch drawn from a DataLoader, and where it copies that batch
+to a device.
+
+"Which ``.to(device)`` calls copy this loader's batches?" has one answer here for every rule:
+ADV103 makes those copies non-blocking, and ADV101 pins a loader without worker processes only
+where such a copy is seen (pinning in the training process, right before a blocking copy, adds
+a host copy and saves none). The batch is followed through unpacking (``x, y = batch``),
+indexing, views of the same storage and the file's helper functions the loop hands it to.
+"""
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from advisor.context import MISSING
+from advisor.facts.loaders import batch_target, target_names
+
+if TYPE_CHECKING:
+    from advisor.context import FileContext
+    from advisor.facts.loaders import LoaderFacts
+
+
+# Methods that return a view of a contiguous tensor: the same (pinned) memory.
+_VIEWS = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze"})
+_SAME_STORAGE_FUNCTIONS = frozenset({"torch.autograd.Variable", *(f"torch.{view}" for view in _VIEWS if view != "view")})
+
+
+class BatchScope:
+    """The names in one loop body that hold (parts of) the batch the loop draws."""
+
+    def __init__(
+        self, ctx: "FileContext", loop: cst.For | cst.While | cst.FunctionDef, names: set[str], drawn: cst.Call | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.loop = loop  # the loop drawing the batch, or a helper it hands the batch to
+        self.names = names
+        self.drawn = drawn  # ``next(loader)`` used in place: the batch is that expression
+        # ``x, y = batch`` / ``inputs = batch["input_ids"]``: still host tensors of the batch.
+        assignments = [a for a in ctx.walk(loop.body, cst.Assign) if not self.outside(a)]
+        for _ in range(2):
+            for assign in assignments:
+                if self._is_batch_value(assign.value):
+                    for target in assign.targets:
+                        self.names |= target_names(target.target)
+
+    def outside(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is not run by the loop body itself (it sits in a nested def or class)."""
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is self.loop:
+                return False
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return True
+        return True
+
+    def _is_batch_value(self, expr: cst.BaseExpression, at: cst.CSTNode | None = None) -> bool:
+        if isinstance(expr, (cst.Tuple, cst.List)) and expr.elements:
+            return all(self.holds_batch(e.value, at) for e in expr.elements)
+        return self.holds_batch(expr, at)
+
+    def holds_batch(self, expr: cst.BaseExpression, at: cst.CSTNode | None) -> bool:
+        """``batch``, ``batch[0]``, ``batch["x"]``, ``batch.x``, or ``v`` of ``for k, v in batch.items()``."""
+        while True:
+            if isinstance(expr, (cst.Subscript, cst.Attribute)):
+                expr = expr.value
+            elif (
+                isinstance(expr, cst.Call)
+                and self.ctx.qualname(expr.func) in _SAME_STORAGE_FUNCTIONS
+                and expr.args
+                and expr.args[0].keyword is None
+            ):
+                # ``Variable(inputs, requires_grad=True)``, ``torch.unsqueeze(inputs, 1)``: the same storage
+                expr = expr.args[0].value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
+                expr = expr.func.value  # ``images.reshape(-1, 784)``: a view of the pinned batch
+            else:
+                break
+        if self.drawn is not None and expr is self.drawn:
+            return True
+        if not isinstance(expr, cst.Name):
+            return False
+        if expr.value in self.names:
+            return at is None or not self._rebound(expr)
+        return at is not None and self._comprehension_over_batch(expr.value, at)
+
+    def _rebound(self, name: cst.Name) -> bool:
+        """The name last got something else than the batch before this use (``batch_y =
+        batch_y.float().to(device)``, then ``batch_y[:, -n:].to(device)`` copies a GPU tensor)."""
+        binding = self.ctx.facts.tensors.reaching(name)
+        if not isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or self.outside(binding):
+            return False
+        if isinstance(binding, cst.AugAssign) or binding.value is None:
+            return True
+        value = binding.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next":
+            return False  # ``batch = next(data_iter)``: the draw itself
+        # ``batch_y = batch_y[:, :, a:b]`` under ``if partial_train:`` slices whatever
+        # ``batch_y`` was before it: the GPU copy made at the top of the loop (iTransformer).
+        return not self._is_batch_value(value, at=value)
+
+    def _comprehension_over_batch(self, name: str, at: cst.CSTNode) -> bool:
+        for ancestor in self.ctx.ancestors(at):
+            if ancestor is self.loop:
+                return False
+            if not isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                continue
+            clause: cst.CompFor | None = ancestor.for_in
+            while clause is not None:
+                iterable, target = clause.iter, clause.target
+                if (
+                    isinstance(iterable, cst.Call)
+                    and isinstance(iterable.func, cst.Attribute)
+                    and iterable.func.attr.value in ("items", "values")
+                    and not iterable.args
+                ):
+                    if iterable.func.attr.value == "items":
+                        target = batch_target(target, indexed=True)
+                    iterable = iterable.func.value
+                if target is not None and name in target_names(target):
+                    return self.holds_batch(iterable, ancestor)
+                clause = clause.inner_for_in
+        return False
+
+
+def blocking_copy(ctx: "FileContext", call: cst.Call) -> bool:
+    """``.to(<cuda device>)`` / ``.cuda()`` without ``non_blocking=True``."""
+    if any(arg.star for arg in call.args):
+        return False
+    non_blocking = ctx.keyword_arg(call, "non_blocking")
+    if non_blocking is not None and ctx.values.value_of(non_blocking.value) is not False:
+        return False  # already set, or set from a value we cannot read
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    if len(positional) == 2 and isinstance(call.func, cst.Attribute) and call.func.attr.value == "to":
+        if isinstance(ctx.values.value_of(positional[1]), bool):
+            return False  # ``to(other, non_blocking)``
+    return to_gpu(ctx, call)
+
+
+def to_gpu(ctx: "FileContext", call: cst.Call) -> bool:
+    """``.to(<cuda device>)`` / ``.cuda()`` / ``.type(torch.cuda.FloatTensor)``: a copy to the GPU,
+    blocking or not."""
+    if any(arg.star for arg in call.args) or not isinstance(call.func, cst.Attribute):
+        return False
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    device_keyword = ctx.keyword_arg(call, "device")
+    if call.func.attr.value == "type":  # ``imgs.type(torch.cuda.FloatTensor)``: a copy to the GPU
+        dtype = ctx.keyword_arg(call, "dtype")
+        target = dtype.value if dtype is not None else positional[0] if len(positional) == 1 else None
+        return target is not None and ctx.facts.devices.cuda_tensor_type(target)
+    if call.func.attr.value == "cuda":
+        if len(positional) > 1:
+            return False
+        device = device_keyword.value if device_keyword else positional[0] if positional else None
+        return device is None or ctx.facts.devices.on_gpu(device)
+    if len(positional) > 2:
+        return False
+    device = device_keyword.value if device_keyword else positional[0] if positional else None
+    devices = ctx.facts.devices
+    return device is not None and not devices.is_dtype(device) and devices.on_gpu(device)
+
+
+# A loader's identity across files: the path of the file that builds it and where the call starts.
+LoaderKey = tuple[str, int, int]
+
+
+def loader_key(owner: "LoaderFacts", call: cst.Call) -> LoaderKey:
+    line, column = owner.ctx.position(call)[:2]
+    return (os.path.abspath(owner.ctx.path), line, column)
+
+
+class BatchFacts:
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def scopes(self) -> list[tuple[BatchScope, cst.BaseExpression]]:
+        """Where the code holds a batch drawn from a loader, and the expression it draws from:
+        ``for x, y in loader:``, and ``batch = next(data_iter)`` (``data_iter = iter(loader)``)
+        in a loop, as in minGPT's trainer; ``next(loader).to(device)`` is a batch on its own."""
+        ctx = self.ctx
+        facts = ctx.facts.loaders
+        found: list[tuple[BatchScope, cst.BaseExpression]] = []
+        for loop in ctx.nodes(cst.For):
+            source, indexed = facts.unwrap(loop.iter)
+            target = batch_target(loop.target, indexed)
+            names = target_names(target) if target is not None else set()
+            if names:
+                found.append((BatchScope(ctx, loop, names), source))
+        for call in ctx.nodes(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value == "next") or ctx.lookup("next", call):
+                continue
+            if len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
+                continue
+            loop = ctx.enclosing(call, cst.While, cst.For)
+            if loop is None or ctx.enclosing(call, cst.FunctionDef) is not ctx.enclosing(loop, cst.FunctionDef):
+                continue
+            parent = ctx.parent.get(call)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                names = target_names(parent.targets[0].target)
+                if names:
+                    found.append((BatchScope(ctx, loop, names), call.args[0].value))
+            else:
+                found.append((BatchScope(ctx, loop, set(), drawn=call), call.args[0].value))
+        return found
+
+    def copies(self, scope: BatchScope, depth: int = 0) -> Iterator[tuple[cst.Call, BatchScope]]:
+        """The ``.to()`` / ``.cuda()`` / ``.type()`` calls on the batch in the loop body, and in the
+        functions of the file the loop hands the batch to (``calc_loss_batch(x, y, model, device)``)."""
+        ctx = self.ctx
+        for call in ctx.walk(scope.loop.body, cst.Call):
+            if scope.outside(call):
+                continue
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "type"):
+                if scope.holds_batch(func.value, call):
+                    yield call, scope
+                continue
+            helper = ctx.loops.callee(call) if depth < 2 else None
+            if helper is None or helper is scope.loop:
+                continue
+            params = list(helper.params.params)
+            offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
+            handed: set[str] = set()
+            for index, param in enumerate(params):
+                passed = ctx.argument(call, param.name.value, index - offset if index >= offset else None)
+                if isinstance(passed, cst.BaseExpression) and passed is not MISSING and scope.holds_batch(passed, call):
+                    handed.add(param.name.value)
+            if handed:
+                yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
+
+    @cached_property
+    def device_copies(self) -> dict[LoaderKey, list[cst.Call]]:
+        """The copies of each loader's batches to a GPU that this file makes, by loader (built
+        in this file or in the project module it comes from): each ``.to(<GPU>)`` / ``.cuda()``
+        of the batch itself, blocking or not."""
+        ctx = self.ctx
+        found: dict[LoaderKey, list[cst.Call]] = {}
+        for scope, source in self.scopes:
+            copies = [call for call, _ in self.copies(scope) if to_gpu(ctx, call)]
+            if not copies:
+                continue
+            for owner, loader in ctx.facts.loaders.feeding(source) or ():
+                found.setdefault(loader_key(owner, loader), []).extend(copies)
+        return found
