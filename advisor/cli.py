@@ -486,8 +486,14 @@ def _fixed_summary(args: argparse.Namespace, results, applied, remaining, unsafe
         message += f" ({follow_on} of them made possible by the others)"
     message += f"; {len(remaining)} remaining"
     pending_unsafe = sum(1 for d in remaining if d.fix_applicability == "unsafe")
+    pending_measured = sum(1 for d in remaining if d.fix_applicability == "measured")
+    pending = []
     if pending_unsafe and not unsafe:
-        message += f" ({pending_unsafe} fixable with --unsafe-fixes)"
+        pending.append(f"{pending_unsafe} fixable with --unsafe-fixes")
+    if pending_measured:
+        pending.append(f"{pending_measured} with fix --verify --unsafe-fixes")
+    if pending:
+        message += f" ({'; '.join(pending)})"
     return message + "."
 
 

@@ -88,9 +88,13 @@ class FixResult:
         return "".join(difflib.unified_diff(before, after, f"a/{self.path}", f"b/{self.path}"))
 
 
-def allowed(fix: Fix | None, unsafe: bool) -> bool:
+def allowed(fix: Fix | None, unsafe: bool, measured: bool = False) -> bool:
+    """Whether a fix is applied: safe ones always, unsafe ones with ``--unsafe-fixes``, measured
+    ones only where ``fix --verify`` measures them (``measured``) with ``--unsafe-fixes``."""
     if fix is None or fix.applicability is Applicability.NONE or not fix.edits:
         return False
+    if fix.applicability is Applicability.MEASURED:
+        return unsafe and measured
     return fix.applicability is Applicability.SAFE or unsafe
 
 
@@ -108,11 +112,15 @@ def _key(finding: Finding) -> tuple[str, str]:
 
 
 def choose_fixes(
-    ctx: FileContext, findings: Sequence[Finding], unsafe: bool, blocked: frozenset | set = frozenset()
+    ctx: FileContext,
+    findings: Sequence[Finding],
+    unsafe: bool,
+    blocked: frozenset | set = frozenset(),
+    measured: bool = False,
 ) -> list[Finding]:
     chosen: list[Finding] = []
     for finding in findings:
-        if not allowed(finding.fix, unsafe) or _key(finding) in blocked:
+        if not allowed(finding.fix, unsafe, measured) or _key(finding) in blocked:
             continue
         if any(_overlaps(ctx, finding.fix, other.fix) for other in chosen):  # type: ignore[arg-type]
             continue
@@ -231,9 +239,11 @@ def _compile_error(code: str, path: str) -> str | None:
     return None
 
 
-def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixResult:
+def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool, measured: bool = False) -> FixResult:
     """Fix rounds over one file; a file that cannot be fixed safely comes back unchanged, with an error.
-    A notebook's code cells are fixed as one source, and each edit goes back into its cell."""
+    A notebook's code cells are fixed as one source, and each edit goes back into its cell.
+    ``measured``: the caller runs the result and measures it (``fix --verify``), so the fixes
+    whose gain depends on sizes (:attr:`Applicability.MEASURED`) are applied too."""
     notebook = None
     if is_notebook(path):
         errors: list[FileError] = []
@@ -241,7 +251,7 @@ def fix_source(path: str, data: bytes, settings: Settings, unsafe: bool) -> FixR
         if notebook is None:
             return FixResult(path, original=data, fixed=data, errors=errors)
     try:
-        result = _fix_rounds(path, data, settings, unsafe, notebook)
+        result = _fix_rounds(path, data, settings, unsafe, notebook, measured)
     except UnicodeEncodeError as error:
         return FixResult(path, original=data, fixed=data, errors=[FileError(path, f"cannot fix: the fixed code cannot be written in {error.encoding}")])
     except Exception as error:
@@ -282,7 +292,9 @@ def _left_unchanged(result: FixResult, settings: Settings, reason: str) -> None:
     result.errors.append(FileError(result.path, reason))
 
 
-def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebook: Notebook | None = None) -> FixResult:
+def _fix_rounds(
+    path: str, data: bytes, settings: Settings, unsafe: bool, notebook: Notebook | None = None, measured: bool = False
+) -> FixResult:
     """The fix rounds; for a notebook, ``fixed`` is its joined cells' source, fixed (utf-8)."""
     result = FixResult(path, original=data, fixed=data)
     ctx = project_context(path, data, settings, result.errors, notebook)
@@ -296,7 +308,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
     for round_number in range(MAX_ROUNDS):
         findings, errors = run_rules(ctx, codes)
         result.errors = errors
-        chosen = choose_fixes(ctx, findings, unsafe, blocked)
+        chosen = choose_fixes(ctx, findings, unsafe, blocked, measured)
         if not chosen:
             break
         code = apply_fixes(ctx, chosen)
@@ -325,7 +337,7 @@ def _fix_rounds(path: str, data: bytes, settings: Settings, unsafe: bool, notebo
         attach_project(ctx, settings)  # every round sees the facts a fresh check would
     findings, errors = run_rules(ctx, codes)
     result.errors = errors
-    result.converged = not choose_fixes(ctx, findings, unsafe, blocked)
+    result.converged = not choose_fixes(ctx, findings, unsafe, blocked, measured)
     result.remaining = [to_diagnostic(f) for f in findings]
     result.fixed = ctx.source.encode(encoding) if ctx.source != original_source else data
     if notebook is not None:
@@ -485,7 +497,7 @@ def fix_finding(path: str, data: bytes, settings: Settings, diagnostic: Diagnost
         if ctx is None:
             return None
         findings, _ = run_rules(ctx, settings.codes_for(path))
-        finding = next((f for f in findings if allowed(f.fix, unsafe=True) and reported_at(f) == wanted), None)
+        finding = next((f for f in findings if allowed(f.fix, unsafe=True, measured=True) and reported_at(f) == wanted), None)
         if finding is None:
             return None
         fixed = apply_fixes(ctx, [finding])

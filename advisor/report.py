@@ -17,19 +17,23 @@ FORMATS = ("text", "json", "sarif", "github")
 INFORMATION_URI = "https://github.com/advisor-dev/advisor"
 
 
-def summary_counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int, int]:
+def summary_counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int, int, int]:
+    """All findings, and how many have a safe, an unsafe and a measured fix."""
     safe = sum(1 for d in diagnostics if d.fix_applicability == "safe")
     unsafe = sum(1 for d in diagnostics if d.fix_applicability == "unsafe")
-    return len(diagnostics), safe, unsafe
+    measured = sum(1 for d in diagnostics if d.fix_applicability == "measured")
+    return len(diagnostics), safe, unsafe, measured
 
 
 def footer(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError]) -> str:
-    total, safe, unsafe = summary_counts(diagnostics)
+    total, safe, unsafe, measured = summary_counts(diagnostics)
     if not total and not errors:
         return "All checks passed."
     text = f"{total} finding{'s' if total != 1 else ''}, {safe} fixable"
     if unsafe:
         text += f"; {unsafe} more with --unsafe-fixes"
+    if measured:
+        text += f"; {measured} more with fix --verify --unsafe-fixes"
     text += "."
     if errors:
         text += f" {len(errors)} file{'s' if len(errors) != 1 else ''} could not be analyzed."

@@ -22,6 +22,9 @@ class Applicability(str, enum.Enum):
 
     SAFE = "safe"  # same results, only faster or leaner
     UNSAFE = "unsafe"  # changes numerics, the process model or memory use
+    # Unsafe, and it pays only at sizes a static reading cannot see (run length, per-sample cost):
+    # applied only where ``advisor fix --verify --unsafe-fixes`` measures it.
+    MEASURED = "measured"
     NONE = "none"  # advice only
 
     def __str__(self) -> str:  # pragma: no cover - cosmetic
@@ -178,6 +181,13 @@ def _fix_safety_text(applicability: Applicability) -> str:
         Applicability.UNSAFE: (
             "The fix is **unsafe**: it can change numerics, the process model or memory use. "
             "It is applied only with `--unsafe-fixes`; `advisor fix --verify` applies it with evidence."
+        ),
+        Applicability.MEASURED: (
+            "The fix is **measured**: it is unsafe (it can change numerics, the process model or memory "
+            "use) and whether it pays depends on sizes advisor cannot read from the code (how long the run "
+            "is, what each sample costs to load). `advisor fix --unsafe-fixes` leaves it as advice; "
+            "`advisor fix --verify --unsafe-fixes` applies it, runs both versions and keeps it only where "
+            "it is faster and trains the same."
         ),
         Applicability.NONE: "No automatic fix: the message says what to do.",
     }[applicability]

@@ -475,10 +475,11 @@ class AdvisorServer(LanguageServer):
                     lambda: fix_finding(checked.path, checked.data, checked.settings, diagnostic),
                 )
                 if fixed is not None:
-                    unsafe = diagnostic.fix_applicability == "unsafe"
+                    unsafe = diagnostic.fix_applicability in ("unsafe", "measured")
                     title = f"Fix {diagnostic.code}: {lower_first(diagnostic.fix_description or diagnostic.name)}"
+                    label = {"unsafe": " (unsafe fix)", "measured": " (unsafe fix; its gain depends on sizes: `fix --verify` measures it)"}
                     actions.append(types.CodeAction(
-                        title=title + (" (unsafe fix)" if unsafe else ""),
+                        title=title + label.get(diagnostic.fix_applicability or "", ""),
                         kind=types.CodeActionKind.QuickFix,
                         diagnostics=[lsp],
                         is_preferred=not unsafe,

@@ -520,7 +520,7 @@ class DataLoaderSyncLoading(Rule):
     name = "dataloader-sync-loading"
     summary = "A training DataLoader loads every batch in the main process (`num_workers` missing or 0)."
     guide = GUIDE
-    fix_applicability = Applicability.UNSAFE
+    fix_applicability = Applicability.MEASURED
     why = """
         With `num_workers=0` (the default) the training process reads, decodes, augments
         and collates every batch itself, between two training steps, while the GPU
@@ -539,7 +539,11 @@ class DataLoaderSyncLoading(Rule):
         lambda or a function nested in another), and not where the data set splits its
         files between workers itself (`get_worker_info()`: more workers change which worker
         reads what); otherwise the message says what to do first. Four workers is the
-        guide's example: watch GPU utilisation and tune it.
+        guide's example: watch GPU utilisation and tune it. Whether workers pay depends on
+        what a sample costs to load (decoding and augmenting images, against indexing
+        pre-tokenized ids), which the code rarely shows, so the fix is also measured:
+        `advisor fix --verify --unsafe-fixes` applies it and keeps it where the run is
+        faster; plain `fix` leaves it as advice.
     """
     example = """
         def main():
@@ -1452,8 +1456,11 @@ class TrainerDataLoaderSettings(Rule):
         Setting workers is unsafe because workers are separate processes: under the
         *spawn* start method they re-import the main script, so worker settings are
         only written where the script guards its entry point with
-        `if __name__ == "__main__":`. A fix that only turns pinning back on is safe,
-        as ADV101's.
+        `if __name__ == "__main__":`, and they pay only where a sample costs something to
+        load, which the code rarely shows: a fix that sets workers is measured
+        (`advisor fix --verify --unsafe-fixes` applies it and keeps it where the run is
+        faster). A fix that only turns an explicit `dataloader_pin_memory=False` back on is
+        unsafe: it reverses the author's choice.
     """
     example = """
         args = TrainingArguments(output_dir="out", per_device_train_batch_size=16, bf16=True)
@@ -1708,6 +1715,10 @@ class TrainerDataLoaderSettings(Rule):
                             f"set {wanted} once the entry point runs under `if __name__ == \"__main__\":` "
                             "(worker processes re-import the script)"
                         )
+                    elif updated is not call:
+                        # Pinning back on is unsafe, workers are measured: one fix each, the pin
+                        # first; the workers' fix comes in the next round, where it is measured.
+                        advice.append(f"then {wanted}")
                     else:
                         if value is None:
                             added = keyword_arg("dataloader_num_workers", str(SUGGESTED_WORKERS))
@@ -1723,9 +1734,15 @@ class TrainerDataLoaderSettings(Rule):
             if updated is not call:
                 changed = _settings_changed(call, updated)
                 message += f"; set {changed}"
-                # Workers change the process model; pinning memory here reverses an explicit
+                # Workers change the process model, and pay only where samples cost something to
+                # load (measured); pinning memory here reverses an explicit
                 # ``dataloader_pin_memory=False`` (the default pins): the author's choice.
-                fix = self.fix(f"Set {changed}", Edit(call, updated))
+                workers = "dataloader_num_workers" in changed
+                fix = self.fix(
+                    f"Set {changed}",
+                    Edit(call, updated),
+                    applicability=Applicability.MEASURED if workers else Applicability.UNSAFE,
+                )
             if advice:
                 message += "; " + "; ".join(advice)
             yield self.report(self.at_keyword(call, "dataloader_pin_memory", "dataloader_num_workers"), f"{message} (guide: {GUIDE})", fix)

@@ -1163,7 +1163,10 @@ class HostAllocThenCopy(Rule):
         step; for random factories (`rand`, `randn`, `randint`, `randperm`) it is unsafe: the
         GPU generator gives other numbers for the same seed, and where the program seeds torch
         (`torch.manual_seed`, `seed_everything`, `set_seed`, here or in a file that runs with
-        this one) it is withheld: reproducible runs are what seeding asks for.
+        this one) it is withheld: reproducible runs are what seeding asks for. It is withheld
+        too where the draw is made once (module level, a smoke test, a probe at start-up: not
+        in a `forward`, a training step, or a function of the file one of them calls): one
+        copy saved is not worth other numbers.
         `linspace`/`logspace` and a stepped `arange` may round differently, so they are unsafe too.
     """
     valid = [
@@ -1285,7 +1288,10 @@ class HostAllocThenCopy(Rule):
             def sample(n, size, device):
                 return torch.randn(n, *size).to(device)
 
-            sample(8, (3, 32, 32), "cuda")
+            for step in range(steps):
+                loss = model(sample(8, (3, 32, 32), "cuda")).sum()
+                loss.backward()
+                optimizer.step()
             """,
             fixed="""
             import torch
@@ -1293,7 +1299,10 @@ class HostAllocThenCopy(Rule):
             def sample(n, size, device):
                 return torch.randn(n, *size, device=device)
 
-            sample(8, (3, 32, 32), "cuda")
+            for step in range(steps):
+                loss = model(sample(8, (3, 32, 32), "cuda")).sum()
+                loss.backward()
+                optimizer.step()
             """,
             unsafe=True,
             note="a shape spread with `*` keeps its place before `device=`",
@@ -1346,14 +1355,29 @@ class HostAllocThenCopy(Rule):
         Invalid(
             """
             import torch
-            noise = torch.randn(16, 100, 1, 1).cuda(0)
+            for real, _ in loader:
+                noise = torch.randn(16, 100, 1, 1).cuda(0)
+                loss = criterion(netD(netG(noise)), real.cuda(0))
+                loss.backward()
+                optimizer.step()
             """,
             fixed="""
             import torch
-            noise = torch.randn(16, 100, 1, 1, device="cuda:0")
+            for real, _ in loader:
+                noise = torch.randn(16, 100, 1, 1, device="cuda:0")
+                loss = criterion(netD(netG(noise)), real.cuda(0))
+                loss.backward()
+                optimizer.step()
             """,
             unsafe=True,
             note="random numbers come from the GPU generator: unsafe",
+        ),
+        Invalid(
+            """
+            import torch
+            noise = torch.randn(16, 100, 1, 1).cuda(0)
+            """,
+            note="drawn once, not every step: one copy saved is not worth other numbers (advice)",
         ),
         Invalid(
             """
@@ -1397,6 +1421,14 @@ class HostAllocThenCopy(Rule):
                 seeded = (
                     "; the program seeds torch, and the GPU's generator gives other numbers for the same "
                     "seed, so this is advice"
+                )
+            elif kind in _RANDOM_FACTORIES and fix is not None and not _runs_per_step(ctx, copy):
+                # A draw made once (a smoke test's input, a probe at start-up) saves one copy, and
+                # the GPU's generator would change its numbers: not worth an edit.
+                fix = None
+                seeded = (
+                    "; it is not seen to run every step (in a `forward`, a training step or a function of the file "
+                    "they call), and the GPU's generator would give other numbers, so this is advice"
                 )
             yield self.report(
                 copy,
@@ -1551,12 +1583,17 @@ class HostAllocThenCopy(Rule):
         return len(positional) > 2 or ctx.keyword_arg(factory, "step") is not None
 
 
-def _runs_per_step(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """In a training step, or in a module's ``forward`` (which every step runs)."""
+def _runs_per_step(ctx: FileContext, node: cst.CSTNode, depth: int = 0) -> bool:
+    """In a training step, or in a module's ``forward`` (which every step runs), or in a function
+    of the file that one of those calls (``self.sample()`` from ``forward``)."""
     function = ctx.enclosing(node, cst.FunctionDef)
     if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
         return True
-    return ctx.loops.per_step(node)
+    if ctx.loops.per_step(node):
+        return True
+    if not isinstance(function, cst.FunctionDef) or depth >= 2:
+        return False
+    return any(_runs_per_step(ctx, call, depth + 1) for call in ctx.loops.callers(function))
 
 
 def _empty_shape(factory: cst.Call, kind: str) -> bool:

@@ -760,7 +760,7 @@ class NoTorchCompile(Rule):
     name = "no-torch-compile"
     summary = "A model trained on CUDA is never compiled with `torch.compile`."
     guide = COMPILE_GUIDE
-    fix_applicability = Applicability.UNSAFE
+    fix_applicability = Applicability.MEASURED
     why = """
         Eager PyTorch launches one kernel per operation and pays Python overhead for each.
         `torch.compile` captures the model's forward (and, through AOTAutograd, its backward)
@@ -769,8 +769,12 @@ class NoTorchCompile(Rule):
         your code by adding a single line of code: `model = torch.compile(model)`", or
         `torch_compile=True` in `TrainingArguments` for the `Trainer`.
 
-        The fix is unsafe: the first steps are slower while graphs compile, new input shapes
-        recompile, and numerics can differ in the last bits. `torch.compile(model)` returns
+        The fix is unsafe and measured: the first steps are slower while graphs compile, new
+        input shapes recompile, and numerics can differ in the last bits, so whether it pays
+        depends on how long the run is and how big the model's kernels are, which the code
+        does not say (a few dozen steps of a small model, or a hyperparameter search that
+        builds a new model per trial, lose time). `advisor fix --verify --unsafe-fixes`
+        applies it and keeps it where the run is faster; plain `fix` leaves it as advice. `torch.compile(model)` returns
         a wrapper whose `state_dict()` keys start with `_orig_mod.` and which takes attributes
         set on it itself; where the file saves or loads state dicts or sets attributes on the
         model after the compile point, the fix uses the in-place `model.compile()` instead,

@@ -26,6 +26,10 @@ def lint(source: str, codes=None, gpu: str | None = None, path: str = "snippet.p
     return result.diagnostics
 
 
-def fix(source: str, codes=None, gpu: str | None = None, unsafe: bool = True, path: str = "snippet.py"):
+def fix(
+    source: str, codes=None, gpu: str | None = None, unsafe: bool = True, path: str = "snippet.py", measured: bool = False
+):
+    """As ``advisor fix`` (``--unsafe-fixes`` by default); ``measured``: as ``fix --verify``, which
+    also applies the fixes whose gain it measures."""
     source = textwrap.dedent(source)
-    return fix_source(path, source.encode(), settings(codes, gpu), unsafe)
+    return fix_source(path, source.encode(), settings(codes, gpu), unsafe, measured=measured)

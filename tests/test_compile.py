@@ -14,7 +14,8 @@ def findings(source: str, code: str):
 
 
 def fixed(source: str, code: str) -> str:
-    return fix(source, codes=[code], unsafe=True).fixed.decode()
+    """As ``fix --verify --unsafe-fixes`` patches the script: the compile is a measured fix."""
+    return fix(source, codes=[code], unsafe=True, measured=True).fixed.decode()
 
 
 LOOP = """
@@ -35,7 +36,9 @@ def test_message_and_fix_safety():
     (finding,) = findings(script('model = Net().to("cuda")\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)'), "ADV602")
     assert finding.message.startswith("`model` is trained on CUDA without `torch.compile`")
     assert finding.message.endswith("(guide: Using torch.compile)")
-    assert finding.fix_applicability == "unsafe"
+    assert finding.fix_applicability == "measured"
+    source = script('model = Net().to("cuda")\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)')
+    assert "torch.compile" not in fix(source, codes=["ADV602"], unsafe=True).fixed.decode()  # only where measured
 
 
 def test_compile_goes_after_the_last_move_and_weights_before_the_optimizer():

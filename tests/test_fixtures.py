@@ -140,7 +140,10 @@ def test_fix_matches_snapshot(name):
     compare_snapshot((FIXTURES / name).with_suffix(".fixed"), fixed)
 
     compile(fixed, name, "exec", dont_inherit=True)
-    fixable = [f"{d.line}: {d.code} {d.fix_description}" for d in result.remaining if d.fix_applicability]
+    # What is left with a fix is only what `fix --verify` measures first (compile, workers).
+    fixable = [
+        f"{d.line}: {d.code} {d.fix_description}" for d in result.remaining if d.fix_applicability not in (None, "measured")
+    ]
     assert not fixable, f"fixable findings left after fixing: {fixable}"
 
     again = fix(name, result.fixed)

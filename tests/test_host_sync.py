@@ -558,10 +558,24 @@ def test_host_alloc_safe_fixes(before, after):
     "call", ["torch.randn(8).cuda()", "torch.linspace(0, 1, 5).cuda()", "torch.arange(0, 1, 0.1).cuda()"]
 )
 def test_host_alloc_unsafe_fixes_need_the_flag(call):
-    source = f"import torch\nt = {call}\n"
+    source = f"import torch\n\nclass Noisy(torch.nn.Module):\n    def forward(self, x):\n        return x + {call}\n"
     assert len(findings(source, "ADV704")) == 1
     assert fixed(source, "ADV704") == source
     assert 'device="cuda"' in fixed(source, "ADV704", unsafe=True)
+
+
+def test_random_numbers_drawn_once_are_advice():
+    """A draw made once (a smoke test's input, a probe at start-up) is not worth the GPU
+    generator's other numbers; the same draw in a ``forward``, or in a helper it calls, is."""
+    once = "import torch\nx = torch.randn(2, 3, 64, 64).cuda()\nprint(model(x).shape)\n"
+    (finding,) = findings(once, "ADV704")
+    assert finding.fix_applicability is None and "not seen to run every step" in finding.message
+    helper = (
+        "import torch\n\nclass VAE(torch.nn.Module):\n"
+        "    def sample(self, mean):\n        return mean + torch.randn(mean.shape).to(mean.device)\n"
+        "    def forward(self, x):\n        return self.sample(x)\n\nVAE().cuda()\n"
+    )
+    assert "device=mean.device" in fixed(helper, "ADV704", unsafe=True)
 
 
 def test_host_alloc_to_an_unknown_gpu_index_has_no_fix():

@@ -173,7 +173,7 @@ def test_no_compile_points_at_the_network_a_wrapper_wraps():
     )
     found = [d for d in lint(source, codes=["ADV602"]) if d.code == "ADV602"]
     assert [d.line for d in found] == [4]
-    assert "model = torch.compile(model)" in fix(source, codes=["ADV602"], unsafe=True).fixed.decode().splitlines()[5]
+    assert "model = torch.compile(model)" in fix(source, codes=["ADV602"], unsafe=True, measured=True).fixed.decode().splitlines()[5]
 
 
 def test_no_compile_points_at_the_base_network_of_a_differently_named_wrapper():

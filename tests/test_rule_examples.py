@@ -29,15 +29,28 @@ def test_invalid_example_is_reported(rule, example):
 
 @pytest.mark.parametrize("rule,example", list(_cases("invalid")))
 def test_invalid_example_fix_output(rule, example):
-    result = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=True)
+    """The example's fixed code is what ``fix --verify --unsafe-fixes`` applies: every fix,
+    the measured ones included."""
+    result = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=True, measured=True)
     fixed = result.fixed.decode()
     if example.fixed is None:
         assert fixed == textwrap.dedent(example.code), f"{rule.code} has no fix here but changed the code"
         return
     assert fixed == textwrap.dedent(example.fixed)
     compile(fixed, "fixed.py", "exec")
-    again = fix(fixed, codes=[rule.code], gpu=example.gpu, unsafe=True)
+    again = fix(fixed, codes=[rule.code], gpu=example.gpu, unsafe=True, measured=True)
     assert again.fixed.decode() == fixed, "fix is not idempotent"
+
+
+@pytest.mark.parametrize("rule,example", [c for c in _cases("invalid") if c.values[1].fixed is not None])
+def test_measured_fixes_wait_for_a_measurement(rule, example):
+    """A measured fix (its gain depends on sizes the code does not show) is left as advice by
+    ``fix --unsafe-fixes``; only ``fix --verify`` applies it."""
+    found = [d for d in lint(example.code, codes=[rule.code], gpu=example.gpu) if d.code == rule.code]
+    if not any(d.fix_applicability == "measured" for d in found):
+        return
+    plain = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=True).fixed.decode()
+    assert plain != textwrap.dedent(example.fixed), f"{rule.code}: a measured fix was applied without a measurement"
 
 
 def test_every_rule_has_examples_and_docs():
@@ -56,7 +69,8 @@ def test_invalid_example_fix_safety(rule, example):
     from advisor.rule import Applicability
 
     safe = fix(example.code, codes=[rule.code], gpu=example.gpu, unsafe=False).fixed.decode()
-    unsafe = example.unsafe if example.unsafe is not None else rule.fix_applicability is Applicability.UNSAFE
+    risky = (Applicability.UNSAFE, Applicability.MEASURED)
+    unsafe = example.unsafe if example.unsafe is not None else rule.fix_applicability in risky
     if unsafe:
         assert safe != textwrap.dedent(example.fixed), f"{rule.code}: marked unsafe, but the safe fixes make the change"
     else:

@@ -330,7 +330,7 @@ def test_plain_pytorch_fixture_patch_holds(tmp_path):
     script = tmp_path / "plain_pytorch.py"
     script.write_bytes((FIXTURES / "plain_pytorch.py").read_bytes())
     settings = Settings(codes=frozenset(r.code for r in all_rules()), target=ASSUMED)
-    expected = fix_source(str(script), script.read_bytes(), settings, unsafe=True).fixed
+    expected = fix_source(str(script), script.read_bytes(), settings, unsafe=True, measured=True).fixed
     outcome = verify(
         str(script), settings, options(tmp_path, steps=2, unsafe=True, baseline_runs=1, script_args=["--train-size", "256"])
     )

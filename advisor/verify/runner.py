@@ -871,10 +871,11 @@ def _probe_note(split: tuple[int, int], entries: list[dict], cuda: bool) -> str:
 
 
 def verify(path: str, settings: Settings, options: VerifyOptions, observer: Observer | None = None) -> VerifyOutcome:
-    """Patches ``path`` with the fixer (safe fixes, plus unsafe ones with ``options.unsafe``) and verifies it."""
+    """Patches ``path`` with the fixer (safe fixes, plus unsafe and measured ones with
+    ``options.unsafe``: verify is what measures them) and verifies it."""
     with open(path, "rb") as handle:
         original = handle.read()
-    result = fix_source(path, original, settings, options.unsafe)
+    result = fix_source(path, original, settings, options.unsafe, measured=True)
     if result.errors and not result.changed:
         message = "; ".join(f"{e.message}" for e in result.errors)
         return VerifyOutcome(_nothing_report(path, f"not verified: {path} could not be analyzed: {message}"), False, 2)
@@ -888,7 +889,7 @@ def verify(path: str, settings: Settings, options: VerifyOptions, observer: Obse
         if codes is not None:
             chosen = dataclasses.replace(settings, codes=frozenset(codes) & settings.codes_for(path))
         with probed_batch(batch) if batch is not None else contextlib.nullcontext():
-            return fix_source(path, original, chosen, options.unsafe)
+            return fix_source(path, original, chosen, options.unsafe, measured=True)
 
     def subset(codes: frozenset[str]) -> FixResult:
         return patch(None, codes)
