@@ -88,6 +88,14 @@ def append_args(call: cst.Call, new_args: Sequence[cst.Arg]) -> cst.Call:
         rebuilt.append(new_args[-1].with_changes(whitespace_after_arg=closing_line.whitespace_after))
         return call.with_changes(args=args[:-1] + rebuilt)
     inline = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+        # ``)`` on its own line after the only argument (``.to(\n    device\n)``): the new
+        # arguments go on the argument's line, and the line break stays before ``)``.
+        rebuilt = [last.with_changes(comma=inline, whitespace_after_arg=cst.SimpleWhitespace(""))]
+        for arg in new_args[:-1]:
+            rebuilt.append(arg.with_changes(comma=inline))
+        rebuilt.append(new_args[-1].with_changes(whitespace_after_arg=last.whitespace_after_arg))
+        return call.with_changes(args=args[:-1] + rebuilt)
     rebuilt = [last.with_changes(comma=inline)]
     for arg in new_args[:-1]:
         rebuilt.append(arg.with_changes(comma=inline))

@@ -113,3 +113,22 @@ def test_a_comment_above_a_removed_import_does_not_undo_the_fix_below_it():
     fixed = fix(source, codes=["ADV204"], gpu="A100").fixed.decode()
     assert "# AMP: gradients need unscaling\n            with torch.autocast(\"cuda\"):" in fixed
     assert "import autocast" not in fixed
+
+
+def test_a_keyword_added_to_a_call_whose_closing_paren_has_its_own_line_keeps_the_layout():
+    """simpletransformers: ``.to(\\n    device\\n)``; the keyword goes on the argument's line, and
+    the closing parenthesis stays where it was (not ``device, \\n    non_blocking=True)``)."""
+    import libcst as cst
+
+    from advisor.edits import set_keyword
+
+    source = 'x = batch["e"].to(\n    device\n)\ny = g(a,\n      b\n)\n'
+    module = cst.parse_module(source)
+
+    class AddKeyword(cst.CSTTransformer):
+        def leave_Call(self, original, updated):
+            return set_keyword(updated, "non_blocking", "True")
+
+    fixed = module.visit(AddKeyword()).code
+    assert fixed.startswith('x = batch["e"].to(\n    device, non_blocking=True\n)\n')
+    compile(fixed, "fixed.py", "exec")
