@@ -1419,7 +1419,10 @@ class _SdpaFix:
             edits.append(Edit(final_line, inner.with_changes(leading_lines=[*spacing, *comments, *own])))
         else:
             edits.append(Edit(attention.output, call))
-        return rule.fix("Use `F.scaled_dot_product_attention`", *edits, imports=imports, requires=[("torch", "2.0")])
+        # SDPA came with torch 2.0, its ``scale=`` keyword with 2.1 (MedSAM's README installs 2.0).
+        scaled = any(name == "scale" for name, _ in keywords[0])
+        requires = [("torch", "2.1" if scaled else "2.0")]
+        return rule.fix("Use `F.scaled_dot_product_attention`", *edits, imports=imports, requires=requires)
 
     # -- keyword arguments of the SDPA call --------------------------------------------------
     def _keywords(self) -> tuple[list[tuple[str, str]], list[cst.CSTNode]] | None:
@@ -1499,8 +1502,25 @@ class _SdpaFix:
         heads = {_normal(ctx.code(e)) for e in (scores.query, scores.key) if e is not None}
         dims = {f"{h}.size(-1)" for h in heads} | {f"{h}.shape[-1]" for h in heads}
 
+        shapes = {f"{h}.shape" for h in heads} | {f"{h}.size()" for h in heads}
+
         def is_dim(expr: cst.BaseExpression) -> bool:
-            return _normal(ctx.code(expr)).strip("()") in dims or _normal(ctx.code(expr)) in dims
+            if _normal(ctx.code(expr)).strip("()") in dims or _normal(ctx.code(expr)) in dims:
+                return True
+            if not isinstance(expr, cst.Name):
+                return False
+            # ``_, _, _, c_per_head = q.shape`` (SAM's attention), or ``d = q.size(-1)``.
+            bindings = ctx.lookup(expr.value, expr)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign):
+                return False
+            assign = bindings[0].node
+            if bindings[0].value is not None:
+                return _normal(ctx.code(bindings[0].value)) in dims
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not isinstance(target, (cst.Tuple, cst.List)) or _normal(ctx.code(assign.value)) not in shapes:
+                return False
+            last = target.elements[-1].value if target.elements else None
+            return isinstance(last, cst.Name) and last.value == expr.value
 
         def is_sqrt_dim(expr: cst.BaseExpression) -> bool:
             if isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").split(".")[-1] == "sqrt" and len(expr.args) == 1:

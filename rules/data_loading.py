@@ -1,6 +1,7 @@
 """ADV1xx: data loading (guide: "Data preloading")."""
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -45,6 +46,10 @@ def _default_phrase(ctx: FileContext, value: Value, setting: str) -> str:
     return f"`{option}` defaults to 0" if option else f"`{setting}` defaults to 0 on the command line"
 
 
+# A ``pin_memory=`` argument commented out inside the DataLoader call.
+_COMMENTED_PIN = re.compile(r"#\s*pin_memory\s*=")
+
+
 class DataLoaderPinMemory(Rule):
     code = "ADV101"
     name = "dataloader-pin-memory"
@@ -69,7 +74,8 @@ class DataLoaderPinMemory(Rule):
     """
     fix_notes = """
         An explicit `pin_memory=False` is the author's choice (host RAM may be tight, or it
-        was tried and turned off): it is reported as advice, never edited. Where the script falls back to the CPU itself
+        was tried and turned off): it is reported as advice, never edited; so is a
+        `# pin_memory=True` left commented out in the call. Where the script falls back to the CPU itself
         (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, Accelerate, Lightning's
         `"auto"`), the fix writes `pin_memory=torch.cuda.is_available()`, so that CPU runs do
         not warn that no accelerator is found; `pin_memory=True` where the script always uses
@@ -396,6 +402,17 @@ class DataLoaderPinMemory(Rule):
         ),
         Invalid(
             """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=1, shuffle=True,
+                                # pin_memory=True,
+                                num_workers=4)
+            model = model.cuda()
+            """,
+            note="`pin_memory=True` left commented out in the call (simple-faster-rcnn): a choice, advice",
+        ),
+        Invalid(
+            """
             from torch.utils.data import DataLoader
             from models import Net
             import torch as th
@@ -492,7 +509,10 @@ class DataLoaderPinMemory(Rule):
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
                 fix = self.fix(f"Set `pin_memory={pinned}`", Edit(call, set_keyword(call, "pin_memory", pinned)), imports=imports)
                 finding = self.report(call, message + " (guide: Data preloading)", fix)
-                if not loaders.pinning_pays(call):
+                if _COMMENTED_PIN.search(ctx.code(call)):
+                    # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
+                    finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
+                elif not loaders.pinning_pays(call):
                     finding = finding.as_advice(
                         "without worker processes it would pin each batch in the training process, right before "
                         "a copy not seen to be non-blocking: give it workers (ADV102) or non-blocking copies first"

@@ -1890,3 +1890,39 @@ def test_a_zero_element_tensor_is_reported_only_where_it_runs_every_step():
         "model = MultiCropWrapper().cuda()\n"
     )
     assert "ADV704" in codes(every_step)
+
+
+def test_an_official_pytorch_image_names_the_torch_version(tmp_path):
+    # pydreamer's README says to use its Dockerfile, `FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel`;
+    # requirements.txt names `torch` bare. AdamW's `fused=` came later.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch\nnumpy\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    (tmp_path / "Dockerfile").write_text("FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel AS base\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "1.11.0" in finding.message
+    (tmp_path / "Dockerfile").write_text("FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None
+
+
+def test_sdpa_with_a_scale_needs_torch_2_1(tmp_path):
+    # MedSAM's README: "Install Pytorch 2.0"; SDPA's `scale=` keyword came with 2.1. SAM's own
+    # attention divides by `math.sqrt(c_per_head)` from `_, _, _, c_per_head = q.shape`: the
+    # default scale, so its rewrite passes none and 2.0 is enough.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("## Installation\n2. Install [Pytorch 2.0](https://pytorch.org/get-started/locally/)\n")
+    attention = (
+        "import math\nimport torch\nfrom torch import nn\n\nclass Attention(nn.Module):\n"
+        "    def forward(self, q, k, v):\n"
+        "        _, _, _, c_per_head = q.shape\n"
+        "        attn = q @ k.permute(0, 1, 3, 2)\n"
+        "        attn = attn / math.sqrt(SCALE)\n"
+        "        attn = torch.softmax(attn, dim=-1)\n"
+        "        return attn @ v\n\nmodel = Attention().cuda()\n"
+    )
+    default = attention.replace("SCALE", "c_per_head")
+    assert only(default, "ADV604", fresh_script(tmp_path / "model.py", default)).fix_applicability == "unsafe"
+    other = attention.replace("SCALE", "64")
+    finding = only(other, "ADV604", fresh_script(tmp_path / "model.py", other))
+    assert finding.fix_applicability is None and "2.1" in finding.message

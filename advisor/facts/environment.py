@@ -30,7 +30,11 @@ _CONDA_PACKAGE = re.compile(
 )
 # Install instructions (a README's, a Dockerfile's ``RUN pip install lightning==2.1.2``): read
 # only where no requirement file names the package.
-_DOCUMENT = re.compile(r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*)$", re.I)
+# An install script counts too (VQ-Diffusion's ``install_req.sh``: ``pip install torch==1.9.0``).
+_DOCUMENT = re.compile(
+    r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*|(?:install|setup)[\w.-]*\.sh)$",
+    re.I,
+)
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
 MAX_PROJECT_FILE_BYTES = 1_000_000
 
@@ -97,12 +101,17 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         # lemniscate) names code this checkout is not.
         text = "\n".join(line for line in text.splitlines() if not _OTHER_RELEASE_LINE.search(line))
         versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
+        if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
+            versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
         if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
             versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
 
+
+# The official PyTorch Docker images are tagged with the torch release they hold.
+_PYTORCH_IMAGE = re.compile(r"\bpytorch/pytorch:v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 _OTHER_RELEASE_LINE = re.compile(
     r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here",

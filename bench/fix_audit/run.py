@@ -91,7 +91,8 @@ def materialize(repo: str, commit: str, git_dir: str | None, into: Path) -> Path
         ["git", "--git-dir", git_dir, "ls-tree", "-r", "--name-only", "-z", commit], check=True, capture_output=True
     ).stdout.decode().split("\0")
     # Named one by one: a fetched mirror may lack its largest blobs (notebooks, weights).
-    paths = [p for p in listed if p and any(fnmatch.fnmatch(os.path.basename(p), pattern) for pattern in PROJECT_FILES)]
+    # Case-insensitively: XMem's install notes are `docs/GETTING_STARTED.md`.
+    paths = [p for p in listed if p and any(fnmatch.fnmatch(os.path.basename(p).lower(), pattern.lower()) for pattern in PROJECT_FILES)]
     checked = subprocess.run(
         ["git", "--git-dir", git_dir, "cat-file", "--batch-check"],
         input="".join(f"{commit}:{p}\n" for p in paths), capture_output=True, text=True, check=True,
