@@ -1814,6 +1814,10 @@ def remove_call_statement(ctx: FileContext, call: cst.Call) -> Edit | None:
     return _removal(ctx, line)
 
 
+# A comment that explains an ``empty_cache()`` call: memory trouble, or a link to an issue.
+_MEMORY_NOTE = re.compile(r"(?i)\b(?:memory|oom|leak\w*|fragment\w*)\b|https?://")
+
+
 class EmptyCacheInLoop(Rule):
     code = "ADV505"
     name = "empty-cache-in-loop"
@@ -1853,7 +1857,9 @@ class EmptyCacheInLoop(Rule):
         - `torch_empty_cache_steps` larger than 1.
 
         The fix removes the call (and a device check left empty; `pass` where a block would
-        be emptied). `torch_empty_cache_steps=1` loses its argument.
+        be emptied). `torch_empty_cache_steps=1` loses its argument. Where a comment above the
+        call in its function says why it is there (memory, a leak, OOM, or a link to an issue),
+        it is the author's workaround: reported, left as advice.
     """
     valid = [
         Valid(
@@ -1948,6 +1954,20 @@ class EmptyCacheInLoop(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from transformers import Trainer
+
+            class DPOTrainer(Trainer):
+                def training_step(self, model, inputs):
+                    # fix memory increasing issue: https://github.com/huggingface/trl/issues/1377
+                    loss = super().training_step(model, inputs)
+                    torch.cuda.empty_cache()
+                    return loss
+            """,
+            note="a comment says why it is there (VL-RLHF, a linked issue): the author's workaround, advice",
+        ),
         Invalid(
             """
             import torch
@@ -2059,8 +2079,22 @@ class EmptyCacheInLoop(Rule):
                 )
                 edit = remove_call_statement(ctx, call)
                 fix = self.fix(f"Remove `{spelling}()`", edit) if edit is not None else None
-                yield self.report(call, message, fix)
+                finding = self.report(call, message, fix)
+                if fix is not None and self._explained(ctx, call):
+                    finding = finding.as_advice("a comment above it says why it is there: the author's workaround, left to them")
+                yield finding
         yield from self._trainer_every_step(ctx)
+
+    @staticmethod
+    def _explained(ctx: FileContext, call: cst.Call) -> bool:
+        """A comment in the function, above the call, about memory or pointing to an issue
+        (VL-RLHF's ``# fix memory increasing issue: https://github.com/huggingface/trl/issues/1377``)."""
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        start, line = ctx.position(function)[0], ctx.position(call)[0]
+        lines = ctx.source.splitlines()[start - 1 : line]
+        return any(_MEMORY_NOTE.search(text.split("#", 1)[1]) for text in lines if "#" in text)
 
     def _trainer_every_step(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(*TRAINING_ARGUMENTS):

@@ -1926,3 +1926,24 @@ def test_sdpa_with_a_scale_needs_torch_2_1(tmp_path):
     other = attention.replace("SCALE", "64")
     finding = only(other, "ADV604", fresh_script(tmp_path / "model.py", other))
     assert finding.fix_applicability is None and "2.1" in finding.message
+
+
+def test_a_readme_aside_names_the_tested_torch(tmp_path):
+    # FiD: "- [PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)", `torch` bare in
+    # requirements.txt: no fused Adam, no set_float32_matmul_precision there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("numpy\ntorch\n")
+    (tmp_path / "README.md").write_text("### Dependencies\n- [PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "1.6.0" in finding.message
+
+
+def test_an_install_script_names_the_torch_version(tmp_path):
+    # VQ-Diffusion has no README requirement and no requirements file: `install_req.sh` says
+    # `pip install torch==1.9.0 torchvision`.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "install_req.sh").write_text("#!/bin/bash\npip install torch==1.9.0 torchvision --no-cache-dir -U | cat\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "1.9.0" in finding.message

@@ -95,12 +95,16 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
+    # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)".
+    aside = re.compile(
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\bversions?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
     for text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
         # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
         # lemniscate) names code this checkout is not.
         text = "\n".join(line for line in text.splitlines() if not _OTHER_RELEASE_LINE.search(line))
-        versions = [m.group(1) for m in mentioned.finditer(text)] + [m.group(1) for m in bounded.finditer(text)]
+        versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text))]
         if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
             versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
         if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1

@@ -124,6 +124,12 @@ def hunks(result: FixResult, relative: str) -> list[tuple[int, int, int, int, st
     """(old start, old end, new start, new end, text) for each hunk of the file's diff."""
     before = decode(result.original).splitlines(keepends=True)
     after = decode(result.fixed).splitlines(keepends=True)
+    if relative.endswith(".ipynb") and result.fixed_python:
+        # A notebook's fixes are placed by lines of its joined code cells, not of its JSON.
+        from advisor.notebooks import Notebook
+
+        before = Notebook.from_bytes(result.original).python.splitlines(keepends=True)
+        after = result.fixed_python.decode("utf-8").splitlines(keepends=True)
     found = []
     for group in difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(CONTEXT_LINES):
         first, last = group[0], group[-1]
