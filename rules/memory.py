@@ -1814,8 +1814,9 @@ def remove_call_statement(ctx: FileContext, call: cst.Call) -> Edit | None:
     return _removal(ctx, line)
 
 
-# A comment that explains an ``empty_cache()`` call: memory trouble, or a link to an issue.
-_MEMORY_NOTE = re.compile(r"(?i)\b(?:memory|oom|leak\w*|fragment\w*)\b|https?://")
+# A comment that ties an ``empty_cache()`` call to a reported problem: a link, or an issue named.
+# A belief ("against OOM") is what the rule's message answers; a documented workaround is not.
+_MEMORY_NOTE = re.compile(r"(?i)https?://|\bissues?\b|(?<![\w#])#\d{2,}\b")
 
 
 class EmptyCacheInLoop(Rule):
@@ -1858,8 +1859,9 @@ class EmptyCacheInLoop(Rule):
 
         The fix removes the call (and a device check left empty; `pass` where a block would
         be emptied). `torch_empty_cache_steps=1` loses its argument. Where a comment above the
-        call in its function says why it is there (memory, a leak, OOM, or a link to an issue),
-        it is the author's workaround: reported, left as advice.
+        call in its function ties it to a reported problem (a link, an issue), it is the
+        author's documented workaround: reported, left as advice. A comment that only states
+        the belief ("against OOM") does not stop the fix: that belief is what the message answers.
     """
     valid = [
         Valid(
@@ -1966,7 +1968,7 @@ class EmptyCacheInLoop(Rule):
                     torch.cuda.empty_cache()
                     return loss
             """,
-            note="a comment says why it is there (VL-RLHF, a linked issue): the author's workaround, advice",
+            note="a comment points to the issue it works around (VL-RLHF): the author's documented workaround, advice",
         ),
         Invalid(
             """
@@ -2081,14 +2083,14 @@ class EmptyCacheInLoop(Rule):
                 fix = self.fix(f"Remove `{spelling}()`", edit) if edit is not None else None
                 finding = self.report(call, message, fix)
                 if fix is not None and self._explained(ctx, call):
-                    finding = finding.as_advice("a comment above it says why it is there: the author's workaround, left to them")
+                    finding = finding.as_advice("a comment above it points to a reported issue: the author's documented workaround, left to them")
                 yield finding
         yield from self._trainer_every_step(ctx)
 
     @staticmethod
     def _explained(ctx: FileContext, call: cst.Call) -> bool:
-        """A comment in the function, above the call, about memory or pointing to an issue
-        (VL-RLHF's ``# fix memory increasing issue: https://github.com/huggingface/trl/issues/1377``)."""
+        """A comment in the function, above the call, that points to an issue (VL-RLHF's ``# fix
+        memory increasing issue: https://github.com/huggingface/trl/issues/1377``)."""
         function = ctx.enclosing(call, cst.FunctionDef)
         if not isinstance(function, cst.FunctionDef):
             return False
