@@ -1154,6 +1154,9 @@ class HostAllocThenCopy(Rule):
           other than elementwise math with Python numbers (`torch.exp(-math.log(p) *
           torch.arange(half) / half).to(t.device)`, reported with an unsafe fix: the math then
           runs on the GPU and may round differently);
+        - the device is a parameter that defaults to `None` and that no call of its function
+          or class in the file passes (an attention layer building its rotary embedding
+          without a device): `.to(None)` copies nothing;
         - a script shows no CUDA device at all (a file that only defines modules is checked:
           its `forward` runs wherever the model is). An NCCL process group shows one: NCCL
           only runs on CUDA devices. `.to(t.device)` of a tensor the function is given counts
@@ -1201,6 +1204,26 @@ class HostAllocThenCopy(Rule):
             data = torch.tensor([1, 2, 3]).cuda()
             """,
             note="the copied tensor is not the fresh one; data from a Python list",
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class RotaryEmbedding(nn.Module):
+                def __init__(self, dim, base=10000, device=None):
+                    super().__init__()
+                    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
+                    self.register_buffer("inv_freq", inv_freq)
+
+            class Attention(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.rotary = RotaryEmbedding(dim)
+
+            model = Attention(64).cuda()
+            """,
+            note="`device=None` that no caller passes: `.to(None)` copies nothing (yarn's, GaLore's rotary embeddings)",
         ),
         Valid(
             """
@@ -1547,6 +1570,8 @@ class HostAllocThenCopy(Rule):
             dtype, rest = rest[0], rest[1:]
         if rest or device is None or ctx.facts.devices.is_dtype(device):
             return None
+        if isinstance(device, cst.Name) and ctx.facts.devices.left_none(device):
+            return None  # ``.to(device)`` with ``device=None`` from every caller: no copy at all
         if not (ctx.facts.devices.on_gpu(device) or _argument_device(ctx, device)):
             return None
         return device, dtype

@@ -817,3 +817,20 @@ def test_batches_of_a_fabric_prepared_loader_drawn_with_next_are_on_the_gpu():
         "train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)", "pass"
     )
     assert lint(unprepared, codes=["ADV701"]) == []
+
+
+def test_a_device_every_caller_leaves_none_moves_nothing():
+    """GaLore's LlamaRotaryEmbedding(dim, ..., device=None), built by the attention layer of the
+    same file without a device: `.to(device)` is `.to(None)`. A caller that passes one, or a
+    subclass that may, keeps the finding."""
+    source = (
+        "import torch\nfrom torch import nn\n\nclass Rotary(nn.Module):\n"
+        "    def __init__(self, dim, base=10000, device=None):\n        super().__init__()\n"
+        "        self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))\n\n"
+        "class Attention(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n"
+        "        self.rotary = Rotary(dim)\n\nmodel = Attention(64).cuda()\n"
+    )
+    assert findings(source, "ADV704") == []
+    assert len(findings(source.replace("Rotary(dim)", "Rotary(dim, device='cuda')"), "ADV704")) == 1
+    subclassed = source + "\nclass Scaled(Rotary):\n    def __init__(self, dim, device=None):\n        super().__init__(dim, device=device)\n"
+    assert len(findings(subclassed, "ADV704")) == 1

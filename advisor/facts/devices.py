@@ -801,6 +801,38 @@ class DeviceFacts:
             if kind is not None and (kind.gpu or (kind is Where.NAMED and named_counts)):
                 yield call
 
+    def left_none(self, name: cst.Name) -> bool:
+        """A parameter that defaults to ``None`` (``def __init__(self, dim, device=None)``) which no
+        call of its function or class in the file passes, where the file has such calls and no
+        importer uses the class or function: ``.to(device)`` there moves nothing (the rotary
+        embeddings of HF-style modeling files, built by the attention layer without a device)."""
+        from advisor.context import MISSING
+
+        ctx = self.ctx
+        bindings = ctx.lookup(name.value, name)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+            return False
+        param = bindings[0].node
+        if not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+            return False
+        function = ctx.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
+            return False
+        cls = ctx.enclosing(function, cst.ClassDef)
+        method = isinstance(cls, cst.ClassDef) and ctx.enclosing(function, cst.FunctionDef) is None
+        if method and function.name.value == "__init__":
+            owner = cls.name.value  # type: ignore[union-attr]
+            calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == owner]
+            if any(owner in (dotted_name(base.value) or "") for other in ctx.nodes(cst.ClassDef) for base in other.bases):
+                return False  # a subclass may hand it a device through ``super().__init__``
+        else:
+            owner = function.name.value
+            calls = ctx.loops.callers(function)
+        if not calls or (ctx.project is not None and ctx.project.used_by_importers(owner)):
+            return False
+        index = list(function.params.params).index(param) - (1 if method else 0)
+        return all(ctx.argument(call, name.value, index) is MISSING for call in calls)
+
     def on_gpu(self, expr: cst.BaseExpression) -> bool:
         """A device expression that is a CUDA device, or a device variable (``device``,
         ``x.device``, ``args.gpu``) in a file not known to run on the CPU only."""
