@@ -485,12 +485,13 @@ class LoaderFacts:
             return function.name.value if isinstance(function, cst.FunctionDef) else None
         return None
 
-    def handed_to_framework(self, spelling: str | None) -> bool:
-        """Whether ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)`` takes the loader
-        spelled ``spelling``: the framework then places batches on the device itself."""
+    def handed_to_framework(self, spelling: str | None, methods: tuple[str, ...] = _PREPARE_METHODS) -> bool:
+        """Whether ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)`` (or only the
+        ``methods`` named) takes the loader spelled ``spelling``: the framework then places
+        batches on the device itself."""
         if spelling is None:
             return False
-        for call in self.ctx.method_calls(*_PREPARE_METHODS):
+        for call in self.ctx.method_calls(*methods):
             if any(dotted_name(arg.value) == spelling for arg in call.args):
                 return True
         return False
@@ -692,10 +693,7 @@ class LoaderFacts:
                 q.split(".")[0] in ("lightning", "pytorch_lightning") for q in ctx.base_qualnames(cls)
             ):
                 return True
-        spelling = self.name(call)
-        return spelling is not None and any(
-            dotted_name(arg.value) == spelling for setup in ctx.method_calls("setup_dataloaders") for arg in setup.args
-        )
+        return self.handed_to_framework(self.name(call), methods=("setup_dataloaders",))
 
     def copied_to_gpu(self, call: cst.Call) -> bool:
         """Whether code of the project copies the loader's batches, as they come, to a GPU
