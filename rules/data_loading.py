@@ -50,6 +50,16 @@ def _default_phrase(ctx: FileContext, value: Value, setting: str) -> str:
 _COMMENTED_PIN = re.compile(r"#\s*pin_memory\s*=")
 
 
+def _commented_in(ctx: FileContext, call: cst.Call, pattern: re.Pattern[str]) -> bool:
+    """A comment matching ``pattern`` on the lines of ``call`` (positions only where one matches:
+    they walk the statement, which a file nested too deep for that cannot afford)."""
+    comments = ctx.comments_matching(pattern)
+    if not comments:
+        return False
+    first, _, last, _ = ctx.position(call)
+    return any(first <= ctx.position(comment)[0] <= last for comment in comments)
+
+
 class DataLoaderPinMemory(Rule):
     code = "ADV101"
     name = "dataloader-pin-memory"
@@ -509,7 +519,7 @@ class DataLoaderPinMemory(Rule):
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
                 fix = self.fix(f"Set `pin_memory={pinned}`", Edit(call, set_keyword(call, "pin_memory", pinned)), imports=imports)
                 finding = self.report(call, message + " (guide: Data preloading)", fix)
-                if _COMMENTED_PIN.search(ctx.code(call)):
+                if _commented_in(ctx, call, _COMMENTED_PIN):
                     # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
                 elif not loaders.pinning_pays(call):

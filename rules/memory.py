@@ -2094,9 +2094,11 @@ class EmptyCacheInLoop(Rule):
         function = ctx.enclosing(call, cst.FunctionDef)
         if not isinstance(function, cst.FunctionDef):
             return False
+        comments = ctx.comments_matching(_MEMORY_NOTE)
+        if not comments:
+            return False
         start, line = ctx.position(function)[0], ctx.position(call)[0]
-        lines = ctx.source.splitlines()[start - 1 : line]
-        return any(_MEMORY_NOTE.search(text.split("#", 1)[1]) for text in lines if "#" in text)
+        return any(start <= ctx.position(comment)[0] <= line for comment in comments)
 
     def _trainer_every_step(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(*TRAINING_ARGUMENTS):
