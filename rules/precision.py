@@ -32,6 +32,7 @@ from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTN
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
     runs_fft,
+    casts_data_to_fp16,
     AMP_SCALER,
     AUTOCAST,
     CUDA_AUTOCAST,
@@ -81,6 +82,7 @@ def _message(text: str) -> str:
 
 
 _HALF_WEIGHTS = "; the model is also loaded or cast in float16: move it to bf16 too"
+_FP16_DATA = "; a module it imports casts the data to float16 too: switch that cast with it"
 
 
 def _resolves_true(ctx: FileContext, call: cst.Call, keyword: str, position: int | None = None) -> bool:
@@ -440,7 +442,9 @@ class Fp16OnBf16Gpu(Rule):
 
         Where the model itself is loaded or cast in float16 (`torch_dtype=torch.float16`,
         `bnb_4bit_compute_dtype=torch.float16`, `.half()`), the finding comes without a fix:
-        switching only the mixed-precision flag would leave the job half done. So it does
+        switching only the mixed-precision flag would leave the job half done, and so it does
+        where a project module the file imports casts the data to float16 itself
+        (`batch[key].astype(np.float16)` when AMP is on). So it does, too,
         where the model computes FFTs (`torch.fft.rfft`, `torch.stft`, in the file or a module
         it imports): cuFFT takes no bf16 input, and the first transform of a bf16 activation
         raises (ADV203's bf16 autocast likewise).
@@ -1048,6 +1052,8 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._autocast_fix(ctx, site, sites)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            elif fix is not None and casts_data_to_fp16(ctx):
+                message, fix = message + _FP16_DATA, None
             elsewhere = _scaling_elsewhere(ctx, site.call)
             if elsewhere is not None and fix is not None:
                 # A task's ``train_step`` in a library (fairseq, LAVIS): the fp16 regime's switch
@@ -1135,6 +1141,8 @@ class Fp16OnBf16Gpu(Rule):
             fix = self._training_arguments_fix(ctx, call, fp16, bf16)
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            elif fix is not None and casts_data_to_fp16(ctx):
+                message, fix = message + _FP16_DATA, None
             configured = deepspeed_precision(ctx, call)
             if configured is not None and configured[0] == "fp16" and fix is not None:
                 # trlx's GPT-J reward model: transformers refuses a DeepSpeed config whose
@@ -1175,6 +1183,8 @@ class Fp16OnBf16Gpu(Rule):
             message = f'`mixed_precision="fp16"` on a bf16-capable GPU ({self._gpu(ctx)}): use `"bf16"`'
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            elif fix is not None and casts_data_to_fp16(ctx):
+                message, fix = message + _FP16_DATA, None
             yield self.report(self.at_keyword(call, "mixed_precision"), _message(message), fix)
 
     # -- Lightning -----------------------------------------------------------------------------
@@ -1205,6 +1215,8 @@ class Fp16OnBf16Gpu(Rule):
             message = f"`precision={ctx.code(value.node)}` is fp16 on a bf16-capable GPU ({self._gpu(ctx)}): use `\"{replacement}\"`"
             if half_weights(ctx):
                 message, fix = message + _HALF_WEIGHTS, None
+            elif fix is not None and casts_data_to_fp16(ctx):
+                message, fix = message + _FP16_DATA, None
             yield self.report(self.at_keyword(call, "precision"), _message(message), fix)
 
 

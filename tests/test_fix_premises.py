@@ -1829,6 +1829,64 @@ def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, dire
     assert finding.fix_applicability is None and "torch==1.13.1" in finding.message
 
 
+def test_a_requirement_file_installed_after_cd_into_its_folder(tmp_path):
+    # LLaMA-Adapter's imagebind_LLM: "cd ImageBind / pip install -r requirements.txt" installs
+    # ImageBind's torch==1.13.0; "cd ../ / pip install -r requirements.txt" the folder's own.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "ImageBind").mkdir()
+    (tmp_path / "ImageBind" / "requirements.txt").write_text("torch==1.13.0\ntorchvision==0.14.0\n")
+    (tmp_path / "requirements.txt").write_text("fairscale\nsentencepiece\n")
+    (tmp_path / "README.md").write_text(
+        "## Setup\n```bash\n# install ImageBind\ncd ImageBind\npip install -r requirements.txt\n"
+        "# install other dependencies\ncd ../\npip install -r requirements.txt\n```\n"
+    )
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "main_finetune.py", source))
+    assert finding.fix_applicability is None and "torch==1.13.0" in finding.message
+
+
+def test_a_requirement_file_the_readme_names_in_prose(tmp_path):
+    # SGFormer: "we used the environment with package versions indicated in
+    # `./large/requirement.txt`" (the file is `requirements.txt`, torch==1.9.0); the scripts of
+    # `medium/` run with it too.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "large").mkdir()
+    (tmp_path / "medium").mkdir()
+    (tmp_path / "large" / "requirements.txt").write_text("numpy==1.19.2\ntorch==1.9.0\n")
+    (tmp_path / "Readme.md").write_text(
+        "## Requirements\nWe used the environment with package versions indicated in `./large/requirement.txt`.\n"
+    )
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "medium" / "main.py", source))
+    assert finding.fix_applicability is None and "torch==1.9.0" in finding.message
+
+
+def test_bf16_is_advice_where_an_imported_module_casts_the_data_to_fp16(tmp_path):
+    # pydreamer: `preprocessing.py` casts the batch to float16 when AMP is on; bf16 autocast
+    # alone would run over float16 inputs.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "preprocessing.py").write_text(
+        "import numpy as np\n\nclass Preprocessor:\n    def __call__(self, batch):\n"
+        "        if self.amp:\n            batch['image'] = batch['image'].astype(np.float16)\n        return batch\n"
+    )
+    source = (
+        "import torch\nfrom preprocessing import Preprocessor\n"
+        "model = Net().cuda()\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "for x, y in loader:\n"
+        "    with torch.cuda.amp.autocast():\n"
+        "        loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+    )
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "casts the data to float16" in finding.message
+    (tmp_path / "preprocessing.py").write_text("import numpy as np\n\nclass Preprocessor:\n    pass\n")
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None
+
+
 def test_bf16_is_advice_where_the_model_computes_ffts(tmp_path):
     # FEDformer: `exp_main.py` trains under fp16 autocast a model whose Fourier block, two
     # imports away, calls `torch.fft.rfft`; cuFFT raises on bf16 input.

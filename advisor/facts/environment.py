@@ -286,6 +286,9 @@ def _folder_candidates(folder: str) -> list[str]:
 # ``pip install -r images/requirements.txt`` in a README, or in a script the README runs
 # (the-algorithm-ml: "`./images/init_venv.sh`", which installs ``images/requirements.txt``).
 _INSTALLS_FILE = re.compile(r"-r\s+[\"']?([\w./-]+\.(?:txt|in))")
+# SGFormer: "the environment with package versions indicated in `./large/requirement.txt`":
+# a requirement file named by its path in prose, not through ``-r``.
+_NAMES_FILE = re.compile(r"(?<![\w/.-])(?:\./)?((?:[\w.-]+/)+requirements?[\w.-]*\.(?:txt|in))\b")
 _RUNS_SCRIPT = re.compile(r"(?<![\w/.-])(?:\./)?([\w-]+(?:/[\w.-]+)*\.sh)\b")
 
 
@@ -315,9 +318,9 @@ def _named_requirement_files(folder: str, documents: list[str]) -> list[str]:
     named: list[str] = []
     for path in documents:
         text = _read_small(path)
-        if text is None or ("-r " not in text and ".sh" not in text):
+        if text is None or ("-r " not in text and ".sh" not in text and "requirement" not in text):
             continue
-        named += _INSTALLS_FILE.findall(text)
+        named += _installed_after_cd(text) + _NAMES_FILE.findall(text)
         for script in _RUNS_SCRIPT.findall(text)[:8]:
             script_text = _read_small(os.path.join(folder, script))
             if script_text is not None:
@@ -327,9 +330,33 @@ def _named_requirement_files(folder: str, documents: list[str]) -> list[str]:
         if _SIDE_APPLICATION.search(relative):
             continue  # co-tracker's "`pip install -r gradio_demo/requirements.txt`" is the demo's, not the trainer's
         path = os.path.normpath(os.path.join(folder, relative))
+        if not os.path.isfile(path) and os.path.basename(path).startswith("requirement."):
+            path = os.path.join(os.path.dirname(path), "requirements." + path.rsplit(".", 1)[1])  # the README's slip
         if path.startswith(folder.rstrip(os.sep) + os.sep) and os.path.isfile(path) and path not in paths:
             paths.append(path)
     return paths
+
+
+_CD = re.compile(r"^\s*(?:\$\s*)?cd\s+[\"']?([\w./-]+)[\"']?\s*(?:&&|;|$)")
+
+
+def _installed_after_cd(text: str) -> list[str]:
+    """The ``-r`` files an install text names, each relative to the folder a ``cd`` before it
+    entered (LLaMA-Adapter's imagebind_LLM: ``cd ImageBind`` then ``pip install -r
+    requirements.txt``, torch==1.13.0, then ``cd ../`` for the folder's own file)."""
+    if "cd " not in text:
+        return _INSTALLS_FILE.findall(text)
+    named: list[str] = []
+    folder = ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            folder = ""  # a new code block starts where the README is
+        entered = _CD.match(line)
+        if entered is not None:
+            folder = os.path.normpath(os.path.join(folder, entered.group(1)))
+            folder = "" if folder == "." else folder
+        named += [os.path.join(folder, found) if folder else found for found in _INSTALLS_FILE.findall(line)]
+    return named
 
 
 # Folders of a project's side applications, whose requirements speak for them (their own files

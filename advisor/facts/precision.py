@@ -809,6 +809,22 @@ def runs_fft(ctx: FileContext) -> bool:
     return ctx.memo(runs_fft, find)
 
 
+def casts_data_to_fp16(ctx: FileContext) -> bool:
+    """A project module this file imports casts arrays or tensors to float16 itself
+    (``batch[key].astype(np.float16)`` when AMP is on: pydreamer's preprocessing): the program's
+    fp16 regime reaches past the autocast, and bf16 autocast over float16 inputs mixes the two
+    half types. The file's own casts are :func:`half_weights`'s."""
+    return ctx.memo(
+        casts_data_to_fp16, lambda: ctx.project is not None and ctx.project.imports_match(_FP16_CAST)
+    )
+
+
+_FP16_CAST = re.compile(
+    rb"""\.astype\([ \t]*(?:np\.|numpy\.)?(?:float16|half)\b|\.astype\([ \t]*["']float16["']"""
+    rb"""|\.to\([ \t]*(?:dtype[ \t]*=[ \t]*)?torch\.(?:float16|half)\b"""
+)
+
+
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
 
 
