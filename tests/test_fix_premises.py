@@ -1415,8 +1415,9 @@ def test_a_fix_in_the_self_test_of_an_imported_module_is_advice(tmp_path):
     # Show-o's show-o2/models/wan21_vae.py ends with `if __name__ == '__main__':` drawing a random
     # video `.cuda()`; the project imports the module for its VAE.
     (tmp_path / ".git").mkdir()
-    # (A random draw made once is advice anyway; zeros keep the question about the self-test.)
-    source = "import torch\n\nclass VAE(torch.nn.Module):\n    pass\n\nif __name__ == '__main__':\n    video = torch.zeros(2, 3, 1, 256, 256).cuda()\n    VAE().cuda()(video)\n"
+    # (A draw, or any allocation, made once is advice anyway; zeros in a loop keep the question
+    # about the self-test.)
+    source = "import torch\n\nclass VAE(torch.nn.Module):\n    pass\n\nif __name__ == '__main__':\n    for _ in range(3):\n        video = torch.zeros(2, 3, 1, 256, 256).cuda()\n        VAE().cuda()(video)\n"
     script = fresh_script(tmp_path / "vae.py", source)
     assert only(source, "ADV704", script).fix_applicability is not None  # run as a script itself
     (tmp_path / "train.py").write_text("import torch\nfrom vae import VAE\n\nif __name__ == '__main__':\n    VAE().cuda()\n")
