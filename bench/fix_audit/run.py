@@ -10,6 +10,7 @@ edit would raise at run time. The verdicts are scored per rule.
     python bench/fix_audit/run.py --label first-pass              # fix, sample, write results/
     python bench/fix_audit/run.py --score results/verdicts-first-pass.json
     python bench/fix_audit/run.py --carry results/verdicts-X-first.json results/sample-X-first.json results/sample-X-after.json
+    python bench/fix_audit/run.py --tally stop26 stop27     # two versions of the code over every held-out set run under both
 
 The whole run also checks what needs no reader: every fixed file compiles and a second run
 changes nothing.
@@ -363,6 +364,53 @@ def carry(verdicts_path: Path, first_path: Path, now_path: Path) -> int:
     return 0
 
 
+def tally(labels: list[str], results: Path = HERE / "results") -> int:
+    """Every held-out set run under each of ``labels`` (``sample-heldoutN-LABEL.json``), scored
+    with the verdicts its edits were given when they were judged (at first look, or judged again
+    after a change: any ``verdicts-heldoutN-*.json`` with its sample), matched by file, rule,
+    line and changed lines. Edits no reader judged are counted apart. Compares two versions of
+    the code on the same repositories without a new reading."""
+    def key(edit: dict) -> tuple:
+        return (edit["repo"], edit["path"], edit["code"], edit["line"], tuple(_changed_lines(edit["hunk"], edit["line"])))
+
+    sets = sorted(
+        {int(m.group(1)) for label in labels for p in results.glob(f"sample-heldout*-{label}.json")
+         if (m := re.match(rf"sample-heldout(\d+)-{re.escape(label)}\.json$", p.name))}
+    )
+    totals = {label: collections.Counter() for label in labels}
+    print("| set | " + " | ".join(f"{label}: correct / wrong (raise) / doubtful / not judged" for label in labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for n in sets:
+        known: dict[tuple, dict] = {}
+        for verdicts_path in sorted(results.glob(f"verdicts-heldout{n}-*.json")):
+            verdicts = json.loads(verdicts_path.read_text())
+            for sample_path in sorted(results.glob(f"sample-heldout{n}-*.json")):
+                for edit in json.loads(sample_path.read_text())["sample"]:
+                    if edit["id"] in verdicts and verdicts_path.name.endswith("-first.json") == sample_path.name.endswith("-first.json"):
+                        known.setdefault(key(edit), verdicts[edit["id"]])
+        row = []
+        for label in labels:
+            path = results / f"sample-heldout{n}-{label}.json"
+            if not path.exists():
+                row.append("-")
+                continue
+            count: collections.Counter = collections.Counter()
+            for edit in json.loads(path.read_text())["sample"]:
+                verdict = known.get(key(edit))
+                count["not judged" if verdict is None else verdict["verdict"]] += 1
+                if verdict is not None and verdict["verdict"] == "wrong" and verdict.get("raises"):
+                    count["raises"] += 1
+            totals[label].update(count)
+            row.append(f"{count['correct']} / {count['wrong']} ({count['raises']}) / {count['doubtful']} / {count['not judged']}")
+        print(f"| {n} | " + " | ".join(row) + " |")
+    for label, count in totals.items():
+        judged = count["correct"] + count["wrong"] + count["doubtful"]
+        share = f"{count['correct'] / judged:.1%}" if judged else "-"
+        print(f"{label}: {count['correct']} correct of {judged} judged ({share}), {count['wrong']} wrong "
+              f"({count['raises']} raise), {count['doubtful']} doubtful, {count['not judged']} not judged")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", default="run")
@@ -378,7 +426,13 @@ def main(argv: list[str] | None = None) -> int:
         "--carry", nargs=3, type=Path, metavar=("VERDICTS", "FIRST_SAMPLE", "LATER_SAMPLE"),
         help="carry the verdicts of FIRST_SAMPLE's edits to a later run of the same repositories",
     )
+    parser.add_argument(
+        "--tally", nargs="+", metavar="LABEL",
+        help="score every held-out set's sample-heldoutN-LABEL.json with the verdicts its edits already have",
+    )
     args = parser.parse_args(argv)
+    if args.tally:
+        return tally(args.tally)
     if args.score:
         return score(args.score)
     if args.carry:
