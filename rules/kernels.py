@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
+from advisor.facts.distributed import shipped_deepspeed_configs
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
@@ -406,7 +407,7 @@ class AdamNotFused(Rule):
                 f"`optim={shown}` picks the unfused AdamW; use "
                 f'`optim="{FUSED_TRAINER_OPTIM}"` (guide: {GUIDE})'
             )
-            fix = self.fix(f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit, requires=FUSED_TRAINER_OPTIM_NEEDS)
+            fix = self._trainer_fix(ctx, f'Use `optim="{FUSED_TRAINER_OPTIM}"`', edit)
             yield self.report(self.at_keyword(call, "optim"), message, fix)
         yield from self._check_parsed_training_arguments(ctx)
 
@@ -428,7 +429,21 @@ class AdamNotFused(Rule):
                 f'default to `"{FUSED_TRAINER_OPTIM}"` (guide: {GUIDE})'
             )
             edit = Edit(optim.node, string_like(optim.node, FUSED_TRAINER_OPTIM))
-            yield self.report(optim.node, message, self.fix(f'Default to `optim="{FUSED_TRAINER_OPTIM}"`', edit, requires=FUSED_TRAINER_OPTIM_NEEDS))
+            yield self.report(optim.node, message, self._trainer_fix(ctx, f'Default to `optim="{FUSED_TRAINER_OPTIM}"`', edit))
+
+    def _trainer_fix(self, ctx: FileContext, description: str, edit: Edit):
+        configs = shipped_deepspeed_configs(ctx)
+        if not configs:
+            return self.fix(description, edit, requires=FUSED_TRAINER_OPTIM_NEEDS)
+        # Under DeepSpeed the Trainer leaves the model on the CPU and builds the optimizer
+        # before ``deepspeed.initialize`` moves it (LLaMA-MoE-v2, torch 2.3.1: "fused=True
+        # requires all the params to be floating point Tensors of supported devices").
+        return self.fix(
+            f"{description} (torch >= 2.4: under DeepSpeed (`{configs[0][0]}`) the Trainer builds the optimizer "
+            "before the model moves to the GPU)",
+            edit,
+            requires=[("transformers", "4.27"), ("torch", "2.4")],
+        )
 
     def _fused_optim_edit(self, ctx: FileContext, optim: cst.BaseExpression) -> Edit | None:
         """The edit turning the ``optim`` value into the fused optimizer, where it is written in this file."""

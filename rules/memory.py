@@ -20,6 +20,7 @@ import libcst as cst
 from advisor.apis import TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.facts import Tri
+from advisor.facts.distributed import shipped_zero3_config
 from advisor.facts.environment import older_allowed
 from advisor.facts.models import is_model_load, model_loads, pretrained_model_id
 from advisor.facts.precision import autocasts, resolve_dtype
@@ -1491,6 +1492,11 @@ class CheckpointingReentrant(Rule):
         - other libraries' checkpoint functions (DeepSpeed, fairscale, Megatron);
         - the file is written for an XLA / Neuron / HPU device too (it imports `torch_xla`,
           `neuronx_distributed`, ...): torch_xla's checkpoint raises on `use_reentrant=False`.
+
+        The fix is advice where the project ships a DeepSpeed config with ZeRO stage 3 (a JSON
+        at its root or in a config folder there): non-reentrant recomputation has reported
+        failures on the parameters ZeRO-3 partitions, and which config a run uses is chosen on
+        the command line. It is advice too where the call passes keywords on to the function.
     """
     valid = [
         Valid(
@@ -1681,6 +1687,12 @@ class CheckpointingReentrant(Rule):
                 # The reentrant variant refuses keywords for the function; the other passes them on,
                 # and a ``custom_forward(*inputs)`` then raises (Moore-AnimateAnyone's transformer_3d).
                 message = message.replace(" (guide: ", f"; the call also passes `{forwarded[0]}=`, which only the non-reentrant variant hands to the function, so the fix is left as advice (guide: ", 1)
+                fix = None
+            zero3 = shipped_zero3_config(ctx) if fix is not None else None
+            if zero3 is not None:
+                # ChatGLM-Finetuning: non-reentrant recomputation meets parameters ZeRO-3 has
+                # already re-partitioned (reported failures: "weight must be 2-D").
+                message = message.replace(" (guide: ", f"; the project trains under DeepSpeed ZeRO-3 (`{zero3}`), where non-reentrant checkpointing has reported failures on partitioned parameters: try it there first, so the fix is left as advice (guide: ", 1)
                 fix = None
             yield self.report(call, message, fix)
 

@@ -366,6 +366,20 @@ def _fp16_training_beside(ctx: FileContext) -> str | None:
 
 
 # -- ADV201 ----------------------------------------------------------------------------------------
+_FP16_NAMES = frozenset({"fp16", "float16", "half", "16", "16-mixed", "fp16_mixed"})
+
+
+def _named_fp16_choice(ctx: FileContext, call: cst.Call) -> bool:
+    """The autocast is the entry for float16 of a table of precisions keyed by name (the
+    value under ``"fp16"`` in a dict literal): the user picks it by that name, next to a bf16
+    entry of the same table."""
+    element = ctx.parent.get(call)
+    if not isinstance(element, cst.DictElement) or element.value is not call:
+        return False
+    key = ctx.values.value_of(element.key)
+    return isinstance(key, str) and key.lower() in _FP16_NAMES
+
+
 def _no_bf16_fix_under_fft(ctx: FileContext, findings: Iterable[Finding]) -> Iterator[Finding]:
     """bf16 fixes left as advice in a program that computes FFTs: cuFFT takes no bf16 input, so
     the first ``torch.fft.rfft`` of a bf16 activation raises (FEDformer's Fourier blocks)."""
@@ -438,7 +452,10 @@ class Fp16OnBf16Gpu(Rule):
           `torch.inference_mode()` (a `with` block or a decorated function), or in a function
           named for evaluation or sampling (`log_validation`, `evaluate`, `generate_samples`)
           that runs no backward pass or optimizer step, or the Lightning `Trainer` only runs
-          `test` / `validate` / `predict`: fp16 inference is fine.
+          `test` / `validate` / `predict`: fp16 inference is fine;
+        - the autocast is the `"fp16"` entry of a table of precisions keyed by name
+          (`{"bf16": autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16)}[args.precision]`):
+          the user picks fp16 there by its name.
 
         Where the model itself is loaded or cast in float16 (`torch_dtype=torch.float16`,
         `bnb_4bit_compute_dtype=torch.float16`, `.half()`), the finding comes without a fix:
@@ -455,6 +472,20 @@ class Fp16OnBf16Gpu(Rule):
         reports it afterwards.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            for x, y in loader:
+                with {
+                    "bf16": torch.autocast("cuda", dtype=torch.bfloat16),
+                    "fp16": torch.autocast("cuda", dtype=torch.float16),
+                }[args.precision]:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a table of precisions keyed by name: the user picks fp16 by its name (Lumina-Image-2.0)",
+        ),
         Valid(
             """
             import torch
@@ -1038,6 +1069,8 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if under_no_grad(ctx, site.call) or in_inference_function(ctx, site.call):
                 continue  # inference: fp16 is as fast as bf16 and more precise
+            if _named_fp16_choice(ctx, site.call):
+                continue  # Lumina-Image-2.0's ``{"bf16": autocast(bf16), "fp16": autocast(fp16)}[args.precision]``
             spelling = "torch.cuda.amp.autocast" if site.deprecated else "torch.autocast"
             if site.dtype.node is None:
                 message = (

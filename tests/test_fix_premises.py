@@ -1830,6 +1830,56 @@ def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, dire
     assert finding.fix_applicability is None and "torch==1.13.1" in finding.message
 
 
+def test_non_reentrant_checkpointing_is_advice_in_a_project_that_ships_a_zero3_config(tmp_path):
+    # ChatGLM-Finetuning: the README runs `deepspeed train.py --ds_file ds_zero3_offload.json`
+    # with gradient checkpointing; the modeling files call torch's checkpoint.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nimport torch.utils.checkpoint\n\nclass Block(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.utils.checkpoint.checkpoint(self.layer, x)\n"
+    )
+    script = fresh_script(tmp_path / "modeling.py", source)
+    (tmp_path / "train.py").write_text("import deepspeed\nfrom modeling import Block\n\nmodel = Block()\n")
+    assert only(source, "ADV502", script).fix_applicability is not None
+    (tmp_path / "ds_zero2.json").write_text('{"zero_optimization": {"stage": 2}}')
+    forget_projects()
+    assert only(source, "ADV502", script).fix_applicability is not None
+    (tmp_path / "ds_zero3_offload.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}')
+    forget_projects()
+    finding = only(source, "ADV502", script)
+    assert finding.fix_applicability is None and "ds_zero3_offload.json" in finding.message
+
+
+def test_a_readme_naming_pytorch_with_a_hyphen(tmp_path):
+    # FEAT: "- [PyTorch-1.4 and torchvision](https://pytorch.org)"; Adam has no `fused` there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("## Prerequisites\n\n- [PyTorch-1.4 and torchvision](https://pytorch.org)\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch>=1.4" in finding.message
+
+
+def test_the_trainers_fused_optim_under_deepspeed_needs_torch_2_4(tmp_path):
+    # LLaMA-MoE-v2 (torch==2.3.1) runs its Trainer scripts with `--deepspeed
+    # conf/deepspeed/bf16_zero1.json`: the Trainer builds the optimizer while the model is still
+    # on the CPU, where fused AdamW raises before torch 2.4.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.3.1\ntransformers==4.42.4\n")
+    source = (
+        "import transformers\nfrom dataclasses import dataclass, field\n\n@dataclass\n"
+        "class TrainingArguments(transformers.TrainingArguments):\n    optim: str = field(default='adamw_torch')\n\n"
+        "parser = transformers.HfArgumentParser((TrainingArguments,))\n(args,) = parser.parse_args_into_dataclasses()\n"
+        "trainer = transformers.Trainer(model=model, args=args)\ntrainer.train()\n"
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    assert only(source, "ADV601", script).fix_applicability is not None
+    (tmp_path / "conf" / "deepspeed").mkdir(parents=True)
+    (tmp_path / "conf" / "deepspeed" / "bf16_zero1.json").write_text('{"bf16": {"enabled": true}, "zero_optimization": {"stage": 1}}')
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
+
+
 def test_a_requirement_file_installed_after_cd_into_its_folder(tmp_path):
     # LLaMA-Adapter's imagebind_LLM: "cd ImageBind / pip install -r requirements.txt" installs
     # ImageBind's torch==1.13.0; "cd ../ / pip install -r requirements.txt" the folder's own.

@@ -8,6 +8,8 @@ those for the scripts they drive, so a file that uses one of them is not one of 
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -272,6 +274,72 @@ def _zero_configs(ctx: "FileContext"):
             found = _from_section(config["zero_optimization"], string, value + (f" line {line}" if line else ""))
             if found is not None:
                 yield found
+
+
+def shipped_zero3_config(ctx: "FileContext") -> str | None:
+    """A DeepSpeed config with ZeRO stage 3 that the project ships, by its path from the root:
+    ChatGLM-Finetuning's ``ds_zero3_offload.json``, which its README passes to ``train.py``
+    through ``--ds_file``. Where the JSON a run uses is chosen on the command line, the
+    project's own configs say which stages it runs under."""
+    return next((path for path, stage in shipped_deepspeed_configs(ctx) if stage == 3), None)
+
+
+def shipped_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]]:
+    """The DeepSpeed configs the project ships (JSON files with a ``zero_optimization``
+    section, at its root or in a config folder there), with their ZeRO stage as written
+    (``"auto"`` stays a string). Empty when there are none, or no project root to look in."""
+    project = getattr(ctx, "project", None)
+    if project is None:
+        return []
+    root = os.path.abspath(project.project.root)
+    try:
+        key = (root, os.stat(root).st_mtime_ns)  # a config added or removed changes the folder
+    except OSError:
+        return []
+    if key not in _DEEPSPEED_CONFIGS:
+        if len(_DEEPSPEED_CONFIGS) > 256:
+            _DEEPSPEED_CONFIGS.clear()
+        _DEEPSPEED_CONFIGS[key] = _find_deepspeed_configs(ctx, root)
+    return _DEEPSPEED_CONFIGS[key]
+
+
+_DEEPSPEED_CONFIGS: dict[tuple[str, int], list[tuple[str, object]]] = {}
+_CONFIG_FOLDER = re.compile(r"^(?:conf|configs?|ds_?configs?|deepspeed[\w-]*|ds|scripts?)$", re.I)
+
+
+def _config_folders(folder: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(folder))[:500]
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if _CONFIG_FOLDER.match(n) and os.path.isdir(os.path.join(folder, n))]
+
+
+def _find_deepspeed_configs(ctx: "FileContext", root: str) -> list[tuple[str, object]]:
+    from advisor.facts.environment import read_project_file
+
+    folders = [root]
+    for parent in (root, *_config_folders(root)):  # LLaMA-MoE-v2's ``conf/deepspeed/``
+        folders += [f for f in _config_folders(parent) if f not in folders]
+    found: list[tuple[str, object]] = []
+    for folder in folders:
+        try:
+            files = sorted(n for n in os.listdir(folder) if n.endswith(".json"))[:200]
+        except OSError:
+            continue
+        for name in files:
+            path = os.path.join(folder, name)
+            text = read_project_file(ctx, path)
+            if text is None or "zero_optimization" not in text:
+                continue
+            try:
+                config = json.loads(text)
+            except ValueError:
+                continue
+            section = config.get("zero_optimization") if isinstance(config, dict) else None
+            if isinstance(section, dict):
+                found.append((os.path.relpath(path, root), section.get("stage", 0)))
+    return found
 
 
 def deepspeed_precision(ctx: "FileContext", call: cst.Call) -> tuple[str, str] | None:

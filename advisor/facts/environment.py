@@ -90,9 +90,10 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    # glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)".
+    # glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
+    # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)".

@@ -39,6 +39,10 @@ LINE_WINDOW = 3
 WIDE_WINDOW = 15
 WIDE = frozenset({"ADV203", "ADV602", "ADV705", "ADV604", "ADV303", "ADV301", "ADV302"})
 FILE_LEVEL = frozenset({"ADV202", "ADV605"})
+# Codes one setting per training site answers, whose finding sits on the setting
+# (``Accelerator(...)``, ``TrainingArguments(...)``) or on the loop, and whose label a reader may
+# put on the other, tens of lines away: matched anywhere in the file, still one finding a label.
+SITE_LEVEL = frozenset({"ADV203"})
 # Codes advisor implements; labels with other codes (ADV8xx) are reported apart.
 IMPLEMENTED_PREFIXES = ("ADV1", "ADV2", "ADV3", "ADV4", "ADV5", "ADV6", "ADV7", "ADV8")
 NOT_YET: frozenset[str] = frozenset()
@@ -170,7 +174,7 @@ def match(labels: list[Label], findings: list[Finding]) -> tuple[dict[Label, Fin
     for label in labels:
         for index, finding in by_key.get((label.path, label.code), ()):
             distance = min(abs(line - label.line) for line in finding.lines)
-            window = 10**9 if label.code in FILE_LEVEL else WIDE_WINDOW if label.code in WIDE else LINE_WINDOW
+            window = 10**9 if label.code in FILE_LEVEL | SITE_LEVEL else WIDE_WINDOW if label.code in WIDE else LINE_WINDOW
             if distance <= window:
                 pairs.append((distance, label.line, index, label, finding))
     # A finding answers one label, or every label on the lines it lists.
