@@ -103,12 +103,23 @@ class AdamNotFused(Rule):
           that imports it or a YAML config of the project): Lightning's mixed precision raises
           for a fused optimizer there;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
-          or with `use_cpu=True`.
+          or with `use_cpu=True`;
+        - the optimizer updates one or two tensors written out by name (SAC's
+          `Adam([log_alpha])`, a Lagrange multiplier): a step of a few small kernels, with
+          nothing to fuse.
 
         The fused kernels need parameters in a floating point dtype on a supported device
         (CUDA; the CPU since torch 2.4).
     """
     valid = [
+        Valid(
+            """
+            import torch
+            log_alpha = torch.zeros(1, requires_grad=True, device="cuda")
+            alpha_optimizer = torch.optim.Adam([log_alpha], lr=3e-4)
+            """,
+            note="one scalar written out by name (SAC's temperature): nothing to fuse",
+        ),
         Valid(
             """
             import torch
@@ -377,6 +388,8 @@ class AdamNotFused(Rule):
                 continue  # Lightning raises for a fused optimizer when it clips under mixed precision
             if ctx.facts.devices.other_accelerator:
                 continue  # ``fused=True`` raises on XLA, which the file can run on
+            if _few_loose_tensors(ctx, call):
+                continue  # SAC's ``Adam([log_alpha])``: one small tensor, nothing to fuse
             spelling = dotted_name(call.func) or "Adam"
             message = (
                 f"`{spelling}` without `fused=True`: the unfused update launches many small kernels "
@@ -461,6 +474,19 @@ class AdamNotFused(Rule):
             return None
         return Edit(resolved.node, string_like(resolved.node, FUSED_TRAINER_OPTIM))
 
+
+
+def _few_loose_tensors(ctx: FileContext, call: cst.Call) -> bool:
+    """The optimizer updates a list of one or two tensors written out by name
+    (``Adam([self.log_alpha])``, robomimic's CQL weights): a temperature or a Lagrange
+    multiplier, one element each, where the unfused update's few kernels cost nothing."""
+    params = ctx.argument(call, "params", 0)
+    if not isinstance(params, (cst.List, cst.Tuple)) or not 1 <= len(params.elements) <= 2:
+        return False
+    return all(
+        isinstance(element, cst.Element) and isinstance(element.value, (cst.Name, cst.Attribute))
+        for element in params.elements
+    )
 
 
 # == Models trained on CUDA: the premise of ADV602 (torch.compile) and ADV605 (cuDNN autotuner) ====
