@@ -1897,7 +1897,8 @@ class EvalWithoutNoGrad(Rule):
         - the loop needs gradients: it calls `backward()`, `torch.autograd.grad`,
           `torch.enable_grad()`, touches `requires_grad` or `.grad` (attribution,
           adversarial examples), or it is a training loop;
-        - the model's parameters are frozen (`model.requires_grad_(False)`);
+        - the model's parameters are frozen (`model.requires_grad_(False)`, or
+          `requires_grad = False` in a loop over its `parameters()` / `named_parameters()`);
         - the model is switched back with `model.train()` before the loop, or the loop only
           calls `model.generate(...)` (already without gradients);
         - the file builds `Variable(x, volatile=True)` (or `volatile=` a flag): the way torch
@@ -1977,6 +1978,19 @@ class EvalWithoutNoGrad(Rule):
                 optimizer.step()
             """,
             note="a frozen teacher in a training loop",
+        ),
+        Valid(
+            """
+            import torch
+
+            model.eval()
+            for k, v in model.named_parameters():
+                v.requires_grad = False
+            for img in test_images:
+                restored = model(img.cuda())
+                save(restored.cpu())
+            """,
+            note="every parameter frozen first (KAIR's test scripts): autograd records nothing",
         ),
         Valid(
             """
@@ -2227,7 +2241,8 @@ class EvalWithoutNoGrad(Rule):
             if (
                 isinstance(iterable, cst.Call)
                 and isinstance(iterable.func, cst.Attribute)
-                and iterable.func.attr.value == "parameters"
+                # KAIR's test scripts: ``for k, v in model.named_parameters(): v.requires_grad = False``
+                and iterable.func.attr.value in ("parameters", "named_parameters")
                 and dotted_name(iterable.func.value) == model
                 and any(a.attr.value == "requires_grad" for a in ctx.walk(loop.body, cst.Attribute))
             ):

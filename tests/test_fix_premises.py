@@ -1880,6 +1880,25 @@ def test_the_trainers_fused_optim_under_deepspeed_needs_torch_2_4(tmp_path):
     assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
 
 
+@pytest.mark.parametrize(
+    "imports,cap",
+    [
+        ("from torchtext.legacy import data\n", "torch 1.10 or older"),
+        ("from torchtext.data import Field, BucketIterator\n", "torch 1.7 or older"),
+        ("from torch._six import inf\n", "torch 1.13 or older"),
+    ],
+)
+def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
+    # pytorch/examples' legacy/snli: `from torchtext.legacy import data` (torchtext <= 0.11,
+    # torch <= 1.10), where Adam has no `fused`.
+    source = f"import torch\n{imports}model = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV601"]
+    assert finding.fix_applicability is None and cap in finding.message
+    guarded = source.replace(imports, "try:\n    " + imports + "except ImportError:\n    pass\n")
+    (finding,) = [d for d in lint(guarded, gpu="A100") if d.code == "ADV601"]
+    assert finding.fix_applicability is not None
+
+
 def test_a_requirement_file_installed_after_cd_into_its_folder(tmp_path):
     # LLaMA-Adapter's imagebind_LLM: "cd ImageBind / pip install -r requirements.txt" installs
     # ImageBind's torch==1.13.0; "cd ../ / pip install -r requirements.txt" the folder's own.

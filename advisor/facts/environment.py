@@ -472,6 +472,33 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         major = _asserted_torch_major(ctx.source)
         if major is not None and major < _version(version)[0]:
             return f"the file asserts torch {major}.x"
+        removed = _removed_import(ctx.source)
+        if removed is not None and _version(removed[1]) < _version(version):
+            return f"the file imports `{removed[0]}`, which {removed[2]}: it runs torch {removed[1]} or older"
+    return None
+
+
+# Imports of modules a later release removed, at the top of a file (not under ``try``): the
+# program runs the old release. pytorch/examples' ``legacy/snli``: ``from torchtext.legacy
+# import data``, gone in torchtext 0.12, whose torch is 1.11.
+_REMOVED_IMPORTS = (
+    (re.compile(r"^(?:from|import)\s+torchtext\.legacy\b", re.M), "torchtext.legacy", "1.10", "torchtext 0.12 (torch 1.11) removed"),
+    (
+        re.compile(r"^from\s+torchtext\.data\s+import\s+[^\n]*\b(?:Field|BucketIterator|TabularDataset|LabelField)\b", re.M),
+        "torchtext.data.Field",
+        "1.7",
+        "torchtext 0.9 (torch 1.8) moved to torchtext.legacy",
+    ),
+    (re.compile(r"^(?:from\s+torch\._six\s+import|import\s+torch\._six\b)", re.M), "torch._six", "1.13", "torch 2.0 removed"),
+    # torchtext's last release, 0.18 (2024), is built for torch 2.3 and fails to load on later ones.
+    (re.compile(r"^(?:from|import)\s+torchtext\b", re.M), "torchtext", "2.3", "stopped at 0.18, built for torch 2.3"),
+)
+
+
+def _removed_import(source: str) -> tuple[str, str, str] | None:
+    for pattern, name, newest, why in _REMOVED_IMPORTS:
+        if pattern.search(source):
+            return name, newest, why
     return None
 
 
