@@ -34,7 +34,7 @@ import libcst as cst
 from advisor.apis import DATALOADER, LIGHTNING_TRAINER
 from advisor.context import MISSING, FileContext
 from advisor.edits import keyword_arg, nested_block, remove_keyword, remove_statements, set_keyword
-from advisor.facts.models import local_module_classes
+from advisor.facts.branches import runs_once
 from advisor.facts.loaders import batch_target, target_names
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
@@ -1473,7 +1473,7 @@ class HostAllocThenCopy(Rule):
                     "; it is not seen to run every step (in a `forward`, a training step or a function of the file "
                     "they call), and the GPU's generator would give other numbers, so this is advice"
                 )
-            elif fix is not None and _runs_once(ctx, copy):
+            elif fix is not None and runs_once(ctx, copy):
                 # A model's ``__init__``, a ``generate``'s token buffer before its loop, an
                 # optimizer's state made once per parameter: one copy saved, nothing a run
                 # would show, so the code is left as its author wrote it.
@@ -1648,90 +1648,6 @@ def _runs_per_step(ctx: FileContext, node: cst.CSTNode, depth: int = 0) -> bool:
     if not isinstance(function, cst.FunctionDef) or depth >= 2:
         return False
     return any(_runs_per_step(ctx, call, depth + 1) for call in ctx.loops.callers(function))
-
-
-def _runs_once(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Code seen to run once, where one copy saved would not show: a module's ``__init__`` (a
-    KV cache, a buffer), a script's top level outside any loop, or a lazy initialisation (see
-    :func:`_lazily_initialised`). A function that may run every step (a model's helper called
-    from a ``forward`` in another file) is not: the absence of a loop proves nothing."""
-    if _lazily_initialised(ctx, node):
-        return True
-    function = ctx.enclosing(node, cst.FunctionDef, cst.Lambda)
-    if function is None:
-        return not any(isinstance(a, _REPEATING) for a in ctx.ancestors(node))
-    if not isinstance(function, cst.FunctionDef):
-        return False
-    if function.name.value == "__init__":
-        cls = ctx.enclosing(function, cst.ClassDef)
-        return isinstance(cls, cst.ClassDef) and cls.name.value in local_module_classes(ctx)
-    # H2GCN's ``_prepare_prop``, run from ``forward`` under ``if not self.initialized:`` only.
-    callers = ctx.loops.callers(function)
-    return bool(callers) and all(_lazily_initialised(ctx, call) for call in callers)
-
-
-_REPEATING = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-
-
-def _lazily_initialised(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Under an ``if`` that runs once however often its function does: an optimizer's
-    ``if len(state) == 0:``, a cache's ``if key not in self.cache:`` that fills it, a flag's
-    ``if not self.initialized:`` that some method sets, ``if self.x is None:`` that assigns it."""
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            return False
-        if not isinstance(ancestor, cst.If) or not ctx.is_descendant(node, ancestor.body):
-            continue
-        test = ancestor.test
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            flag = dotted_name(test.expression)
-            if flag and flag.startswith("self.") and _assigned_true(ctx, flag):
-                return True
-            continue
-        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-            continue
-        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
-        left = test.left
-        if (
-            isinstance(operator, cst.Equal)
-            and isinstance(right, cst.Integer)
-            and right.evaluated_value == 0
-            and isinstance(left, cst.Call)
-            and isinstance(left.func, cst.Name)
-            and left.func.value == "len"
-        ):
-            return True
-        # An attribute of the object, kept between calls: a parameter's ``if mask is None:``
-        # runs on every call that omits it (T5's default attention mask).
-        if isinstance(operator, cst.NotIn) and _kept(right) and _stores_into(ctx, ancestor.body, ctx.code(right)):
-            return True
-        if isinstance(operator, cst.Is) and isinstance(right, cst.Name) and right.value == "None" and _kept(left):
-            name = dotted_name(left)
-            if name and any(dotted_name(t.target) == name for a in ctx.walk(ancestor.body, cst.Assign) for t in a.targets):
-                return True
-    return False
-
-
-def _kept(expr: cst.BaseExpression) -> bool:
-    return (dotted_name(expr) or "").startswith("self.")
-
-
-def _assigned_true(ctx: FileContext, flag: str) -> bool:
-    return any(
-        isinstance(assign.value, cst.Name)
-        and assign.value.value == "True"
-        and any(dotted_name(t.target) == flag for t in assign.targets)
-        for assign in ctx.nodes(cst.Assign)
-    )
-
-
-def _stores_into(ctx: FileContext, body: cst.CSTNode, container: str) -> bool:
-    """``container[...] = ...`` under ``body``."""
-    return any(
-        isinstance(t.target, cst.Subscript) and ctx.code(t.target.value) == container
-        for assign in ctx.walk(body, cst.Assign)
-        for t in assign.targets
-    )
 
 
 def _empty_shape(factory: cst.Call, kind: str) -> bool:

@@ -4,6 +4,9 @@ Scripts often build alternatives in branches picked on the command line (``if ar
 a tiny model, ``else:`` the real one; ``if args.model == "bert":`` ...). Where the tests resolve
 with the defaults (argparse defaults included, :mod:`advisor.values`), a finding about "the"
 model or "the" config points at the branch that runs.
+
+And which code runs once however long the program runs (:func:`runs_once`): a module's
+``__init__``, a script's top level, a lazy initialisation behind ``if len(state) == 0:``.
 """
 from __future__ import annotations
 
@@ -135,3 +138,89 @@ def _literal_version(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Call):
         return bool(node.args) and all(_literal_version(arg.value) for arg in node.args)
     return False
+
+
+def runs_once(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """Code seen to run once however long the program runs: a module's ``__init__`` (a KV
+    cache, a buffer), a script's top level outside any loop, or a lazy initialisation (see
+    :func:`lazily_initialised`). A function that may run every step (a model's helper called
+    from a ``forward`` in another file) is not: the absence of a loop proves nothing."""
+    if lazily_initialised(ctx, node):
+        return True
+    function = ctx.enclosing(node, cst.FunctionDef, cst.Lambda)
+    if function is None:
+        return not any(isinstance(a, _REPEATING) for a in ctx.ancestors(node))
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    if function.name.value == "__init__":
+        from advisor.facts.models import local_module_classes  # models asks the branch facts too
+
+        cls = ctx.enclosing(function, cst.ClassDef)
+        return isinstance(cls, cst.ClassDef) and cls.name.value in local_module_classes(ctx)
+    # H2GCN's ``_prepare_prop``, run from ``forward`` under ``if not self.initialized:`` only.
+    callers = ctx.loops.callers(function)
+    return bool(callers) and all(lazily_initialised(ctx, call) for call in callers)
+
+
+_REPEATING = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def lazily_initialised(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """Under an ``if`` that runs once however often its function does: an optimizer's
+    ``if len(state) == 0:``, a cache's ``if key not in self.cache:`` that fills it, a flag's
+    ``if not self.initialized:`` that some method sets, ``if self.x is None:`` that assigns it."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if not isinstance(ancestor, cst.If) or not ctx.is_descendant(node, ancestor.body):
+            continue
+        test = ancestor.test
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            flag = dotted_name(test.expression)
+            if flag and flag.startswith("self.") and _assigned_true(ctx, flag):
+                return True
+            continue
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        left = test.left
+        if (
+            isinstance(operator, cst.Equal)
+            and isinstance(right, cst.Integer)
+            and right.evaluated_value == 0
+            and isinstance(left, cst.Call)
+            and isinstance(left.func, cst.Name)
+            and left.func.value == "len"
+        ):
+            return True
+        # An attribute of the object, kept between calls: a parameter's ``if mask is None:``
+        # runs on every call that omits it (T5's default attention mask).
+        if isinstance(operator, cst.NotIn) and _kept(right) and _stores_into(ctx, ancestor.body, ctx.code(right)):
+            return True
+        if isinstance(operator, cst.Is) and isinstance(right, cst.Name) and right.value == "None" and _kept(left):
+            name = dotted_name(left)
+            if name and any(dotted_name(t.target) == name for a in ctx.walk(ancestor.body, cst.Assign) for t in a.targets):
+                return True
+    return False
+
+
+def _kept(expr: cst.BaseExpression) -> bool:
+    return (dotted_name(expr) or "").startswith("self.")
+
+
+def _assigned_true(ctx: "FileContext", flag: str) -> bool:
+    return any(
+        isinstance(assign.value, cst.Name)
+        and assign.value.value == "True"
+        and any(dotted_name(t.target) == flag for t in assign.targets)
+        for assign in ctx.nodes(cst.Assign)
+    )
+
+
+def _stores_into(ctx: "FileContext", body: cst.CSTNode, container: str) -> bool:
+    """``container[...] = ...`` under ``body``."""
+    return any(
+        isinstance(t.target, cst.Subscript) and ctx.code(t.target.value) == container
+        for assign in ctx.walk(body, cst.Assign)
+        for t in assign.targets
+    )
