@@ -109,7 +109,10 @@ class AdamNotFused(Rule):
           nothing to fuse.
 
         The fused kernels need parameters in a floating point dtype on a supported device
-        (CUDA; the CPU since torch 2.4).
+        (CUDA; the CPU since torch 2.4): where the optimizer is built before the model moves,
+        where the script runs on the CPU unless told to use the GPU (`--backend` defaulting
+        to `"cpu"`), and where a Trainer runs under DeepSpeed (which moves the model after the
+        optimizer is built), the fix needs torch 2.4.
     """
     valid = [
         Valid(
@@ -399,6 +402,10 @@ class AdamNotFused(Rule):
 
     def _fused_fix(self, ctx: FileContext, call: cst.Call):
         edit = Edit(call, set_keyword(call, "fused", "True"))
+        if ctx.facts.devices.cpu_by_default:
+            # Run as documented, the parameters are on the CPU: a fused CPU kernel came with 2.4.
+            description = "Pass `fused=True` (torch >= 2.4: the script runs on the CPU unless told to use the GPU)"
+            return self.fix(description, edit, requires=[("torch", "2.4")])
         if not built_before_gpu_move(ctx, call):
             return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
         # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.

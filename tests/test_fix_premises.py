@@ -1899,6 +1899,28 @@ def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
     assert finding.fix_applicability is not None
 
 
+def test_fused_adam_in_a_script_that_runs_on_the_cpu_unless_told_needs_torch_2_4(tmp_path):
+    # pytorch/examples' language_translation: `--backend` defaults to "cpu", and its
+    # requirements name torchtext, whose last release is built for torch 2.3.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import argparse\nimport torch\n\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--backend', default='cpu')\nargs = parser.parse_args()\n"
+        "DEVICE = torch.device('cuda' if args.backend == 'gpu' and torch.cuda.is_available() else 'cpu')\n"
+        "model = Net().to(DEVICE)\noptimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    script = fresh_script(tmp_path / "main.py", source)
+    finding = only(source, "ADV601", script)
+    assert "torch >= 2.4" in finding.fix_description and finding.fix_applicability is not None
+    (tmp_path / "requirements.txt").write_text("torch\ntorchtext\n")
+    forget_projects()
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "torchtext" in finding.message
+    on_gpu = source.replace("default='cpu'", "default='gpu'")
+    finding = only(on_gpu, "ADV601", fresh_script(tmp_path / "main.py", on_gpu))
+    assert finding.fix_applicability is not None  # built after the move, on the GPU: torch 2.0 does
+
+
 def test_a_requirement_file_installed_after_cd_into_its_folder(tmp_path):
     # LLaMA-Adapter's imagebind_LLM: "cd ImageBind / pip install -r requirements.txt" installs
     # ImageBind's torch==1.13.0; "cd ../ / pip install -r requirements.txt" the folder's own.

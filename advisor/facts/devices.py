@@ -751,6 +751,27 @@ class DeviceFacts:
         )
 
     @cached_property
+    def cpu_by_default(self) -> bool:
+        """The script picks its device with a switch whose default is the CPU: ``"cuda" if
+        args.backend == "gpu" and torch.cuda.is_available() else "cpu"`` with ``--backend``
+        defaulting to ``"cpu"`` (pytorch/examples' language_translation). It runs on a GPU only
+        when told to, so a fix must also hold for the CPU run."""
+        ctx = self.ctx
+        if "cpu" not in ctx.source:
+            return False
+        for choice in ctx.nodes(cst.IfExp):
+            body, orelse = ctx.values.value_of(choice.body), ctx.values.value_of(choice.orelse)
+            if not (isinstance(body, str) and isinstance(orelse, str)):
+                continue
+            kinds = (device_of_string(body), device_of_string(orelse))
+            if Where.CPU not in kinds or not any(kind.gpu for kind in kinds):
+                continue
+            test = ctx.values.resolve(choice.test)
+            if test is not None and isinstance(test.value, bool):
+                return kinds[0 if test.value else 1] is Where.CPU
+        return False
+
+    @cached_property
     def always_cuda(self) -> bool:
         """The file puts work on a CUDA device with no CPU fallback of its own: a placement that
         is CUDA whatever the machine (``.cuda()``, ``"cuda"``), not under a test for a GPU. A fix

@@ -475,6 +475,8 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         removed = _removed_import(ctx.source)
         if removed is not None and _version(removed[1]) < _version(version):
             return f"the file imports `{removed[0]}`, which {removed[2]}: it runs torch {removed[1]} or older"
+        if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
+            return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
     return None
 
 
