@@ -485,8 +485,8 @@ class AdamNotFused(Rule):
 
 def _few_loose_tensors(ctx: FileContext, call: cst.Call) -> bool:
     """The optimizer updates a list of one or two tensors written out by name
-    (``Adam([self.log_alpha])``, robomimic's CQL weights): a temperature or a Lagrange
-    multiplier, one element each, where the unfused update's few kernels cost nothing."""
+    (``Adam([self.log_alpha])``, robomimic's CQL weights, a style-transfer image): the unfused
+    update is a handful of elementwise kernels, beside a step that costs far more."""
     params = ctx.argument(call, "params", 0)
     if not isinstance(params, (cst.List, cst.Tuple)) or not 1 <= len(params.elements) <= 2:
         return False
