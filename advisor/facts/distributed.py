@@ -286,33 +286,41 @@ def shipped_zero3_config(ctx: "FileContext") -> str | None:
 
 def shipped_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]]:
     """The DeepSpeed configs the project ships (JSON files with a ``zero_optimization``
-    section, at its root or in a config folder there), with their ZeRO stage as written
-    (``"auto"`` stays a string). Empty when there are none, or no project root to look in."""
+    section, at its root or in a config folder there, two deep: LLaMA-MoE-v2's
+    ``conf/deepspeed/``), with their ZeRO stage as written (``"auto"`` stays a string). Empty
+    when there are none, or no project root to look in. Read once per file checked; each JSON
+    through :func:`read_project_file`, so an edited config is seen and recorded for the cache."""
     project = getattr(ctx, "project", None)
     if project is None:
         return []
-    root = os.path.abspath(project.project.root)
-    try:
-        key = (root, os.stat(root).st_mtime_ns)  # a config added or removed changes the folder
-    except OSError:
-        return []
-    if key not in _DEEPSPEED_CONFIGS:
-        if len(_DEEPSPEED_CONFIGS) > 256:
-            _DEEPSPEED_CONFIGS.clear()
-        _DEEPSPEED_CONFIGS[key] = _find_deepspeed_configs(ctx, root)
-    return _DEEPSPEED_CONFIGS[key]
+    return ctx.memo(shipped_deepspeed_configs, lambda: _find_deepspeed_configs(ctx, os.path.abspath(project.project.root)))
 
 
-_DEEPSPEED_CONFIGS: dict[tuple[str, int], list[tuple[str, object]]] = {}
 _CONFIG_FOLDER = re.compile(r"^(?:conf|configs?|ds_?configs?|deepspeed[\w-]*|ds|scripts?)$", re.I)
+_JSON_LISTINGS: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
+
+
+def _listing(folder: str) -> tuple[list[str], list[str]]:
+    """A folder's config subfolders and JSON files, listed once while it is unchanged (a file
+    added or removed changes its mtime)."""
+    try:
+        key = (folder, os.stat(folder).st_mtime_ns)
+    except OSError:
+        return [], []
+    if key not in _JSON_LISTINGS:
+        try:
+            names = sorted(os.listdir(folder))[:500]
+        except OSError:
+            names = []
+        folders = [os.path.join(folder, n) for n in names if _CONFIG_FOLDER.match(n) and os.path.isdir(os.path.join(folder, n))]
+        if len(_JSON_LISTINGS) > 256:
+            _JSON_LISTINGS.clear()
+        _JSON_LISTINGS[key] = (folders, [n for n in names if n.endswith(".json")][:200])
+    return _JSON_LISTINGS[key]
 
 
 def _config_folders(folder: str) -> list[str]:
-    try:
-        names = sorted(os.listdir(folder))[:500]
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in names if _CONFIG_FOLDER.match(n) and os.path.isdir(os.path.join(folder, n))]
+    return _listing(folder)[0]
 
 
 def _find_deepspeed_configs(ctx: "FileContext", root: str) -> list[tuple[str, object]]:
@@ -323,11 +331,7 @@ def _find_deepspeed_configs(ctx: "FileContext", root: str) -> list[tuple[str, ob
         folders += [f for f in _config_folders(parent) if f not in folders]
     found: list[tuple[str, object]] = []
     for folder in folders:
-        try:
-            files = sorted(n for n in os.listdir(folder) if n.endswith(".json"))[:200]
-        except OSError:
-            continue
-        for name in files:
+        for name in _listing(folder)[1]:
             path = os.path.join(folder, name)
             text = read_project_file(ctx, path)
             if text is None or "zero_optimization" not in text:
