@@ -441,6 +441,20 @@ class FileContext:
             return bindings[0].value
         return None
 
+    def parameter_of(self, name: cst.Name) -> tuple[cst.Param, cst.FunctionDef, int] | None:
+        """The positional parameter ``name`` is bound to, its function, and the position a caller
+        passes it at (``self`` taken off for a method of a class body); None for anything else
+        (a local, a keyword-only or ``*args`` parameter, a name bound more than once)."""
+        bindings = self.lookup(name.value, name)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+            return None
+        param = bindings[0].node
+        function = self.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
+            return None
+        method = isinstance(self.enclosing(function, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
+        return param, function, list(function.params.params).index(param) - (1 if method else 0)
+
     def bound_call(self, expr: cst.BaseExpression, *qualnames: str) -> cst.Call | None:
         """The constructor call behind a name (``opt = torch.optim.AdamW(...)``), if it is one of ``qualnames``."""
         if isinstance(expr, cst.Name):

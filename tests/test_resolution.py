@@ -878,3 +878,31 @@ def test_adv304_reads_the_store_true_default_through_main_args():
     (finding,) = lint(source, ["ADV304"])
     assert "the `--set_grads_to_none` default at line 6" in finding.message
     assert finding.fix_applicability is None  # a command-line default: advice only
+
+
+def test_the_parameter_a_name_is_bound_to_and_where_callers_pass_it():
+    """``self`` is taken off only for a method of a class body: not for a function nested in a
+    method, and also for a method of a class defined inside a function."""
+    ctx = ctx_for(
+        """
+        def load(path, name):
+            return name
+
+        class Model:
+            def build(self, name):
+                def inner(prefix, name):
+                    return name
+                return name
+
+        def factory():
+            class Local:
+                def make(self, name):
+                    return name
+        """
+    )
+    returned = [r.value for r in ctx.nodes(cst.Return) if isinstance(r.value, cst.Name)]
+    found = {ctx.enclosing(name, cst.FunctionDef).name.value: ctx.parameter_of(name)[2] for name in returned}
+    assert found == {"load": 1, "inner": 1, "build": 0, "make": 0}
+    local = ctx_for("def f():\n    x = 1\n    return x\n")
+    (value,) = [r.value for r in local.nodes(cst.Return)]
+    assert local.parameter_of(value) is None

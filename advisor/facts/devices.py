@@ -830,19 +830,15 @@ class DeviceFacts:
         from advisor.context import MISSING
 
         ctx = self.ctx
-        bindings = ctx.lookup(name.value, name)
-        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+        found = ctx.parameter_of(name)
+        if found is None:
             return False
-        param = bindings[0].node
+        param, function, index = found
         if not (isinstance(param.default, cst.Name) and param.default.value == "None"):
             return False
-        function = ctx.enclosing(param, cst.FunctionDef)
-        if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
-            return False
-        cls = ctx.enclosing(function, cst.ClassDef)
-        method = isinstance(cls, cst.ClassDef) and ctx.enclosing(function, cst.FunctionDef) is None
-        if method and function.name.value == "__init__":
-            owner = cls.name.value  # type: ignore[union-attr]
+        cls = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+        if isinstance(cls, cst.ClassDef) and function.name.value == "__init__":
+            owner = cls.name.value
             calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == owner]
             if any(owner in (dotted_name(base.value) or "") for other in ctx.nodes(cst.ClassDef) for base in other.bases):
                 return False  # a subclass may hand it a device through ``super().__init__``
@@ -851,7 +847,6 @@ class DeviceFacts:
             calls = ctx.loops.callers(function)
         if not calls or (ctx.project is not None and ctx.project.used_by_importers(owner)):
             return False
-        index = list(function.params.params).index(param) - (1 if method else 0)
         return all(ctx.argument(call, name.value, index) is MISSING for call in calls)
 
     def on_gpu(self, expr: cst.BaseExpression) -> bool:

@@ -1256,21 +1256,13 @@ def pretrained_model_id(ctx: FileContext, expr: cst.BaseExpression) -> str | Non
     value = ctx.values.value_of(expr)
     if isinstance(value, str):
         return value
-    if not isinstance(expr, cst.Name):
+    found = ctx.parameter_of(expr) if isinstance(expr, cst.Name) else None
+    if found is None:
         return None
-    bindings = ctx.lookup(expr.value, expr)
-    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
-        return None
-    param = bindings[0].node
-    function = ctx.enclosing(param, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef) or param not in function.params.params:
-        return None
+    param, function, position = found
     callers = ctx.loops.callers(function)
     if len(callers) != 1:
         return None
-    position = list(function.params.params).index(param)
-    if ctx.enclosing(function, cst.ClassDef) is not None:
-        position -= 1  # ``self``
     argument = ctx.argument(callers[0], param.name.value, position)
     if argument is None or argument is MISSING:
         return None
