@@ -297,41 +297,26 @@ def shipped_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]]:
 
 
 _CONFIG_FOLDER = re.compile(r"^(?:conf|configs?|ds_?configs?|deepspeed[\w-]*|ds|scripts?)$", re.I)
-_JSON_LISTINGS: dict[tuple[str, int], tuple[list[str], list[str]]] = {}
-
-
-def _listing(folder: str) -> tuple[list[str], list[str]]:
-    """A folder's config subfolders and JSON files, listed once while it is unchanged (a file
-    added or removed changes its mtime)."""
-    try:
-        key = (folder, os.stat(folder).st_mtime_ns)
-    except OSError:
-        return [], []
-    if key not in _JSON_LISTINGS:
-        try:
-            names = sorted(os.listdir(folder))[:500]
-        except OSError:
-            names = []
-        folders = [os.path.join(folder, n) for n in names if _CONFIG_FOLDER.match(n) and os.path.isdir(os.path.join(folder, n))]
-        if len(_JSON_LISTINGS) > 256:
-            _JSON_LISTINGS.clear()
-        _JSON_LISTINGS[key] = (folders, [n for n in names if n.endswith(".json")][:200])
-    return _JSON_LISTINGS[key]
 
 
 def _config_folders(folder: str) -> list[str]:
-    return _listing(folder)[0]
+    from advisor.facts.environment import folder_listing
+
+    def is_config_folder(name: str) -> bool:
+        return bool(_CONFIG_FOLDER.match(name)) and os.path.isdir(os.path.join(folder, name))
+
+    return [os.path.join(folder, n) for n in folder_listing(folder, "config folders", is_config_folder)]
 
 
 def _find_deepspeed_configs(ctx: "FileContext", root: str) -> list[tuple[str, object]]:
-    from advisor.facts.environment import read_project_file
+    from advisor.facts.environment import folder_listing, read_project_file
 
     folders = [root]
     for parent in (root, *_config_folders(root)):  # LLaMA-MoE-v2's ``conf/deepspeed/``
         folders += [f for f in _config_folders(parent) if f not in folders]
     found: list[tuple[str, object]] = []
     for folder in folders:
-        for name in _listing(folder)[1]:
+        for name in folder_listing(folder, "json", lambda n: n.endswith(".json"))[:200]:
             path = os.path.join(folder, name)
             text = read_project_file(ctx, path)
             if text is None or "zero_optimization" not in text:

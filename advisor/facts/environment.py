@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
@@ -185,23 +185,34 @@ def read_project_file(ctx: "FileContext", path: str) -> str | None:
 # Per process, keyed by what would show a change (a folder's mtime: a file added or removed;
 # a file's mtime and size): a folder of a thousand scripts is listed once, not per fix.
 _TEXTS: dict[tuple[str, int, int], str | None] = {}
-_LISTINGS: dict[tuple[str, int], list[str]] = {}
+_LISTINGS: dict[tuple[str, int, str], list[str]] = {}
 _NESTED: dict[tuple[str, int], list[str]] = {}
 _REPOSITORY_TOPS: dict[tuple[str, int], bool] = {}
 
 
 def _names(folder: str) -> list[str]:
+    return folder_listing(folder, "requirements", _declares_requirements)
+
+
+def _declares_requirements(name: str) -> bool:
+    return bool(
+        name in _FILES or _REQUIREMENTS.match(name) or _DOCUMENT.match(name) or _CONDA_ENVIRONMENT.match(name)
+        or _CONDA_SPEC.match(name)
+    )
+
+
+def folder_listing(folder: str, kind: str, select: Callable[[str], object]) -> list[str]:
+    """The names in ``folder`` that ``select`` keeps, sorted; listed once per process while the
+    folder is unchanged (a file added or removed changes its mtime). ``kind`` names the
+    selection, which is cached apart from the others of the same folder."""
     try:
         stamp = os.stat(folder).st_mtime_ns
     except OSError:
         return []
-    key = (folder, stamp)
+    key = (folder, stamp, kind)
     if key not in _LISTINGS:
         try:
-            names = sorted(
-                n for n in os.listdir(folder)
-                if n in _FILES or _REQUIREMENTS.match(n) or _DOCUMENT.match(n) or _CONDA_ENVIRONMENT.match(n) or _CONDA_SPEC.match(n)
-            )
+            names = sorted(n for n in os.listdir(folder) if select(n))
         except OSError:
             names = []
         if len(_LISTINGS) > 256:
