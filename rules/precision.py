@@ -366,6 +366,17 @@ def _fp16_training_beside(ctx: FileContext) -> str | None:
 
 
 # -- ADV201 ----------------------------------------------------------------------------------------
+def _fp16_kept_elsewhere(ctx: FileContext, fix) -> str | None:
+    """Why a bf16 switch of the mixed-precision setting alone would leave float16 running
+    elsewhere in the program (the message's addition), or None: the model is loaded or cast in
+    float16, or, where there is a fix to withhold, an imported module casts the data to it."""
+    if half_weights(ctx):
+        return _HALF_WEIGHTS
+    if fix is not None and casts_data_to_fp16(ctx):
+        return _FP16_DATA
+    return None
+
+
 _FP16_NAMES = frozenset({"fp16", "float16", "half", "16", "16-mixed", "fp16_mixed"})
 
 
@@ -1083,10 +1094,9 @@ class Fp16OnBf16Gpu(Rule):
                     "which keeps fp32's range and needs no GradScaler"
                 )
             fix = self._autocast_fix(ctx, site, sites)
-            if half_weights(ctx):
-                message, fix = message + _HALF_WEIGHTS, None
-            elif fix is not None and casts_data_to_fp16(ctx):
-                message, fix = message + _FP16_DATA, None
+            kept = _fp16_kept_elsewhere(ctx, fix)
+            if kept is not None:
+                message, fix = message + kept, None
             elsewhere = _scaling_elsewhere(ctx, site.call)
             if elsewhere is not None and fix is not None:
                 # A task's ``train_step`` in a library (fairseq, LAVIS): the fp16 regime's switch
@@ -1172,10 +1182,9 @@ class Fp16OnBf16Gpu(Rule):
                 "as fast, with fp32's range and no loss scaling"
             )
             fix = self._training_arguments_fix(ctx, call, fp16, bf16)
-            if half_weights(ctx):
-                message, fix = message + _HALF_WEIGHTS, None
-            elif fix is not None and casts_data_to_fp16(ctx):
-                message, fix = message + _FP16_DATA, None
+            kept = _fp16_kept_elsewhere(ctx, fix)
+            if kept is not None:
+                message, fix = message + kept, None
             configured = deepspeed_precision(ctx, call)
             if configured is not None and configured[0] == "fp16" and fix is not None:
                 # trlx's GPT-J reward model: transformers refuses a DeepSpeed config whose
@@ -1214,10 +1223,9 @@ class Fp16OnBf16Gpu(Rule):
             if isinstance(value.node, cst.SimpleString):
                 fix = self.fix('Use `mixed_precision="bf16"`', Edit(value.node, string_like(value.node, "bf16")))
             message = f'`mixed_precision="fp16"` on a bf16-capable GPU ({self._gpu(ctx)}): use `"bf16"`'
-            if half_weights(ctx):
-                message, fix = message + _HALF_WEIGHTS, None
-            elif fix is not None and casts_data_to_fp16(ctx):
-                message, fix = message + _FP16_DATA, None
+            kept = _fp16_kept_elsewhere(ctx, fix)
+            if kept is not None:
+                message, fix = message + kept, None
             yield self.report(self.at_keyword(call, "mixed_precision"), _message(message), fix)
 
     # -- Lightning -----------------------------------------------------------------------------
@@ -1246,10 +1254,9 @@ class Fp16OnBf16Gpu(Rule):
                 # An argparse default would go through ``type=int``: a string there breaks the parser.
                 fix = self.fix(f'Use `precision="{replacement}"`', Edit(value.node, cst.SimpleString(f'"{replacement}"')))
             message = f"`precision={ctx.code(value.node)}` is fp16 on a bf16-capable GPU ({self._gpu(ctx)}): use `\"{replacement}\"`"
-            if half_weights(ctx):
-                message, fix = message + _HALF_WEIGHTS, None
-            elif fix is not None and casts_data_to_fp16(ctx):
-                message, fix = message + _FP16_DATA, None
+            kept = _fp16_kept_elsewhere(ctx, fix)
+            if kept is not None:
+                message, fix = message + kept, None
             yield self.report(self.at_keyword(call, "precision"), _message(message), fix)
 
 
