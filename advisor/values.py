@@ -613,11 +613,27 @@ class ValueResolver:
 
     def _attribute(self, name: cst.Name, dest: str, depth: int) -> Value | None:
         namespace = name.value
-        if self.ctx.attribute_assignments.get(f"{namespace}.{dest}") or self._set_dynamically(namespace):
+        if self._assigned(f"{namespace}.{dest}") or self._set_dynamically(namespace):
             return None
         if self._is_argparse_namespace(name, dest):
             return self._argparse_default(dest, depth)
         return self._object_attribute(name, dest, depth)
+
+    def _assigned(self, attribute: str) -> bool:
+        """Whether the file sets ``attribute`` (``args.batch_size``) where a run without
+        command-line flags would: an assignment under a flag that is off by default
+        (``if args.tiny: args.batch_size = 2``) is one the user asks for, as ``--batch-size 2``."""
+        return any(not self._under_flag_off(node) for node in self.ctx.attribute_assignments.get(attribute, ()))
+
+    def _under_flag_off(self, node: cst.CSTNode) -> bool:
+        child, parent = node, self.ctx.parent.get(node)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if isinstance(parent, cst.If) and child is parent.body:
+                test = self.resolve(parent.test)
+                if test is not None and test.origin == "argparse default" and test.value is False:
+                    return True
+            child, parent = parent, self.ctx.parent.get(parent)
+        return False
 
     @cached_property
     def _parsed(self) -> list[tuple[cst.Name, cst.ClassDef | None]]:
@@ -884,7 +900,7 @@ class ValueResolver:
         for statement in returns:
             returned = statement.value
             if isinstance(returned, cst.Name):
-                if self.ctx.attribute_assignments.get(f"{returned.value}.{dest}"):
+                if self._assigned(f"{returned.value}.{dest}"):
                     return False
                 bindings = self.ctx.lookup(returned.value, returned)
                 if not bindings or not all(

@@ -12,7 +12,8 @@ from test_verify import options
 from advisor.engine import Settings
 from advisor.rules.batch_size import larger_splits, probed_batch, target_split
 from advisor.targets import ASSUMED
-from advisor.verify.runner import PROBE_ON_CPU_ENV, headroom_note, verify
+from advisor.verify import runner
+from advisor.verify.runner import PROBE_ON_CPU_ENV, _rung_that_fits, headroom_note, verify
 
 FITS_16 = '''\
 import torch
@@ -70,6 +71,34 @@ def test_probe_picks_the_largest_batch_that_fits(tmp_path, monkeypatch):
     text = script.read_text()
     assert "ACCUMULATION_STEPS = 4\n" in text and "batch_size=16," in text
     assert not list(tmp_path.glob(".advisor_verify_*"))
+
+
+def test_the_first_rungs_memory_says_where_to_jump():
+    """gpt2_trainer on an H100 (79.2 GiB): 8.08 GB at 4 x 8 with 2.3 GB resident; 32 x 1 then
+    ran at 47.8 GB. The ladder's top that fits is the jump; a CPU run (no device memory) says nothing."""
+    ladder = [(4, 8), (8, 4), (16, 2), (32, 1)]
+    gib = 2**30
+    run = {"peak_memory_bytes": 8.08e9, "resident_memory_bytes": 2.3e9, "device_memory_bytes": 79.2 * gib}
+    assert _rung_that_fits(ladder, run) == 3
+    assert _rung_that_fits(ladder, {**run, "device_memory_bytes": 20 * gib}) == 1  # (18 - 2.3) / 1.45 = 10 samples
+    assert _rung_that_fits(ladder, {**run, "device_memory_bytes": 9 * gib}) == 0
+    assert _rung_that_fits(ladder, {**run, "device_memory_bytes": None}) is None
+
+
+def test_after_a_jump_the_probe_steps_down_until_a_split_runs(tmp_path, monkeypatch):
+    """Where the first rung's memory predicts more than fits (here: everything), the probe walks
+    down from the top rung through the runs that fail to the first that runs."""
+    monkeypatch.setenv(PROBE_ON_CPU_ENV, "1")
+    monkeypatch.setattr(runner, "_rung_that_fits", lambda ladder, run: len(ladder) - 1)
+    script = tmp_path / "train.py"
+    script.write_text(FITS_16)
+    outcome = verify(str(script), settings(), options(tmp_path, steps=2, warmup=1, unsafe=True, baseline_runs=1))
+    report = outcome.report
+    assert [(e["batch"], e["accumulation"], e["status"]) for e in report["batch_probe"]] == [
+        (4, 16, "ok"), (64, 1, "oom"), (32, 2, "oom"), (16, 4, "ok"),
+    ]
+    assert report["batch_split"] == {"original": [1, 64], "chosen": [16, 4], "probed": True}
+    assert report["applied"], report["verdict"]
 
 
 def test_no_probe_on_cpu(tmp_path, monkeypatch):
