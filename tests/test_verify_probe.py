@@ -153,3 +153,7 @@ def test_headroom_note_estimates_the_batch_that_fits():
     assert "a per-device batch of about 136 would fit where this step used 8" in note  # (72 - 3) / 0.5 = 138 -> 136
     assert headroom_note({**run, "peak_memory_bytes": 70 * gib}) == "peak GPU memory 70.0 of 80.0 GiB (88%)"
     assert headroom_note({**run, "device_memory_bytes": None}) is None
+    # mlp_synthetic on an H100: 1% of the card; no six-digit batch is claimed.
+    small = {**run, "peak_memory_bytes": 1.24e9, "resident_memory_bytes": 1.0e9, "device_memory_bytes": 79.2 * gib,
+             "steps_per_second": 100.0, "samples_per_second": 51200.0, "micro_steps": [1, 1, 1]}
+    assert "a per-device batch over 64 times the 512 this step used would fit" in headroom_note(small)
