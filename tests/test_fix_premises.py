@@ -255,6 +255,9 @@ def test_in_place_compile_needs_a_torch_the_project_allows(tmp_path):
         ("The code has been developed for PyTorch version 1.7.1 and torchvision version 0.8.2.\n", "torch>=1.7.1"),
         ("Install [Pytorch](https://pytorch.org/)>=1.8.0 following official instructions:\n", "torch>=1.8.0"),
         ("```\nconda install pytorch==1.8.0 torchvision==0.9.0 cudatoolkit=10.2 -c pytorch\n```\n", "torch>=1.8.0"),
+        # WaveRNN: a major release alone, any 1.x
+        ("## Requirements\n* Python >= 3.6\n* [Pytorch 1 with CUDA](https://pytorch.org/)\n", "torch>=1.0"),
+        ("Tested with PyTorch 1.x on Linux.\n", "torch>=1.0"),
     ],
 )
 def test_install_instructions_declare_the_torch_a_project_runs(tmp_path, readme, floor):
@@ -2097,3 +2100,50 @@ def test_an_install_script_names_the_torch_version(tmp_path):
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is None and "1.9.0" in finding.message
+
+
+def test_an_allocation_in_the_init_of_a_module_whose_base_is_in_another_file_runs_once(tmp_path):
+    # RecBole: ``class DCN(ContextRecommender)`` builds its cross-layer weights in ``__init__``,
+    # where ContextRecommender derives from nn.Module in recbole/model/abstract_recommender.py.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "abstract_recommender.py").write_text(
+        "import torch.nn as nn\n\n\nclass AbstractRecommender(nn.Module):\n    pass\n\n\n"
+        "class ContextRecommender(AbstractRecommender):\n    pass\n"
+    )
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from abstract_recommender import ContextRecommender
+
+        class DCN(ContextRecommender):
+            def __init__(self, size, device):
+                super().__init__()
+                self.device = device
+                self.w = nn.Parameter(torch.zeros(size).to(self.device))
+
+            def calculate_loss(self, scores):
+                target = torch.zeros(len(scores)).to(self.device)
+                return (scores - target).pow(2).mean()
+
+        model = DCN(8, "cuda")
+        """
+    )
+    script = fresh_script(tmp_path / "dcn.py", source)
+    findings = sorted((d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV704"), key=lambda d: d.line)
+    assert [d.line for d in findings] == [10, 13]
+    assert findings[0].fix_applicability is None and "runs once" in findings[0].message
+    assert findings[1].fix_applicability is not None  # the loss runs every step
+
+
+def test_a_dockerfile_build_argument_names_the_pytorch_image(tmp_path):
+    # dfdc_deepfake_challenge: ``ARG PYTORCH="1.10.0"``, then ``FROM pytorch/pytorch:${PYTORCH}-cuda...``,
+    # where Adam takes no ``fused`` keyword.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "Dockerfile").write_text(
+        'ARG PYTORCH="1.10.0"\nARG CUDA="11.3"\nFROM pytorch/pytorch:${PYTORCH}-cuda${CUDA}-cudnn8-devel\n'
+    )
+    source = "import torch\nmodel = Net().cuda()\nscaler = torch.cuda.amp.GradScaler()\n"
+    script = fresh_script(tmp_path / "train.py", source)
+    finding = only(source, "ADV204", script)
+    assert finding.fix_applicability is None and "allow torch>=1.10.0" in finding.message

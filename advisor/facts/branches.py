@@ -153,10 +153,10 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode) -> bool:
     if not isinstance(function, cst.FunctionDef):
         return False
     if function.name.value == "__init__":
-        from advisor.facts.models import local_module_classes  # models asks the branch facts too
+        from advisor.facts.models import is_module_class  # models asks the branch facts too
 
         cls = ctx.enclosing(function, cst.ClassDef)
-        return isinstance(cls, cst.ClassDef) and cls.name.value in local_module_classes(ctx)
+        return isinstance(cls, cst.ClassDef) and is_module_class(ctx, cls)
     # H2GCN's ``_prepare_prop``, run from ``forward`` under ``if not self.initialized:`` only.
     callers = ctx.loops.callers(function)
     return bool(callers) and all(lazily_initialised(ctx, call) for call in callers)

@@ -100,12 +100,15 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     aside = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\bversions?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
+    # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
+    major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
     for text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
         # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
         # lemniscate) names code this checkout is not.
-        text = "\n".join(line for line in text.splitlines() if not _OTHER_RELEASE_LINE.search(line))
+        text = "\n".join(line for line in _expand_docker_args(text).splitlines() if not _OTHER_RELEASE_LINE.search(line))
         versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text))]
+        versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
         if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
             versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
         if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
@@ -114,6 +117,17 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
 
+
+def _expand_docker_args(text: str) -> str:
+    """A Dockerfile's ``${NAME}`` / ``$NAME`` replaced by its ``ARG NAME="value"`` default
+    (dfdc_deepfake_challenge: ``ARG PYTORCH="1.10.0"``, then ``FROM pytorch/pytorch:${PYTORCH}-cuda...``)."""
+    defaults = {m.group(1): m.group(2) for m in _DOCKER_ARG.finditer(text)}
+    if not defaults:
+        return text
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: defaults.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+_DOCKER_ARG = re.compile(r"""^[ \t]*ARG[ \t]+(\w+)[ \t]*=[ \t]*["']?([^"'\s]+)["']?""", re.M)
 
 # The official PyTorch Docker images are tagged with the torch release they hold.
 _PYTORCH_IMAGE = re.compile(r"\bpytorch/pytorch:v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)")

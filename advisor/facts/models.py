@@ -901,6 +901,14 @@ def local_module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
     return modules
 
 
+def is_module_class(ctx: FileContext, cls: cst.ClassDef) -> bool:
+    """Whether ``cls`` is an ``nn.Module`` subclass: through this file's classes, or through a base
+    class of another module of the project (RecBole's ``class DCN(ContextRecommender)``)."""
+    if cls.name.value in local_module_classes(ctx):
+        return True
+    return any(project_class(ctx, base.value) is not None for base in cls.bases)
+
+
 def model_build_kind(ctx: FileContext, call: cst.Call) -> str | None:
     """What kind of model constructor ``call`` is, or None when it is not one."""
     func = call.func
