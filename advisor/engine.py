@@ -467,6 +467,16 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
             return
 
 
+def _withhold_where_the_file_cannot_run(ctx: FileContext, finding: Finding) -> None:
+    """A fix in a file that cannot run on the torch its project declares (torch 0.3 code in a
+    project that asks for 1.0) becomes advice: nothing it speeds up runs as written."""
+    from advisor.facts.environment import runs_no_declared_torch
+
+    reason = runs_no_declared_torch(ctx)
+    if reason is not None:
+        finding.as_advice(f"{reason}: the code does not run as written, so the fix is left as advice")
+
+
 # Edits in code that never runs (a vendored trainer nothing imports, an abandoned module) are
 # the largest doubtful group of every held-out fix audit (docs/fix_audit.md): advice there.
 _UNREACHED = "no script, notebook or console entry point of the project imports this module, so the fix is left as advice"
@@ -580,6 +590,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
         for finding in produced:
             if finding.fix is not None and finding.fix.requires:
                 _withhold_if_too_new(ctx, finding)
+            if finding.fix is not None:
+                _withhold_where_the_file_cannot_run(ctx, finding)
             if finding.fix is not None and ctx.project is not None:
                 _withhold_in_code_nothing_runs(ctx, finding)
             if finding.fix is not None:

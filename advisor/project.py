@@ -554,6 +554,20 @@ class Project:
         data = self._peek(path)
         return b"__main__" in data or _ENTRY_TEXT.search(_lines(data)) is not None
 
+    def imports_by_name(self, path: str) -> bool:
+        """Whether the module imports others by a name computed at run time (``importlib.import_module``)."""
+        return self._imports_by_name(path)
+
+    def is_test_code(self, path: str) -> bool:
+        """Whether the file is test code as ``check``'s default exclusions name it (a ``tests``
+        folder, ``test_*.py``, ``conftest.py``): its text quotes code, it does not run it."""
+        from fnmatch import fnmatch
+
+        from advisor.config import DEFAULT_EXCLUDE
+
+        parts = os.path.relpath(path, self.root).split(os.sep)
+        return any(fnmatch(part, pattern) for part in parts for pattern in DEFAULT_EXCLUDE)
+
     def _imports_by_name(self, path: str) -> bool:
         data = self._peek(path)
         return any(word in data for word in _DYNAMIC_IMPORT_WORDS) and _DYNAMIC_IMPORT.search(data) is not None

@@ -25,6 +25,7 @@ from advisor.facts.models import (
     loads_quantized,
     handed_to_deepspeed,
     handed_to_signature_reader,
+    complex_parameters,
     lightning_refuses_fused,
     local_module_classes,
     project_class,
@@ -106,7 +107,10 @@ class AdamNotFused(Rule):
           or with `use_cpu=True`;
         - the optimizer updates one or two tensors written out by name (SAC's
           `Adam([log_alpha])`, a Lagrange multiplier): a step of a few small kernels, with
-          nothing to fuse.
+          nothing to fuse;
+        - the file, or a project module it imports, creates complex weights
+          (`dtype=torch.cfloat`: a Fourier neural operator's spectral convolution): the fused
+          kernels take real floating-point parameters only and raise for these.
 
         The fused kernels need parameters in a floating point dtype on a supported device
         (CUDA; the CPU since torch 2.4): where the optimizer is built before the model moves,
@@ -393,6 +397,8 @@ class AdamNotFused(Rule):
                 continue  # ``fused=True`` raises on XLA, which the file can run on
             if _few_loose_tensors(ctx, call):
                 continue  # SAC's ``Adam([log_alpha])``: one small tensor, nothing to fuse
+            if complex_parameters(ctx):
+                continue  # fused Adam raises for complex parameters (FNO's spectral weights)
             spelling = dotted_name(call.func) or "Adam"
             message = (
                 f"`{spelling}` without `fused=True`: the unfused update launches many small kernels "

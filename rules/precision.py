@@ -61,6 +61,7 @@ from advisor.facts.precision import (
     scaler_calls,
     small_network_training,
     tf32_configured,
+    tf32_set_elsewhere,
     trained_modules,
     trainer_compiles,
     trains_in_fp32,
@@ -1882,7 +1883,10 @@ class Tf32Disabled(Rule):
         One finding per file for PyTorch code (at the first training loop or Lightning
         `Trainer`); the fix inserts `torch.set_float32_matmul_precision("high")` after the
         imports, for the Trainer too: `TrainingArguments(tf32=True)` raises where no Ampere GPU
-        is found, as in CPU CI that runs the same script.
+        is found, as in CPU CI that runs the same script. Where a Python file of the project
+        that loads modules by name sets TF32 (mammoth's `main.py`, under its `-O` switch, for
+        the model modules it imports through `importlib`), the finding is advice: a line at
+        this module's import would override the project's switch for every run that loads it.
     """
     valid = [
         Valid(
@@ -2338,7 +2342,7 @@ class Tf32Disabled(Rule):
                     '`torch.set_float32_matmul_precision("high")` to let matmuls use the TF32 tensor cores '
                     "(up to 3x faster); unlike `tf32=True`, it does not raise on a machine without an Ampere GPU"
                 )
-                yield self.report(site.config, _message(message), self._torch_fix(ctx))
+                yield self._with_project_policy(ctx, self.report(site.config, _message(message), self._torch_fix(ctx)))
             elif not reported_torch:
                 reported_torch = True
                 message = (
@@ -2351,7 +2355,17 @@ class Tf32Disabled(Rule):
                         "the file (unless `accelerate launch` is configured for mixed precision or a dynamo backend): "
                         'add `torch.set_float32_matmul_precision("high")` to use the TF32 tensor cores (up to 3x faster)'
                     )
-                yield self.report(site.anchor, _message(message), self._torch_fix(ctx))
+                yield self._with_project_policy(ctx, self.report(site.anchor, _message(message), self._torch_fix(ctx)))
+
+    @staticmethod
+    def _with_project_policy(ctx: FileContext, finding: Finding) -> Finding:
+        """Advice where another module of the project sets TF32: a setting here at import time
+        would override the project's own switch for every run that loads this module."""
+        if finding.fix is not None:
+            elsewhere = tf32_set_elsewhere(ctx)
+            if elsewhere is not None:
+                finding.as_advice(f"`{elsewhere}` sets TF32 for the project, so the fix is left as advice")
+        return finding
 
     def _torch_fix(self, ctx: FileContext):
         anchor = _import_block_end(ctx)

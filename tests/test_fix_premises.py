@@ -383,6 +383,8 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
         ("pyproject.toml", '[tool.poetry.dependencies]\npython = ">=3.7"\ntorch = ">=1.10.1, < 1.13.0"\n', "torch>=1.10.1, < 1.13.0"),
         ("pyproject.toml", '[tool.poetry.dependencies]\ntorch = "^1.12"\n', "torch>=1.12"),
         ("pyproject.toml", '[tool.poetry.dependencies]\ntorch = "~1.12.1"\n', "torch>=1.12.1"),  # LLM-Finetuning-Toolkit's transformers
+        # tabular-dl-tabr: a conda package named with its channel, beside gpytorch
+        ("environment.yaml", "dependencies:\n- gpytorch=1.9.1\n- pytorch::pytorch=1.13.1\n- pytorch::pytorch-cuda=11.7\n", "torch>=1.13.1"),
     ],
 )
 def test_poetry_requirements_give_the_floor(tmp_path, name, text, floor):
@@ -2147,3 +2149,104 @@ def test_a_dockerfile_build_argument_names_the_pytorch_image(tmp_path):
     script = fresh_script(tmp_path / "train.py", source)
     finding = only(source, "ADV204", script)
     assert finding.fix_applicability is None and "allow torch>=1.10.0" in finding.message
+
+
+def test_a_loss_read_as_torch_0_3_did_caps_the_torch_the_file_runs(tmp_path):
+    # pytorch-beginner: ``running_loss += loss.data[0]`` raises from torch 0.4 on, where a loss
+    # is a 0-dim tensor, while its README asks for "pytorch 1.0.0+".
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)
+        for img, label in loader:
+            img, label = img.cuda(), label.cuda()
+            loss = criterion(model(img), label)
+            running_loss = loss.data[0]
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    (tmp_path / ".git").mkdir()
+    script = fresh_script(tmp_path / "train.py", source)
+    pinning = only(source, "ADV101", script)
+    assert pinning.fix_applicability == "safe"  # pin_memory is as old as the DataLoader
+    (tmp_path / "README.md").write_text("## Requirements\n* pytorch 1.0.0+\n")
+    script = fresh_script(tmp_path / "train.py", source)
+    pinning = only(source, "ADV101", script)
+    assert pinning.fix_applicability is None
+    assert "reads its loss as `loss.data[0]`, which raises from torch 0.4 on, and the project asks for torch>=1.0.0" in pinning.message
+    assert "loss.data[0]" not in source.replace("loss.data[0]", "loss.item()")  # the look-alike below
+    modern = source.replace("loss.data[0]", "loss.item()")
+    assert only(modern, "ADV101", fresh_script(tmp_path / "train.py", modern)).fix_applicability == "safe"
+
+
+def test_tf32_set_by_another_module_of_the_project_leaves_the_fix_as_advice(tmp_path):
+    # mammoth: main.py sets the matmul precision under its ``-O`` switch and loads every model
+    # module by name; a TF32 line at a model module's import would override ``-O 0`` for all runs.
+    source = textwrap.dedent(
+        """
+        import torch
+
+        model = torch.nn.Linear(512, 10).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    )
+    (tmp_path / ".git").mkdir()
+    script = fresh_script(tmp_path / "lucir.py", source)
+    assert only(source, "ADV202", script).fix_applicability == "unsafe"
+    # A script that sets TF32 for itself alone is no project policy (flow_matching's text example).
+    (tmp_path / "other_train.py").write_text("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n")
+    # ...nor a test module whose text quotes both (advisor's own tests/test_fix_premises.py).
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_main.py").write_text(
+        "SOURCE = 'torch.set_float32_matmul_precision(1)\\nimportlib.import_module(name)'\n"
+    )
+    script = fresh_script(tmp_path / "lucir.py", source)
+    assert only(source, "ADV202", script).fix_applicability == "unsafe"
+    (tmp_path / "main.py").write_text(
+        "import importlib\nimport torch\n\nif args.code_optimization == 1:\n"
+        "    torch.set_float32_matmul_precision('high')\nimportlib.import_module('models.' + args.model)\n"
+    )
+    script = fresh_script(tmp_path / "lucir.py", source)
+    finding = only(source, "ADV202", script)
+    assert finding.fix_applicability is None and "`main.py` sets TF32 for the project" in finding.message
+
+
+def test_fused_adam_is_not_offered_for_a_model_with_complex_weights(tmp_path):
+    # neuraloperator: the spectral convolution's weights are ``dtype=torch.cfloat``, and the
+    # fused Adam kernels raise for complex parameters.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "spectral.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass SpectralConv(nn.Module):\n"
+        "    def __init__(self, n):\n        super().__init__()\n"
+        "        self.weight = nn.Parameter(torch.randn(n, n, dtype=torch.cfloat))\n"
+    )
+    source = textwrap.dedent(
+        """
+        import torch
+        from spectral import SpectralConv
+
+        model = SpectralConv(64).cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for x, y in loader:
+            loss = (model(x.cuda()) - y.cuda()).abs().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    assert not [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
+    (tmp_path / "spectral.py").write_text((tmp_path / "spectral.py").read_text().replace(", dtype=torch.cfloat", ""))
+    script = fresh_script(tmp_path / "train.py", source)
+    assert only(source, "ADV601", script).fix_applicability == "safe"

@@ -50,9 +50,9 @@ def declared(ctx: "FileContext", package: str) -> str | None:
 def _declared(ctx: "FileContext", package: str) -> str | None:
     name = re.escape(package)
     # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` and ``torch = ">=1.10.1, <1.13"``
-    # (Poetry), ``- pytorch=2.1`` (conda)
+    # (Poetry), ``- pytorch=2.1`` and ``- pytorch::pytorch=1.13.1`` (conda, with its channel: tabular-dl-tabr)
     pattern = re.compile(
-        rf"""(?:^[ \t]*(?:-[ \t]*)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
+        rf"""(?:^[ \t]*(?:-[ \t]*)?(?:[\w.-]+::)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
         rf"""(?P<spec>@[ \t]*[^"'\s;#]+|=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
         rf"""|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
         rf"""(?=["'\s;#\]]|$)""",
@@ -497,12 +497,40 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         major = _asserted_torch_major(ctx.source)
         if major is not None and major < _version(version)[0]:
             return f"the file asserts torch {major}.x"
+        legacy = scalar_loss_indexed(ctx.source)
+        if legacy is not None and _version(version) > _version("0.3.1"):
+            return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on: it runs torch 0.3"
         removed = _removed_import(ctx.source)
         if removed is not None and _version(removed[1]) < _version(version):
             return f"the file imports `{removed[0]}`, which {removed[2]}: it runs torch {removed[1]} or older"
         if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
             return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
     return None
+
+
+# PyTorch 0.3's way to read a scalar loss. From 0.4 a loss is a 0-dim tensor and indexing it
+# raises ("invalid index of a 0-dim tensor. Use tensor.item()"): pytorch-beginner's scripts.
+_SCALAR_LOSS_INDEXED = re.compile(r"\b(\w*loss\w*)\.data\[0\]")
+
+
+def scalar_loss_indexed(source: str) -> str | None:
+    """``loss.data[0]`` where the file reads a loss so: it was written for torch 0.3."""
+    if ".data[0]" not in source:
+        return None
+    match = _SCALAR_LOSS_INDEXED.search(source)
+    return None if match is None else match.group(0)
+
+
+def runs_no_declared_torch(ctx: "FileContext") -> str | None:
+    """Why the file cannot run on the torch its project declares, or None: it reads a loss as
+    torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch 1.0.0+")."""
+    legacy = scalar_loss_indexed(ctx.source)
+    if legacy is None:
+        return None
+    spec = declared(ctx, "torch")
+    if not spec or spec.startswith("@") or admits_below(spec, "0.4") is not False:
+        return None
+    return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on, and the project asks for torch{spec}"
 
 
 # Imports of modules a later release removed, at the top of a file (not under ``try``): the

@@ -566,6 +566,21 @@ _LIGHTNING_CLIP = re.compile(rb"gradient_clip_val[\"']?[ \t]*(?::[ \t]*[\w\[\].,
 _ZERO = frozenset({b"0", b"0.", b"0.0", b"None", b"null", b"~", b"'0'", b'"0"'})
 
 
+def complex_parameters(ctx: FileContext) -> bool:
+    """The file, or a project module it imports, creates complex tensors as weights
+    (``dtype=torch.cfloat``: a Fourier neural operator's spectral convolution). The fused Adam
+    and AdamW kernels take real floating-point parameters only and raise for these."""
+    def find() -> bool:
+        if _COMPLEX_DTYPE.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.imports_match(_COMPLEX_DTYPE, depth=4)
+
+    return ctx.memo(complex_parameters, find)
+
+
+_COMPLEX_DTYPE = re.compile(rb"dtype[ \t]*=[ \t]*torch\.(?:cfloat|cdouble|complex64|complex128)\b")
+
+
 def lightning_refuses_fused(ctx: FileContext, optimizer: cst.Call) -> bool:
     """The optimizer is a LightningModule's (built in ``configure_optimizers``) and the program
     clips gradients through the Trainer (``gradient_clip_val`` to anything but a visible zero,

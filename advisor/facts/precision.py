@@ -5,6 +5,7 @@ certainly trains in full fp32, and what the model computes (matmuls, convolution
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -794,6 +795,30 @@ def tf32_configured(ctx: FileContext) -> bool:
     return ctx.project is not None and (
         ctx.project.neighbourhood_matches(_TF32_SETTING) or ctx.project.runners_match(_TF32_SETTING)
     )
+
+
+def tf32_set_elsewhere(ctx: FileContext) -> str | None:
+    """A Python file of the project that sets TF32 and imports modules by a name computed at run
+    time, where no file seen running this one sets it (:func:`tf32_configured`): a TF32 policy
+    of the project's, applied by a script that may load this module (mammoth's ``main.py`` sets
+    the matmul precision under its ``-O`` switch and loads every model module through
+    ``importlib``). A script that sets TF32 for itself alone (flow_matching's text example beside
+    its notebooks) is not one. Its path, relative to the project's root. Those files join the
+    result's dependencies; a file that starts setting TF32 later is seen when this file or its
+    dependencies change."""
+    view = ctx.project
+    if view is None or not view.member:
+        return None
+    for path in view.project.texts_matching(_TF32_SETTING):
+        if (
+            path.endswith(".py")
+            and os.path.abspath(path) != os.path.abspath(ctx.path)
+            and view.project.imports_by_name(path)
+            and not view.project.is_test_code(path)
+        ):
+            view.consulted.add(path)
+            return os.path.relpath(path, view.project.root)
+    return None
 
 
 def runs_fft(ctx: FileContext) -> bool:
