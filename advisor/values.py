@@ -148,6 +148,7 @@ class ValueResolver:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
         self._argparse_cache: dict[str, list[cst.Call]] | None = None
+        self._flags_asked: set[str] = set()  # attributes whose assignments are being weighed (see _assigned)
 
     # -- public ---------------------------------------------------------------------
     def resolve(self, expr: cst.BaseExpression | None, depth: int = 0) -> Value | None:
@@ -623,7 +624,16 @@ class ValueResolver:
         """Whether the file sets ``attribute`` (``args.batch_size``) where a run without
         command-line flags would: an assignment under a flag that is off by default
         (``if args.tiny: args.batch_size = 2``) is one the user asks for, as ``--batch-size 2``."""
-        return any(not self._under_flag_off(node) for node in self.ctx.attribute_assignments.get(attribute, ()))
+        assignments = self.ctx.attribute_assignments.get(attribute, ())
+        if not assignments:
+            return False
+        if attribute in self._flags_asked:
+            return True  # ``if args.fp16: args.fp16 = ...``: the flag itself is reassigned
+        self._flags_asked.add(attribute)
+        try:
+            return any(not self._under_flag_off(node) for node in assignments)
+        finally:
+            self._flags_asked.discard(attribute)
 
     def _under_flag_off(self, node: cst.CSTNode) -> bool:
         child, parent = node, self.ctx.parent.get(node)

@@ -906,3 +906,30 @@ def test_the_parameter_a_name_is_bound_to_and_where_callers_pass_it():
     local = ctx_for("def f():\n    x = 1\n    return x\n")
     (value,) = [r.value for r in local.nodes(cst.Return)]
     assert local.parameter_of(value) is None
+
+
+def test_an_override_under_a_flag_that_is_off_by_default_leaves_the_argparse_default():
+    """``if args.tiny: args.batch_size = 2`` is what ``--tiny`` asks for, as ``--batch-size 2``
+    would be; a flag reassigned under itself (``if args.fp16: args.fp16 = ...``) stays unknown."""
+    ctx = ctx_for(
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--batch-size", type=int, default=8)
+        parser.add_argument("--tiny", action="store_true")
+        parser.add_argument("--fp16", action="store_true")
+        parser.add_argument("--lr", type=float, default=0.1)
+        args = parser.parse_args()
+        if args.tiny:
+            args.batch_size = 2
+        if args.fp16:
+            args.fp16 = available()
+        args.lr = args.lr * 2
+        print(args.batch_size, args.fp16, args.lr)
+        """
+    )
+    printed = last_call(ctx, "print")
+    batch, fp16, lr = (ctx.values.resolve(arg.value) for arg in printed.args)
+    assert batch is not None and batch.value == 8 and batch.origin == "argparse default"
+    assert fp16 is None
+    assert lr is None  # set where every run sets it

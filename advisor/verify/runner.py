@@ -53,7 +53,7 @@ PROBE_WINDOW_S = 1.0  # enough to rank the splits by speed
 # torch.compile's fix, and how much longer than an eager run a compiling one is expected to take.
 COMPILE_CODE = "ADV602"
 COMPILE_FACTOR = 3.0
-PROBE_WITHOUT = frozenset({"ADV602"})  # torch.compile: see _probe_split
+PROBE_WITHOUT = frozenset({COMPILE_CODE})  # see _probe_split
 PROBE_TIMEOUT_S = 300.0
 # Every run of a verify compiles the same model (baseline aside): inductor's on-disk caches of
 # compiled graphs and their autograd halves, shared between processes, let the second and later
