@@ -636,13 +636,28 @@ class ValueResolver:
             self._flags_asked.discard(attribute)
 
     def _under_flag_off(self, node: cst.CSTNode) -> bool:
+        """Under an ``if`` a run without flags on a GPU machine skips: a command-line flag that is
+        off by default, or a test that holds only without CUDA (PFLlib's ``if args.device ==
+        "cuda" and not torch.cuda.is_available(): args.device = "cpu"``, a fallback, as
+        ``"cuda" if torch.cuda.is_available() else "cpu"`` is)."""
         child, parent = node, self.ctx.parent.get(node)
         while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
             if isinstance(parent, cst.If) and child is parent.body:
+                if self._only_without_cuda(parent.test):
+                    return True
                 test = self.resolve(parent.test)
                 if test is not None and test.origin == "argparse default" and test.value is False:
                     return True
             child, parent = parent, self.ctx.parent.get(parent)
+        return False
+
+    def _only_without_cuda(self, test: cst.BaseExpression) -> bool:
+        """``not torch.cuda.is_available()``, alone or as one operand of an ``and``."""
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return self._only_without_cuda(test.left) or self._only_without_cuda(test.right)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = test.expression
+            return isinstance(inner, cst.Call) and self.ctx.qualname(inner.func) == "torch.cuda.is_available"
         return False
 
     @cached_property

@@ -632,9 +632,11 @@ class WithoutDistributedSampler(Rule):
         fewer steps (learning-rate schedules counted in epochs change). Offered only where
         the data set is a plain name or attribute (it is written twice) and the file's
         `init_process_group` runs before the loader is built, in the same function or above
-        it at module level (a `DistributedSampler` reads the world size when it is built:
-        before the process group exists it raises; DeepSpeed's `initialize` creates the group
-        after the loaders a script builds, so there it is advice).
+        it at module level, under no `if` the loader is not under too (a `DistributedSampler`
+        reads the world size when it is built: before the process group exists it raises, as in
+        a script whose `if ddp: init_process_group(...)` leaves plain `python train.py` without
+        one; DeepSpeed's `initialize` creates the group after the loaders a script builds, so
+        there it is advice).
     """
     valid = [
         Valid(
@@ -785,16 +787,26 @@ class WithoutDistributedSampler(Rule):
 
 
 def _after_process_group(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """An ``init_process_group`` runs before ``node``: earlier in the same function, or at
-    module level above it (DeepSpeed's engine creates the group inside ``initialize``, after
-    the loaders a script builds for it)."""
+    """An ``init_process_group`` runs before ``node`` whenever ``node`` runs: earlier in the
+    same function, or at module level above it (DeepSpeed's engine creates the group inside
+    ``initialize``, after the loaders a script builds for it), and under no ``if`` that ``node``
+    is not under too (baby-llama2-chinese: ``if ddp: init_process_group(...)``, the loader
+    built for both cases, where a plain ``python sft.py`` would raise in the sampler)."""
     from advisor.facts.distributed import INIT_PROCESS_GROUP
 
     scope = ctx.enclosing(node, cst.FunctionDef)
     line = ctx.position(node)[0]
     for init in ctx.calls(INIT_PROCESS_GROUP):
         init_scope = ctx.enclosing(init, cst.FunctionDef)
-        if ctx.position(init)[0] < line and (init_scope is scope or init_scope is None):
+        if ctx.position(init)[0] >= line or not (init_scope is scope or init_scope is None):
+            continue
+        conditions = []
+        for ancestor in ctx.ancestors(init):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.If, cst.Try, cst.While, cst.For)):
+                conditions.append(ancestor)
+        if all(ctx.is_descendant(node, condition) for condition in conditions):
             return True
     return False
 

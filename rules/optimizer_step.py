@@ -18,6 +18,7 @@ from advisor.context import MISSING, FileContext
 from advisor.loops import Event, MicroStepLoop, TrainingLoop, fixed_at_one, is_scaler
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Fix, Invalid, Rule, Valid
+from advisor.facts.models import strip_same_module_methods
 from advisor.facts.precision import SCALER_ENABLED_POSITION, SCALERS
 from advisor.values import string_value
 
@@ -1626,14 +1627,52 @@ def _is_loss_source(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) 
     if last in _local_function_names(ctx):
         return _returns_mean_loss(ctx, expr, depth)  # the file's own function: it may divide
     if isinstance(func, cst.Name):
-        bound = ctx.bound_call(func)
-        if bound is not None and (ctx.qualname(bound.func) or "").startswith("torch.nn."):
-            return _is_loss_class(ctx, bound)
+        # ``criterion = nn.CrossEntropyLoss(...).cuda()``, in one place or in each branch of an
+        # ``if``: the constructors under ``.cuda()`` / ``.to()``.
+        constructors = _criterion_constructors(ctx, func)
+        for constructor in constructors:
+            built = ctx.qualname(constructor.func) if isinstance(constructor, cst.Call) else None
+            if built is None:
+                continue
+            if not built.startswith("torch.nn."):
+                # A criterion class of another module: how it reduces is not seen (cirtorch's
+                # ContrastiveLoss sums over the tuple, and its gradients are meant to add up).
+                return False
+            if not _is_loss_class(ctx, constructor):  # type: ignore[arg-type]
+                return False
+        if constructors and all(
+            isinstance(c, cst.Call) and (ctx.qualname(c.func) or "").startswith("torch.nn.") for c in constructors
+        ):
+            return True
     for assignment in ctx.attribute_assignments.get(name, ()):
         value = getattr(assignment, "value", None)
         if isinstance(value, cst.Call) and not _mean_reduction(ctx, value):
             return False
     return bool(_CRITERION.match(last))
+
+
+def _criterion_constructors(ctx: FileContext, name: cst.Name) -> list[cst.BaseExpression]:
+    """What ``name`` is built from (under ``.cuda()`` / ``.to()``): its assignments, or, for a
+    parameter of a function of the file, the assignments of the names its callers pass
+    (cirtorch's ``train(train_loader, model, criterion, ...)`` from ``main``)."""
+    found = [
+        strip_same_module_methods(binding.value)
+        for binding in ctx.lookup(name.value, name)
+        if isinstance(binding.node, cst.Assign) and isinstance(binding.value, cst.Call)
+    ]
+    parameter = ctx.parameter_of(name)
+    if parameter is None:
+        return found
+    param, function, position = parameter
+    for call in ctx.loops.callers(function):
+        passed = ctx.argument(call, param.name.value, position)
+        if isinstance(passed, cst.Name):
+            found += [
+                strip_same_module_methods(binding.value)
+                for binding in ctx.lookup(passed.value, passed)
+                if isinstance(binding.node, cst.Assign) and isinstance(binding.value, cst.Call)
+            ]
+    return found
 
 
 def _returns_mean_loss(ctx: FileContext, call: cst.Call, depth: int) -> bool:
@@ -1784,7 +1823,9 @@ class AccumulationLossNotScaled(Rule):
           `fabric.backward(loss)` is checked like `loss.backward()`;
         - the loss comes from a function of another module, or of the file unless each of
           its `return`s visibly hands back an unscaled mean loss (it may divide), from a
-          sum-reduced criterion, or cannot be traced to a loss in the loop;
+          sum-reduced criterion (also under `.cuda()` / `.to()`), from a criterion class of
+          another module (how it reduces is not seen: cirtorch's contrastive loss sums, and its
+          gradients are meant to add up), or cannot be traced to a loss in the loop;
         - the modulo guards only logging, not `step()`; the backward runs under the same
           condition as `step()`; k is fixed at 1;
         - for an inner micro-step loop (`for micro_step in range(k)` holding every backward,
@@ -1907,6 +1948,41 @@ class AccumulationLossNotScaled(Rule):
                     optimizer.zero_grad()
             """,
             note="sum-reduced loss: the scale is the author's choice",
+        ),
+        Valid(
+            """
+            import torch
+            criterion = torch.nn.CrossEntropyLoss(reduction="sum").cuda()
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="sum-reduced loss moved to the GPU: the constructor is read under `.cuda()`",
+        ),
+        Valid(
+            """
+            import torch
+            from cirtorch.layers.loss import ContrastiveLoss, TripletLoss
+
+            def train(loader, model, criterion, optimizer):
+                for i, (x, y) in enumerate(loader):
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    if (i + 1) % args.update_every == 0:
+                        optimizer.step()
+                        optimizer.zero_grad()
+
+            def main():
+                if args.loss == "contrastive":
+                    criterion = ContrastiveLoss(margin=0.7).cuda()
+                else:
+                    criterion = TripletLoss(margin=0.1).cuda()
+                train(loader, model, criterion, optimizer)
+            """,
+            note="a criterion class of another module: how it reduces is not seen (cirtorch's sums)",
         ),
         Valid(
             """

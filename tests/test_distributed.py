@@ -297,3 +297,37 @@ def test_dataparallel_in_evaluation_and_a_caller_under_no_sync_stay_silent():
                 optimizer.zero_grad()
         ''')
     assert lint(trainer, codes=["ADV803"]) == []
+
+
+def test_no_sampler_fix_where_the_process_group_exists_only_under_torchrun():
+    """baby-llama2-chinese: ``if ddp: init_process_group(...)``, the loader built for both cases.
+    A DistributedSampler there raises under plain ``python sft.py``: the finding stays advice."""
+    source = textwrap.dedent('''\
+        import os
+        import torch
+        from torch.distributed import init_process_group
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader
+
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        if ddp:
+            init_process_group(backend="nccl")
+        model = torch.nn.Linear(8, 1).cuda()
+        if ddp:
+            model = DDP(model)
+        loader = DataLoader(dataset, batch_size=8, shuffle=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for x, y in loader:
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        ''')
+    (finding,) = [d for d in lint(source, codes=["ADV804"], gpu="A100")]
+    assert finding.fix_applicability is None
+    unconditional = source.replace("if ddp:\n    init_process_group", "if True:\n    init_process_group").replace(
+        "if True:\n    init_process_group(backend=\"nccl\")", "init_process_group(backend=\"nccl\")"
+    )
+    (finding,) = [d for d in lint(unconditional, codes=["ADV804"], gpu="A100")]
+    assert finding.fix_applicability == "unsafe"

@@ -933,3 +933,22 @@ def test_an_override_under_a_flag_that_is_off_by_default_leaves_the_argparse_def
     assert batch is not None and batch.value == 8 and batch.origin == "argparse default"
     assert fp16 is None
     assert lr is None  # set where every run sets it
+
+
+def test_a_fallback_to_the_cpu_without_cuda_leaves_the_argparse_default():
+    """PFLlib: ``if args.device == "cuda" and not torch.cuda.is_available(): args.device = "cpu"``
+    runs only without CUDA; on the GPU machine the fixes are for, the default stands."""
+    ctx = ctx_for(
+        """
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--device", type=str, default="cuda")
+        args = parser.parse_args()
+        if args.device == "cuda" and not torch.cuda.is_available():
+            args.device = "cpu"
+        print(args.device)
+        """
+    )
+    (device,) = (ctx.values.resolve(arg.value) for arg in last_call(ctx, "print").args)
+    assert device is not None and device.value == "cuda"
