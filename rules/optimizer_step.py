@@ -1630,20 +1630,15 @@ def _is_loss_source(ctx: FileContext, expr: cst.BaseExpression, depth: int = 0) 
         # ``criterion = nn.CrossEntropyLoss(...).cuda()``, in one place or in each branch of an
         # ``if``: the constructors under ``.cuda()`` / ``.to()``.
         constructors = _criterion_constructors(ctx, func)
-        for constructor in constructors:
-            built = ctx.qualname(constructor.func) if isinstance(constructor, cst.Call) else None
-            if built is None:
-                continue
-            if not built.startswith("torch.nn."):
-                # A criterion class of another module: how it reduces is not seen (cirtorch's
-                # ContrastiveLoss sums over the tuple, and its gradients are meant to add up).
-                return False
-            if not _is_loss_class(ctx, constructor):  # type: ignore[arg-type]
-                return False
-        if constructors and all(
-            isinstance(c, cst.Call) and (ctx.qualname(c.func) or "").startswith("torch.nn.") for c in constructors
-        ):
-            return True
+        built = [(c, ctx.qualname(c.func) if isinstance(c, cst.Call) else None) for c in constructors]
+        # A criterion class of another module: how it reduces is not seen (cirtorch's
+        # ContrastiveLoss sums over the tuple, and its gradients are meant to add up).
+        if any(q is not None and not q.startswith("torch.nn.") for _, q in built):
+            return False
+        if any(q is not None and not _is_loss_class(ctx, c) for c, q in built):  # type: ignore[arg-type]
+            return False
+        if built and all(q is not None for _, q in built):
+            return True  # every constructor a mean-reducing torch criterion
     for assignment in ctx.attribute_assignments.get(name, ()):
         value = getattr(assignment, "value", None)
         if isinstance(value, cst.Call) and not _mean_reduction(ctx, value):
@@ -1655,23 +1650,21 @@ def _criterion_constructors(ctx: FileContext, name: cst.Name) -> list[cst.BaseEx
     """What ``name`` is built from (under ``.cuda()`` / ``.to()``): its assignments, or, for a
     parameter of a function of the file, the assignments of the names its callers pass
     (cirtorch's ``train(train_loader, model, criterion, ...)`` from ``main``)."""
-    found = [
-        strip_same_module_methods(binding.value)
-        for binding in ctx.lookup(name.value, name)
-        if isinstance(binding.node, cst.Assign) and isinstance(binding.value, cst.Call)
-    ]
+    def assigned_calls(spelling: cst.Name) -> list[cst.BaseExpression]:
+        return [
+            strip_same_module_methods(binding.value)
+            for binding in ctx.lookup(spelling.value, spelling)
+            if isinstance(binding.node, cst.Assign) and isinstance(binding.value, cst.Call)
+        ]
+
+    found = assigned_calls(name)
     parameter = ctx.parameter_of(name)
-    if parameter is None:
-        return found
-    param, function, position = parameter
-    for call in ctx.loops.callers(function):
-        passed = ctx.argument(call, param.name.value, position)
-        if isinstance(passed, cst.Name):
-            found += [
-                strip_same_module_methods(binding.value)
-                for binding in ctx.lookup(passed.value, passed)
-                if isinstance(binding.node, cst.Assign) and isinstance(binding.value, cst.Call)
-            ]
+    if parameter is not None:
+        param, function, position = parameter
+        for call in ctx.loops.callers(function):
+            passed = ctx.argument(call, param.name.value, position)
+            if isinstance(passed, cst.Name):
+                found += assigned_calls(passed)
     return found
 
 

@@ -756,6 +756,17 @@ USABLE_MEMORY = 0.9  # of the device's memory: the allocator's fragmentation and
 HEADROOM_MULTIPLE_SHOWN = 64  # beyond this many times the batch, the estimate is said as "over"
 
 
+def _batch_that_fits(run: dict, batch: int) -> float | None:
+    """The per-device batch that would fit in USABLE_MEMORY of the device, where the run's step
+    used ``batch`` samples and the step's own memory (the peak less what stays between steps)
+    grows with the batch; None where the run does not tell (no device memory: a CPU)."""
+    peak, total, resident = run.get("peak_memory_bytes"), run.get("device_memory_bytes"), run.get("resident_memory_bytes")
+    if not peak or not total or resident is None or peak <= resident or batch < 1:
+        return None
+    per_sample = (peak - resident) / batch
+    return (USABLE_MEMORY * total - resident) / per_sample
+
+
 def headroom_note(run: dict) -> str | None:
     """Where no batch was probed: how much of the GPU the step used and, if the step's own memory
     (the peak less what stays between steps) grows with the batch, the per-device batch that would fit."""
@@ -771,8 +782,7 @@ def headroom_note(run: dict) -> str | None:
     batch = round(samples_rate / rate / max(per_step, 1))
     if batch < 1:
         return note
-    per_sample = (peak - resident) / batch
-    fits = int((USABLE_MEMORY * total - resident) / per_sample)
+    fits = int(_batch_that_fits(run, batch))  # type: ignore[arg-type]
     if fits >= 8:
         fits -= fits % 8  # the guide: a multiple of 8
     if fits >= 2 * batch:
@@ -909,13 +919,10 @@ def _probe_split(probe: BatchProbe, session: _Session, codes: Sequence[str]) -> 
 
 def _rung_that_fits(ladder: Sequence[tuple[int, int]], run: dict) -> int | None:
     """The highest rung whose per-device batch the first rung's memory says fits the device
-    (the step's own memory, the peak less what stays between steps, grows with the batch);
-    None where the run does not tell (no device memory: a CPU)."""
-    peak, total, resident = run.get("peak_memory_bytes"), run.get("device_memory_bytes"), run.get("resident_memory_bytes")
-    if not peak or not total or resident is None or peak <= resident:
+    (:func:`_batch_that_fits`); None where the run does not tell."""
+    fits = _batch_that_fits(run, ladder[0][0])
+    if fits is None:
         return None
-    per_sample = (peak - resident) / ladder[0][0]
-    fits = (USABLE_MEMORY * total - resident) / per_sample
     return max((rung for rung, (batch, _) in enumerate(ladder) if batch <= fits), default=0)
 
 
