@@ -980,10 +980,13 @@ class ProjectView:
                     found.append((other, call))
         return found
 
-    def calls_from_importers(self, name: str) -> list[tuple["FileContext", cst.Call]]:
+    def calls_from_importers(
+        self, name: str, defined_by: tuple[type[cst.CSTNode], ...] = (cst.FunctionDef,)
+    ) -> list[tuple["FileContext", cst.Call]]:
         """The calls of this module's function ``name`` in the project files that import it
         (``engine.train(model, train_dataloader, ...)`` in ``train.py``), each with its file's
-        context. Only files whose text names ``name(`` are parsed."""
+        context; with ``defined_by=(cst.ClassDef,)``, the constructions of its class ``name``.
+        Only files whose text names ``name(`` are parsed."""
         project = self.project
         self.asked_importers = True
         if project.importer_depth >= _IMPORTER_DEPTH or self.path in project._in_progress:
@@ -1006,7 +1009,7 @@ class ProjectView:
                     if spelled != name:
                         continue
                     bound = other.project.binding(func)
-                    if bound is not None and os.path.abspath(bound[0].path) == self.path and isinstance(bound[1].node, cst.FunctionDef):
+                    if bound is not None and os.path.abspath(bound[0].path) == self.path and isinstance(bound[1].node, defined_by):
                         found.append((other, call))
         finally:
             project.importer_depth -= 1

@@ -92,14 +92,12 @@ class DataLoaderPinMemory(Rule):
         CUDA.
 
         A loader without worker processes (`num_workers` unset or 0) pins each batch in the
-        training process itself: one more host copy, right before the copy to the GPU. That
-        pays only where the copy is non-blocking (the host then queues the step's kernels
-        instead of waiting; PyTorch's guide to `non_blocking` and `pin_memory()` measures a
-        pin followed by a copy on one thread as slower than the plain copy). So there the
-        fix is applied where the project shows the loader's batches copied to the GPU (ADV103
-        makes those copies non-blocking in the same run), or where Lightning or Fabric moves
-        them (non-blocking on CUDA); elsewhere (the copies are made by Accelerate's blocking
-        `send_to_device`, or by code advisor cannot follow) it is advice: workers first (ADV102).
+        training process itself, right before the copy to the GPU: one more host copy on the
+        step's own path, where a copy from pageable memory stages through a pinned buffer
+        anyway. PyTorch's guide to `non_blocking` and `pin_memory()` measures a pin followed by
+        a copy on one thread as slower than the plain copy, non-blocking or not. There the
+        finding is advice: workers first (ADV102, which `advisor fix` applies to training
+        loaders; the next round then pins them, and ADV103 makes their copies non-blocking).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -375,9 +373,18 @@ class DataLoaderPinMemory(Rule):
             device = torch.device("cuda")
             """,
             note=(
-                "no workers, and no copy of its batches in sight: pinning would be one more host copy in the "
-                "training process before each copy, so it is advice (give it workers, or copy non-blocking)"
+                "no workers: pinning would be one more host copy in the training process before each copy to "
+                "the GPU, so it is advice (workers first, ADV102)"
             ),
+        ),
+        Invalid(
+            """
+            import torch.utils.data as tud
+            loader = tud.DataLoader(ds, batch_size=8)
+            for x in loader:
+                x = x.cuda(non_blocking=True)
+            """,
+            note="no workers, even with non-blocking copies: pinning on the training process's own path does not pay",
         ),
         Invalid(
             """
@@ -385,6 +392,7 @@ class DataLoaderPinMemory(Rule):
             loader = tud.DataLoader(
                 ds,
                 batch_size=8,
+                num_workers=2,
             )
             for x in loader:
                 x = x.cuda()
@@ -394,12 +402,13 @@ class DataLoaderPinMemory(Rule):
             loader = tud.DataLoader(
                 ds,
                 batch_size=8,
+                num_workers=2,
                 pin_memory=True,
             )
             for x in loader:
                 x = x.cuda()
             """,
-            note="no workers, but its batches are copied here (ADV103 makes the copy non-blocking in the same run)",
+            note="a call over several lines gets the keyword on a line of its own",
         ),
         Invalid(
             """
@@ -429,7 +438,7 @@ class DataLoaderPinMemory(Rule):
 
             device = th.device("cuda" if th.cuda.is_available() else "cpu")
             model = Net().to(device)
-            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)
             for x, y in loader:
                 loss = model(x.to(device), y.to(device))
             """,
@@ -440,7 +449,7 @@ class DataLoaderPinMemory(Rule):
 
             device = th.device("cuda" if th.cuda.is_available() else "cpu")
             model = Net().to(device)
-            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=th.cuda.is_available())
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, pin_memory=th.cuda.is_available())
             for x, y in loader:
                 loss = model(x.to(device), y.to(device))
             """,
@@ -480,7 +489,7 @@ class DataLoaderPinMemory(Rule):
 
             class Classifier(L.LightningModule):
                 def test_dataloader(self):
-                    return torch.utils.data.DataLoader(self.test_set, batch_size=8)
+                    return torch.utils.data.DataLoader(self.test_set, batch_size=8, num_workers=4)
 
             trainer = L.Trainer(accelerator="gpu")
             trainer.fit(Classifier())
@@ -492,7 +501,7 @@ class DataLoaderPinMemory(Rule):
 
             class Classifier(L.LightningModule):
                 def test_dataloader(self):
-                    return torch.utils.data.DataLoader(self.test_set, batch_size=8, pin_memory=True)
+                    return torch.utils.data.DataLoader(self.test_set, batch_size=8, num_workers=4, pin_memory=True)
 
             trainer = L.Trainer(accelerator="gpu")
             trainer.fit(Classifier())
@@ -525,7 +534,7 @@ class DataLoaderPinMemory(Rule):
                 elif not loaders.pinning_pays(call):
                     finding = finding.as_advice(
                         "without worker processes it would pin each batch in the training process, right before "
-                        "a copy not seen to be non-blocking: give it workers (ADV102) or non-blocking copies first"
+                        "the copy it is meant to speed up: give it workers first (ADV102), then pin"
                     )
                 yield finding
                 continue
@@ -1049,6 +1058,12 @@ class BlockingHostToDeviceCopy(Rule):
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     """
+    fix_notes = """
+        Where the loader has no worker processes and does not pin, ADV101 is advice (workers
+        first, ADV102), and so are its copies here: from pageable memory a non-blocking copy
+        still blocks. Once the loader has workers, `advisor fix` pins it and makes the copies
+        non-blocking in the same run.
+    """
     silent_when = """
         - the loader's `pin_memory` is set to something other than `True` on purpose
           (`pin_memory=False`, a value that cannot be read). A loader that does not set
@@ -1288,7 +1303,7 @@ class BlockingHostToDeviceCopy(Rule):
             import torch
             from torch.utils.data import DataLoader
 
-            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
             for x, y in loader:
                 x, y = x.to("cuda"), y.to("cuda")
             """,
@@ -1296,7 +1311,7 @@ class BlockingHostToDeviceCopy(Rule):
             import torch
             from torch.utils.data import DataLoader
 
-            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
             for x, y in loader:
                 x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
             """,
@@ -1404,7 +1419,15 @@ class BlockingHostToDeviceCopy(Rule):
                     Edit(call, set_keyword(call, "non_blocking", "True")),
                     requires=[("torch", "0.4")],  # ``async=True`` before 0.4
                 )
-                if unpinned:
+                if unpinned == "no workers":
+                    # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.
+                    fix = None
+                    message = (
+                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader without worker processes "
+                        f"that does not pin its memory: give it workers (ADV102), then pin it (ADV101) and pass "
+                        f"`non_blocking=True`, so the copy overlaps host work; advice until then (guide: {GUIDE})"
+                    )
+                elif unpinned == "pinned by ADV101":
                     message = (
                         f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "
                         f"memory (ADV101): pin the loader and pass `non_blocking=True`, so the copy overlaps "
@@ -1419,21 +1442,21 @@ class BlockingHostToDeviceCopy(Rule):
 
 
     @staticmethod
-    def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> bool | None:
-        """False when every loader behind ``source`` pins its batches, True when none sets
-        ``pin_memory`` and ADV101 pins them (in this file or the one that builds it), None
-        otherwise (a choice made, batches already on the GPU, a framework placing them)."""
+    def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> str | None:
+        """How the loaders behind ``source`` hold their batches: ``"pinned"`` when every one pins
+        them; ``"pinned by ADV101"`` when none sets ``pin_memory`` and ADV101 pins them (in this
+        file or the one that builds it); ``"no workers"`` when ADV101 would pin them but leaves
+        it as advice until they have worker processes; None otherwise (a choice made, batches
+        already on the GPU, a framework placing them)."""
         facts = ctx.facts.loaders
         loaders = facts.feeding(source)
         if not loaders:
             return None
         if all(owner.pinned(c) for owner, c in loaders):
-            unpinned = False
-        elif all(
-            owner.pin_unset(c) and owner.pinnable(c) and owner.pinning_pays(c) and owner.ctx.facts.devices.gpu.yes
-            for owner, c in loaders
-        ):
-            unpinned = True  # ADV101 pins it: the copies go with it, in the same run
+            state = "pinned"
+        elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
+            # ADV101 pins it: the copies go with it, in the same run; or, without workers, both wait for them.
+            state = "pinned by ADV101" if all(owner.pinning_pays(c) for owner, c in loaders) else "no workers"
         else:
             return None
         if any(owner.dataset_on_gpu(c) for owner, c in loaders):
@@ -1441,7 +1464,7 @@ class BlockingHostToDeviceCopy(Rule):
         spellings = {dotted_name(source), *(owner.name(c) for owner, c in loaders if owner is facts)}
         if any(facts.handed_to_framework(spelling) for spelling in spellings):
             return None
-        return unpinned
+        return state
 
 
 # -- ADV104 ------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import libcst as cst
 from advisor.apis import DATALOADER, LIGHTNING_TRAINER
 from advisor.context import MISSING, FileContext
 from advisor.edits import keyword_arg, nested_block, remove_keyword, remove_statements, set_keyword
-from advisor.facts.branches import runs_once
+from advisor.facts.branches import runs_every_step, runs_once
 from advisor.facts.loaders import batch_target, target_names
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
@@ -1445,7 +1445,7 @@ class HostAllocThenCopy(Rule):
                 continue
             if any(arg.star == "**" for arg in factory.args) or any(ctx.keyword_arg(factory, k) for k in _HOST_ONLY_ARGUMENTS):
                 continue
-            if _empty_shape(factory, kind) and not _runs_per_step(ctx, copy):
+            if _empty_shape(factory, kind) and not runs_every_step(ctx, copy):
                 # ``torch.empty(0).to(device)`` once per evaluation (saint's accumulators): nothing
                 # is filled or copied; in a ``forward`` (DINO's MultiCropWrapper) it is still a
                 # host allocation and a copy call every step.
@@ -1465,7 +1465,7 @@ class HostAllocThenCopy(Rule):
                     "; the program seeds torch, and the GPU's generator gives other numbers for the same "
                     "seed, so this is advice"
                 )
-            elif kind in _RANDOM_FACTORIES and fix is not None and not _runs_per_step(ctx, copy):
+            elif kind in _RANDOM_FACTORIES and fix is not None and not runs_every_step(ctx, copy):
                 # A draw made once (a smoke test's input, a probe at start-up) saves one copy, and
                 # the GPU's generator would change its numbers: not worth an edit.
                 fix = None
@@ -1635,19 +1635,6 @@ class HostAllocThenCopy(Rule):
     def _stepped(ctx: FileContext, factory: cst.Call) -> bool:
         positional = [arg for arg in factory.args if arg.keyword is None]
         return len(positional) > 2 or ctx.keyword_arg(factory, "step") is not None
-
-
-def _runs_per_step(ctx: FileContext, node: cst.CSTNode, depth: int = 0) -> bool:
-    """In a training step, or in a module's ``forward`` (which every step runs), or in a function
-    of the file that one of those calls (``self.sample()`` from ``forward``)."""
-    function = ctx.enclosing(node, cst.FunctionDef)
-    if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
-        return True
-    if ctx.loops.per_step(node):
-        return True
-    if not isinstance(function, cst.FunctionDef) or depth >= 2:
-        return False
-    return any(_runs_per_step(ctx, call, depth + 1) for call in ctx.loops.callers(function))
 
 
 def _empty_shape(factory: cst.Call, kind: str) -> bool:

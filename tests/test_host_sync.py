@@ -634,8 +634,8 @@ def test_host_alloc_to_the_local_rank_of_an_nccl_script():
 
         def train(model, loader, optimizer):
             local_rank = int(os.environ["LOCAL_RANK"])
-            totals = torch.zeros(2).to(local_rank)
             for batch in loader:
+                totals = torch.zeros(2).to(local_rank)
                 loss = model(batch.to(local_rank))
                 loss.backward()
                 optimizer.step()
@@ -645,6 +645,11 @@ def test_host_alloc_to_the_local_rank_of_an_nccl_script():
             train(model, loader, optimizer)
         """
     assert "totals = torch.zeros(2, device=local_rank)" in fixed(source, "ADV704")
+    # Before the loop, in a function the script calls once: one copy per run, advice.
+    once = source.replace("            for batch in loader:\n                totals = torch.zeros(2).to(local_rank)\n",
+                          "            totals = torch.zeros(2).to(local_rank)\n            for batch in loader:\n")
+    (finding,) = findings(once, "ADV704")
+    assert finding.fix_applicability is None and "it runs once" in finding.message
     # A device read at run time is a GPU only when NCCL vouches for it; ``int(os.environ["LOCAL_RANK"])``
     # is a CUDA index whatever the backend.
     unknown_rank = source.replace('int(os.environ["LOCAL_RANK"])', "launcher.current_device()").replace("local_rank", "dev")

@@ -291,7 +291,13 @@ def test_data_read_per_item_is_still_pinned():
         "return self.tokens[i * self.block : (i + 1) * self.block].long()",
         "return torch.load(self.files[i])",
     ).format(dataset="Blocks(tokens, 256)", pin="")
-    assert sorted(set(codes(source))) == ["ADV101", "ADV102", "ADV103"]
+    found = lint(source, codes=DATA_LOADING)
+    assert sorted({d.code for d in found}) == ["ADV101", "ADV102", "ADV103"]
+    # No workers: pinning and the non-blocking copies are advice until they come.
+    assert all(d.fix_applicability is None for d in found if d.code in ("ADV101", "ADV103"))
+    with_workers = source.replace("shuffle=True)", "shuffle=True, num_workers=4)")
+    result = fixed(with_workers, selected=DATA_LOADING)
+    assert "num_workers=4, pin_memory=True)" in result and "x.to(device, non_blocking=True)" in result
 
 
 def test_a_training_loader_wrapped_in_cycle_is_known_by_its_name():

@@ -82,7 +82,7 @@ TRAINING = (
     code(
         """\
         model = Net().to(device)
-        loader = DataLoader(dataset, batch_size=32)  # keep this comment
+        loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment
         files = !ls data
         DataLoader?""",
         execution_count=3, outputs=IMAGE,
@@ -197,7 +197,7 @@ def test_indented_magics_keep_their_block_and_automagic_is_masked():
 
 def test_suppressions_work_inside_cells():
     cells = list(TRAINING)
-    cells[3] = code("model = Net().to(device)\nloader = DataLoader(dataset, batch_size=32)  # noqa: ADV101\n")
+    cells[3] = code("model = Net().to(device)\nloader = DataLoader(dataset, batch_size=32, num_workers=2)  # noqa: ADV101\n")
     assert [d.code for d in check(notebook(*cells))] == ["ADV103"]
     cells.append(code("# advisor: noqa\n"))
     assert check(notebook(*cells)) == []
@@ -275,7 +275,7 @@ def test_fix_changes_the_edited_sources_and_nothing_else(indent, sort_keys, ensu
     after = fixed(data)
     assert after == expected_after(
         data,
-        ('batch_size=32)  # keep this comment', 'batch_size=32, pin_memory=True)  # keep this comment'),
+        ('num_workers=2)  # keep this comment', 'num_workers=2, pin_memory=True)  # keep this comment'),
         ("x = x.to(device)", "x = x.to(device, non_blocking=True)"),
     )
     assert fixed(after) == after  # idempotent
@@ -288,7 +288,7 @@ def test_a_source_stored_as_one_string_stays_one_string():
     after = fixed(data)
     assert after == expected_after(
         data,
-        ('batch_size=32)  # keep this comment', 'batch_size=32, pin_memory=True)  # keep this comment'),
+        ('num_workers=2)  # keep this comment', 'num_workers=2, pin_memory=True)  # keep this comment'),
         ("x = x.to(device)", "x = x.to(device, non_blocking=True)"),
     )
     assert all(isinstance(c["source"], str) for c in json.loads(after)["cells"] if c["cell_type"] == "code")
@@ -425,10 +425,10 @@ def test_json_gives_the_cell_next_to_the_file_position(project, capsys):
     code_, out, _ = run(["check", "train.ipynb", "--no-cache", "--output-format", "json"], capsys, project)
     finding = json.loads(out)["findings"][0]
     assert {k: finding[k] for k in ("cell", "cell_line", "cell_column", "cell_end_line", "cell_end_column")} == {
-        "cell": 4, "cell_line": 2, "cell_column": 10, "cell_end_line": 2, "cell_end_column": 44,
+        "cell": 4, "cell_line": 2, "cell_column": 10, "cell_end_line": 2, "cell_end_column": 59,
     }
     stored = (project / "train.ipynb").read_text().splitlines()[finding["line"] - 1]
-    assert stored[finding["column"] - 1 : finding["end_column"] - 1] == "DataLoader(dataset, batch_size=32)"
+    assert stored[finding["column"] - 1 : finding["end_column"] - 1] == "DataLoader(dataset, batch_size=32, num_workers=2)"
     assert "edits" not in finding["fix"]  # text edits of the joined cells would not apply to the file
     (project / "train.py").write_text("import torch\nmodel.cuda()\nloader = torch.utils.data.DataLoader(ds)\n")
     _, out, _ = run(["check", "train.py", "--no-cache", "--output-format", "json"], capsys, project)
@@ -441,7 +441,7 @@ def test_sarif_and_github_point_into_the_notebook_file(project, capsys):
     region = result["locations"][0]["physicalLocation"]["region"]
     stored = (project / "train.ipynb").read_text().splitlines()[region["startLine"] - 1]
     assert stored[region["startColumn"] - 1 :].startswith("DataLoader(")
-    assert result["properties"]["cell"] == {"index": 4, "startLine": 2, "startColumn": 10, "endLine": 2, "endColumn": 44}
+    assert result["properties"]["cell"] == {"index": 4, "startLine": 2, "startColumn": 10, "endLine": 2, "endColumn": 59}
     _, out, _ = run(["check", "train.ipynb", "--no-cache", "--output-format", "github"], capsys, project)
     first = out.splitlines()[0]
     assert first.startswith(f"::warning file=train.ipynb,line={region['startLine']},col={region['startColumn']},")
@@ -462,7 +462,7 @@ def test_fix_diff_is_per_cell_and_writes_nothing(project, capsys):
     code_, out, _ = run(["fix", "train.ipynb", "--diff"], capsys, project)
     assert code_ == 1 and (project / "train.ipynb").read_bytes() == before
     assert "--- a/train.ipynb:cell 4\n+++ b/train.ipynb:cell 4\n" in out
-    assert "-loader = DataLoader(dataset, batch_size=32)  # keep this comment\n+loader = DataLoader(dataset, batch_size=32, pin_memory=True)  # keep this comment\n" in out
+    assert "-loader = DataLoader(dataset, batch_size=32, num_workers=2)  # keep this comment\n+loader = DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=True)  # keep this comment\n" in out
     assert "--- a/train.ipynb:cell 6\n" in out and '"cell_type"' not in out
 
 
@@ -472,7 +472,7 @@ def test_fix_writes_the_notebook_and_a_second_fix_has_nothing_to_do(project, cap
     after = (project / "train.ipynb").read_bytes()
     assert after == expected_after(
         notebook(*TRAINING),
-        ('batch_size=32)  # keep this comment', 'batch_size=32, pin_memory=True)  # keep this comment'),
+        ('num_workers=2)  # keep this comment', 'num_workers=2, pin_memory=True)  # keep this comment'),
         ("x = x.to(device)", "x = x.to(device, non_blocking=True)"),
     )
     code_, out, _ = run(["fix", "train.ipynb"], capsys, project)
@@ -491,7 +491,7 @@ def test_add_noqa_writes_into_the_cells(project, capsys):
     code_, out, _ = run(["check", "train.ipynb", "--add-noqa"], capsys, project)
     assert code_ == 0 and "Added 2 noqa directives." in out
     cells = json.loads((project / "train.ipynb").read_text())["cells"]
-    assert "loader = DataLoader(dataset, batch_size=32)  # noqa: ADV101  # keep this comment\n" in cells[3]["source"]
+    assert "loader = DataLoader(dataset, batch_size=32, num_workers=2)  # noqa: ADV101  # keep this comment\n" in cells[3]["source"]
     assert "    x = x.to(device)  # noqa: ADV103\n" in cells[5]["source"]
     assert run(["check", "train.ipynb", "--no-cache"], capsys, project)[0] == 0
 

@@ -47,7 +47,7 @@ def test_analyzed_project_is_never_executed_nor_imported(tmp_path):
         outputs.append(completed.stdout)
     assert sorted(p.name for p in markers.iterdir()) == []
     assert "train.py:68:20: ADV101" in outputs[0] and outputs[0] == outputs[1]  # the rules ran (line 67 of plain_pytorch.py, after the marker)
-    assert "+import pathlib; pathlib.Path(" not in outputs[2] and "pin_memory=torch.cuda.is_available()" in outputs[2]
+    assert "+import pathlib; pathlib.Path(" not in outputs[2] and "fused=True" in outputs[2]
     fixed = (project / "train.py").read_text()
     assert fixed != train and fixed.startswith(marker_code(markers, "train.py"))
 

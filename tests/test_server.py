@@ -29,7 +29,7 @@ TRAIN = textwrap.dedent(
 
     model = model.cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loader = DataLoader(dataset, batch_size=32)
+    loader = DataLoader(dataset, batch_size=32, num_workers=2)
     for x, y in loader:
         loss = model(x.cuda()).sum()
         loss.backward()
@@ -223,9 +223,9 @@ def test_open_publishes_what_check_reports_with_code_link_and_severity(project):
 def test_change_is_checked_on_the_text_in_the_editor_not_on_disk(project):
     # On disk the loader turns pinning off (ADV101); the editor's change `False` -> `True ` keeps
     # the file's size, which is all a cache keyed on the file's size and mtime would see.
-    unpinned = TRAIN.replace("batch_size=32)", "batch_size=32, pin_memory=False)")
+    unpinned = TRAIN.replace("num_workers=2)", "num_workers=2, pin_memory=False)")
     (project / "train.py").write_text(unpinned)
-    line = unpinned.splitlines().index("loader = DataLoader(dataset, batch_size=32, pin_memory=False)")
+    line = unpinned.splitlines().index("loader = DataLoader(dataset, batch_size=32, num_workers=2, pin_memory=False)")
     column = unpinned.splitlines()[line].index("False")
 
     async def scenario():
@@ -281,9 +281,9 @@ def test_fix_actions_apply_the_same_fix_as_advisor_fix(project):
     assert fix.is_preferred and fix.kind == types.CodeActionKind.QuickFix
     assert fix.diagnostics and fix.diagnostics[0].code == "ADV101"
     # Only this finding's fix: the optimizer stays unfused.
-    assert edited(TRAIN, fix) == TRAIN.replace("batch_size=32)", "batch_size=32, pin_memory=True)")
+    assert edited(TRAIN, fix) == TRAIN.replace("num_workers=2)", "num_workers=2, pin_memory=True)")
     suppress = next(a for a in at_pin if a.title == "Suppress ADV101 on this line")
-    assert edited(TRAIN, suppress) == TRAIN.replace("batch_size=32)\n", "batch_size=32)  # noqa: ADV101\n")
+    assert edited(TRAIN, suppress) == TRAIN.replace("num_workers=2)\n", "num_workers=2)  # noqa: ADV101\n")
     assert all(a.kind == types.CodeActionKind.QuickFix for a in quick_only)
     assert not any(a.kind == "source.fixAll.advisor" for a in quick_only)
 
@@ -336,6 +336,8 @@ def test_unsafe_fix_is_labelled_and_not_preferred(project):
 
 
 def test_hover_shows_the_rules_documentation(project):
+    (project / "train.py").write_text(TRAIN.replace(", num_workers=2)", ")"))  # two findings on the loader
+
     async def scenario():
         async with Editor(project) as editor:
             uri = editor.open("train.py")
@@ -408,7 +410,7 @@ def test_positions_follow_the_clients_encoding(project):
 
 
 def test_notebook_cells_get_their_own_diagnostics(project):
-    cells = ["import torch\nfrom torch.utils.data import DataLoader\nmodel = model.cuda()", "# Data", "loader = DataLoader(ds, batch_size=8)\nfor x in loader:\n    model(x.cuda()).sum().backward()"]
+    cells = ["import torch\nfrom torch.utils.data import DataLoader\nmodel = model.cuda()", "# Data", "loader = DataLoader(ds, batch_size=8, num_workers=2)\nfor x in loader:\n    model(x.cuda()).sum().backward()"]
     notebook_uri = (project / "train.ipynb").as_uri()
 
     async def scenario():
@@ -440,7 +442,7 @@ def test_notebook_cells_get_their_own_diagnostics(project):
                 change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
                     types.NotebookDocumentCellContentChanges(
                         document=types.VersionedTextDocumentIdentifier(uri=cell_uris[2], version=2),
-                        changes=[types.TextDocumentContentChangePartial(range=lsp_range((0, 36), (0, 36)), text=", pin_memory=True")],
+                        changes=[types.TextDocumentContentChangePartial(range=lsp_range((0, 51), (0, 51)), text=", pin_memory=True")],
                     )
                 ])),
             ))
@@ -463,12 +465,12 @@ def test_notebook_cells_get_their_own_diagnostics(project):
         }
 
     fix = next(a for a in actions if a.title == "Fix ADV101: set `pin_memory=True`")
-    assert cell_edits(fix) == {cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8, pin_memory=True)")}
+    assert cell_edits(fix) == {cell_uris[2]: cells[2].replace("num_workers=2)", "num_workers=2, pin_memory=True)")}
     suppress = next(a for a in actions if a.title == "Suppress ADV101 on this line")
-    assert cell_edits(suppress) == {cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8)  # noqa: ADV101")}
+    assert cell_edits(suppress) == {cell_uris[2]: cells[2].replace("num_workers=2)", "num_workers=2)  # noqa: ADV101")}
     (everything,) = fix_all
     assert cell_edits(everything) == {
-        cell_uris[2]: cells[2].replace("batch_size=8)", "batch_size=8, pin_memory=True)").replace("x.cuda()", "x.cuda(non_blocking=True)")
+        cell_uris[2]: cells[2].replace("num_workers=2)", "num_workers=2, pin_memory=True)").replace("x.cuda()", "x.cuda(non_blocking=True)")
     }
 
 

@@ -96,7 +96,7 @@ def test_verify_end_to_end(tmp_path, capsys, monkeypatch):
     assert code == 0, report["verdict"]
     assert_report_contract(report)
     assert report["applied"] and report["script"] == "train.py"
-    assert "pin_memory=torch.cuda.is_available()" in script.read_text()
+    assert "fused=" in script.read_text()
     for row in ("steps/s", "samples/s", "step time median", "step time p90", "peak memory", "final loss"):
         assert row in out
     assert "CPU timings do not predict GPU gains" in out

@@ -9,7 +9,6 @@ indexing, views of the same storage and the file's helper functions the loop han
 """
 from __future__ import annotations
 
-import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
@@ -20,7 +19,6 @@ from advisor.facts.loaders import batch_target, target_names
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
-    from advisor.facts.loaders import LoaderFacts
 
 
 # Methods that return a view of a contiguous tensor: the same (pinned) memory.
@@ -161,15 +159,6 @@ def to_gpu(ctx: "FileContext", call: cst.Call) -> bool:
     return device is not None and not devices.is_dtype(device) and devices.on_gpu(device)
 
 
-# A loader's identity across files: the path of the file that builds it and where the call starts.
-LoaderKey = tuple[str, int, int]
-
-
-def loader_key(owner: "LoaderFacts", call: cst.Call) -> LoaderKey:
-    line, column = owner.ctx.position(call)[:2]
-    return (os.path.abspath(owner.ctx.path), line, column)
-
-
 class BatchFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -230,17 +219,3 @@ class BatchFacts:
             if handed:
                 yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
 
-    @cached_property
-    def device_copies(self) -> dict[LoaderKey, list[cst.Call]]:
-        """The copies of each loader's batches to a GPU that this file makes, by loader (built
-        in this file or in the project module it comes from): each ``.to(<GPU>)`` / ``.cuda()``
-        of the batch itself, blocking or not."""
-        ctx = self.ctx
-        found: dict[LoaderKey, list[cst.Call]] = {}
-        for scope, source in self.scopes:
-            copies = [call for call, _ in self.copies(scope) if to_gpu(ctx, call)]
-            if not copies:
-                continue
-            for owner, loader in ctx.facts.loaders.feeding(source) or ():
-                found.setdefault(loader_key(owner, loader), []).extend(copies)
-        return found

@@ -140,11 +140,15 @@ def _literal_version(node: cst.BaseExpression) -> bool:
     return False
 
 
-def runs_once(ctx: "FileContext", node: cst.CSTNode) -> bool:
+def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
     """Code seen to run once however long the program runs: a module's ``__init__`` (a KV
-    cache, a buffer), a script's top level outside any loop, or a lazy initialisation (see
-    :func:`lazily_initialised`). A function that may run every step (a model's helper called
-    from a ``forward`` in another file) is not: the absence of a loop proves nothing."""
+    cache, a buffer), the ``__init__`` of another class the file does not build every step (a
+    federated client, a replay buffer, a GUI), a script's top level outside any loop, a lazy
+    initialisation (see :func:`lazily_initialised`), or a function whose every call seen, in
+    its file and in the project files importing it, runs once (RecBole's ``get_history_info``
+    from ``__init__``; OpenPCDet's ``generate_anchors`` from a head's ``__init__`` in another
+    module). A function nobody is seen calling is not: a ``forward`` in a file that is not
+    read may call it every step, and the absence of a loop proves nothing."""
     if lazily_initialised(ctx, node):
         return True
     function = ctx.enclosing(node, cst.FunctionDef, cst.Lambda)
@@ -156,13 +160,67 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode) -> bool:
         from advisor.facts.models import is_module_class  # models asks the branch facts too
 
         cls = ctx.enclosing(function, cst.ClassDef)
-        return isinstance(cls, cst.ClassDef) and is_module_class(ctx, cls)
-    # H2GCN's ``_prepare_prop``, run from ``forward`` under ``if not self.initialized:`` only.
-    callers = ctx.loops.callers(function)
-    return bool(callers) and all(lazily_initialised(ctx, call) for call in callers)
+        if not isinstance(cls, cst.ClassDef):
+            return False
+        if is_module_class(ctx, cls):
+            return True
+        if depth >= 2:
+            return False
+        name = cls.name.value
+        built = [(ctx, c) for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name]
+        if ctx.project is not None and ctx.enclosing(cls, cst.FunctionDef, cst.ClassDef) is None:
+            built += ctx.project.calls_from_importers(name, defined_by=(cst.ClassDef,))
+        return bool(built) and all(runs_once(other, call, depth + 1) for other, call in built)
+    if depth >= 2 or _repeats_within(ctx, node, function):
+        return False  # a loop in a function called once may be the training loop itself
+    callers = [(ctx, call) for call in ctx.loops.callers(function)] + _calls_from_importers(ctx, function)
+    return bool(callers) and all(
+        lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
+    )
+
+
+def _repeats_within(ctx: "FileContext", node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    for ancestor in ctx.ancestors(node):
+        if ancestor is function:
+            return False
+        if isinstance(ancestor, _REPEATING):
+            return True
+    return False
+
+
+def _calls_from_importers(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileContext", cst.Call]]:
+    """The calls of a module's function, or of a top-level class's method, in the project files
+    that import its module (as far as :class:`~advisor.project.ProjectView` can follow them)."""
+    view = ctx.project
+    if view is None or function.name.value.startswith("__"):
+        return []
+    scope = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    if scope is None:
+        return view.calls_from_importers(function.name.value)
+    if isinstance(scope, cst.ClassDef) and ctx.enclosing(scope, cst.FunctionDef, cst.ClassDef) is None:
+        return view.method_calls_from_importers(scope.name.value, function.name.value)
+    return []
 
 
 _REPEATING = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def runs_every_step(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
+    """Code seen to run every training step: in a training step, in a module's ``forward``,
+    or in a function that one of those calls, in this file or (for a module's function or a
+    class's method) in a project file that imports it (``query_ball_point`` called from a
+    model's ``forward`` in ``models/pointnet2.py``). Unlike :func:`runs_once`, absence of
+    evidence is a no: a helper nothing is seen calling per step is not hot."""
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
+        return True
+    if ctx.loops.per_step(node):
+        return True
+    if not isinstance(function, cst.FunctionDef) or depth >= 2:
+        return False
+    if any(runs_every_step(ctx, call, depth + 1) for call in ctx.loops.callers(function)):
+        return True
+    return any(runs_every_step(other, call, depth + 1) for other, call in _calls_from_importers(ctx, function))
 
 
 def lazily_initialised(ctx: "FileContext", node: cst.CSTNode) -> bool:
