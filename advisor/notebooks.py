@@ -58,7 +58,10 @@ _MAYBE_IPYTHON = re.compile(
     re.M,
 )
 # A cell magic on the cell's first line that is neither blank nor a comment.
-_CELL_MAGIC_OPENING = re.compile(r"(?:[ \t]*(?:#[^\r\n]*)?(?:\r\n|\r|\n))*[ \t]*%%[ \t]*(\w*)")
+# A cell's first line that is not blank or a comment opens a cell magic (``%%bash``). Read line by
+# line: one regular expression over the leading lines backtracks exponentially on a cell of
+# many ``\r\n`` lines (each matched as one line break or as two).
+_CELL_MAGIC = re.compile(r"%%[ \t]*(\w*)")
 _NON_ASCII_ESCAPE = re.compile(r"\\u(?:00[89a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F]{2})[0-9a-fA-F]")
 _DECODER = json.JSONDecoder()
 # A cell compiled alone, as IPython compiles it (top-level `await` allowed), to an AST only.
@@ -473,8 +476,12 @@ def _is_python(metadata: object) -> bool:
 
 def _analysed(source: str) -> bool:
     """False for a cell whose cell magic runs it as something else than Python here."""
-    magic = _CELL_MAGIC_OPENING.match(source)
-    return magic is None or magic.group(1) in PYTHON_CELL_MAGICS
+    for line in _NEWLINE.split(source):
+        line = line.lstrip(" \t")
+        if line and not line.startswith("#"):
+            magic = _CELL_MAGIC.match(line)
+            return magic is None or magic.group(1) in PYTHON_CELL_MAGICS
+    return True
 
 
 def _raw_offset(text: str, cell: CodeCell, offset: int) -> int:

@@ -587,3 +587,12 @@ def test_a_colab_notebooks_saved_gpu_is_its_target_where_the_target_is_assumed()
     assert codes(ASSUMED) == [] and "ADV201" in [
         d.code for d in check_file("train.ipynb", Settings(codes=frozenset({"ADV201"}), target=ASSUMED), data=notebook(code(source))).diagnostics
     ]
+
+
+def test_a_cell_of_many_windows_line_breaks_is_read_at_once():
+    # Transformers-Tutorials: a cell's leading lines, read as one regular expression, backtracked
+    # exponentially on "\r\n" (one line break or two); line by line, the answer is immediate.
+    from advisor.notebooks import _analysed
+
+    assert _analysed("\r\n" * 200 + "model.cuda()\n")
+    assert not _analysed("# setup\r\n" * 200 + "%%bash\nnvidia-smi\n")
