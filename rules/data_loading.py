@@ -132,7 +132,11 @@ class DataLoaderPinMemory(Rule):
           `pin_memory=False` is left alone there too;
         - the loader is a Lightning `test_dataloader()` / `predict_dataloader()` and the
           file builds its `Trainer` but never calls `trainer.test` / `trainer.predict`
-          (nor uses `LightningCLI`): no batch of it reaches the GPU.
+          (nor uses `LightningCLI`): no batch of it reaches the GPU;
+        - the loader is only counted (`len(loader)`), or every loop over it keeps its
+          batches on the host: it measures them (`img.shape`, `len(x)`) or appends them to a
+          list (a data set loaded into memory once): pinning would copy each batch into
+          page-locked memory for nothing.
     """
     valid = [
         Valid(

@@ -1630,6 +1630,23 @@ def test_a_loader_whose_batches_are_only_measured_is_not_pinned():
     assert [d for d in lint(moved, codes=["ADV101"], gpu="A100")]
 
 
+def test_a_loader_whose_batches_are_kept_in_a_host_list_is_not_pinned():
+    # STEGO's MaterializedDataset: a loader in a data set's __init__ loads every sample once into
+    # a list; pinning would hold the whole data set in page-locked memory for nothing.
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\nmodel = Net().cuda()\n\n"
+        "class MaterializedDataset(Dataset):\n"
+        "    def __init__(self, ds):\n"
+        "        self.materialized = []\n"
+        "        loader = DataLoader(ds, num_workers=12, collate_fn=lambda l: l[0])\n"
+        "        for batch in tqdm(loader):\n"
+        "            self.materialized.append(batch)\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
+    moved = source.replace("            self.materialized.append(batch)\n", "            self.materialized.append(batch.cuda())\n")
+    assert [d for d in lint(moved, codes=["ADV101"], gpu="A100")]
+
+
 def test_compile_is_advice_when_the_program_asks_for_deterministic_runs():
     # CLAM's seed_torch: `cudnn.deterministic = True` beside the seed; a compiled model's dropout
     # draws other numbers for the same seed, so the run is no longer reproducible to the bit.

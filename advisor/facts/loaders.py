@@ -649,7 +649,7 @@ class LoaderFacts:
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
-        if self.only_counted(call) or self.batches_only_measured(call):
+        if self.only_counted(call) or self.batches_stay_on_host(call):
             return False
         return self.runs_for_training(call)
 
@@ -677,11 +677,13 @@ class LoaderFacts:
         Not known (``**kwargs``): taken as paying, as before workers were asked."""
         return not self.pins_in_training_process(call)
 
-    def batches_only_measured(self, call: cst.Call) -> bool:
+    def batches_stay_on_host(self, call: cst.Call) -> bool:
         """Every loop of the file over the loader only measures its batches on the host
-        (``img.shape``, ``len(x)``): torchvision's ``_compute_aspect_ratios_slow``, which
-        loads each image to read its height and width. Nothing goes to a GPU; pinning copies
-        every image once more for nothing."""
+        (``img.shape``, ``len(x)``: torchvision's ``_compute_aspect_ratios_slow``, which loads
+        each image to read its height and width) or keeps them in a host list
+        (``self.materialized.append(batch)``: STEGO's ``MaterializedDataset`` loads a data set
+        into memory once). Nothing goes to a GPU; pinning copies every batch once more, into
+        page-locked memory the list then holds, for nothing."""
         ctx = self.ctx
         bound = self._plain_name_reads(call)
         if bound is None:
@@ -700,7 +702,7 @@ class LoaderFacts:
                 holder = ctx.parent.get(use)
                 if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
                     continue
-                if not _argument_of_builtin(ctx, use, ("len", "print")):
+                if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use):
                     return False
         return True
 
@@ -1252,6 +1254,20 @@ def _argument_of_builtin(ctx: "FileContext", node: cst.CSTNode, builtins: tuple[
     arg = ctx.parent.get(node)
     call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
     return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in builtins
+
+
+def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """``node`` is the one argument of ``<list>.append(node)``: kept as it is, on the host."""
+    arg = ctx.parent.get(node)
+    call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and len(call.args) == 1
+        and ctx.parent.get(call) is not None
+        and isinstance(ctx.parent.get(call), cst.Expr)
+    )
 
 
 def _iterates(expr: cst.BaseExpression, name: str) -> bool:
