@@ -599,6 +599,11 @@ class FileContext:
             table.add(binding.node)
             if table.aliases.get(name) != self.imports.aliases.get(name):
                 return False
+        if bindings and self.enclosing(at, cst.FunctionDef, cst.Lambda, cst.ClassDef) is None:
+            # Module-level code runs in order: an import further down (a notebook's later cell)
+            # is not bound yet where a statement goes after the first imports.
+            line = self.position(at)[0]
+            return any(self.position(binding.node)[0] <= line for binding in bindings)
         return bool(bindings)
 
     def code(self, node: cst.CSTNode) -> str:

@@ -537,6 +537,28 @@ def _notebook_ran_without_gpu(ctx: FileContext) -> bool:
     return ctx.memo(_notebook_ran_without_gpu, read)
 
 
+# A fix that turns on bf16 or TF32 needs an Ampere-or-newer GPU, whatever the target says.
+_NEEDS_AMPERE = re.compile(r"bf16|bfloat16|tf32|matmul_precision", re.I)
+
+
+def _withhold_on_the_notebooks_own_hardware(ctx: FileContext, finding: Finding) -> None:
+    """A notebook's metadata says where it runs (Colab's ``"gpuType": "T4"``, a TPU runtime):
+    a bf16 or TF32 fix there needs a GPU the notebook does not ask for, and on a TPU no CUDA
+    fix applies. Advice, saying so."""
+    from advisor.facts.environment import notebook_gpu
+
+    assert finding.fix is not None
+    hardware = notebook_gpu(ctx)
+    if hardware == "a TPU":
+        finding.as_advice("the notebook's metadata asks for a TPU runtime, so the fix is left as advice")
+    elif hardware is not None and _NEEDS_AMPERE.search(finding.fix.description):
+        shown = hardware if hardware.startswith("a ") else f"a {hardware}"
+        finding.as_advice(
+            f"the notebook's metadata says it runs on {shown}, which may have no bf16 or TF32 (Ampere or newer), "
+            f"so the fix is left as advice"
+        )
+
+
 def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> None:
     """A fix in the branch the authors keep for older library versions becomes advice: the
     newer branch is where the current code lives, and the older one may not take the fix
@@ -598,6 +620,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 _withhold_in_older_version_branch(ctx, finding)
             if finding.fix is not None and ctx.path.endswith(".ipynb") and _notebook_ran_without_gpu(ctx):
                 finding.as_advice(_RAN_WITHOUT_GPU)
+            if finding.fix is not None and ctx.path.endswith(".ipynb"):
+                _withhold_on_the_notebooks_own_hardware(ctx, finding)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

@@ -2213,6 +2213,29 @@ class EvalWithoutNoGrad(Rule):
 
 
 # -- ADV703 ----------------------------------------------------------------------------------
+def _known_not_a_tensor(ctx: FileContext, call: cst.Call, data: cst.BaseExpression) -> bool:
+    """``call`` runs only where ``data`` is not a tensor: under ``if not isinstance(data,
+    torch.Tensor):`` or in the ``else`` of ``if isinstance(data, torch.Tensor):``
+    (pytorch_geometric_temporal's ``lambda_max``, a float or a tensor)."""
+    spelled = ctx.code(data)
+    for ancestor in ctx.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if not isinstance(ancestor, cst.If):
+            continue
+        test, negated = ancestor.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "isinstance"):
+            continue
+        if len(test.args) != 2 or ctx.code(test.args[0].value) != spelled or "Tensor" not in ctx.code(test.args[1].value):
+            continue
+        in_body = ctx.is_descendant(call, ancestor.body)
+        if in_body == negated:
+            return True
+    return False
+
+
 # torch functions that always return a new tensor that shares memory with nothing else.
 _FRESH_TENSOR_FUNCTIONS = frozenset(
     {
@@ -2384,6 +2407,22 @@ class TensorCopyInLoop(Rule):
         Valid(
             """
             import torch
+
+            class ChebConv(torch.nn.Module):
+                def forward(self, x, lambda_max=None):
+                    for layer in self.layers:
+                        if lambda_max is None:
+                            lambda_max = torch.tensor(2.0, dtype=x.dtype, device=x.device)
+                        if not isinstance(lambda_max, torch.Tensor):
+                            lambda_max = torch.tensor(lambda_max, dtype=x.dtype, device=x.device)
+                        x = layer(x, lambda_max)
+                    return x
+            """,
+            note="only where it is not a tensor (a float): there `torch.tensor` is the conversion",
+        ),
+        Valid(
+            """
+            import torch
             lengths = torch.tensor([3, 4])
             tokens = torch.randint(0, 10, (2, 5))
             for i in range(2):
@@ -2499,7 +2538,7 @@ class TensorCopyInLoop(Rule):
             data = ctx.argument(call, "data", 0)
             if not isinstance(data, cst.BaseExpression) or not self._repeated(ctx, call):
                 continue
-            if not tensors.is_tensor(data):
+            if not tensors.is_tensor(data) or _known_not_a_tensor(ctx, call, data):
                 continue
             yield self.report(
                 call,

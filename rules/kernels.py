@@ -80,8 +80,10 @@ class AdamNotFused(Rule):
     """
     fix_notes = """
         Where the optimizer is built before the model moves to the GPU (before `.cuda()`,
-        `accelerator.prepare`), `fused=True` meets CPU parameters at construction, which
-        needs torch 2.4 or newer. advisor reads the project's declared torch requirement:
+        `accelerator.prepare`, also one that only an `if` branch the run may not take makes),
+        or in a helper its callers hand the parameters to (`get_optimizer(params)`: where they
+        are at construction cannot be told), `fused=True` may meet CPU parameters at
+        construction, which needs torch 2.4 or newer. advisor reads the project's declared torch requirement:
         where it admits an older torch, the fix says so and is **unsafe**; where nothing is
         declared, the description names the requirement.
     """

@@ -2645,6 +2645,60 @@ class _KnownCode:
         return all(self.expression(base.value, depth + 1, False) for base in cls.bases if base.keyword is None)
 
 
+def _to_numpy_after(ctx: FileContext, region: list[cst.SimpleStatementLine] | None) -> cst.CSTNode | None:
+    """A NumPy conversion, after ``region`` in its function (or the module), of a name the region
+    assigns: ``y_pred.data.cpu().numpy()``, ``np.array(output)``, ``plt.imshow(output)``."""
+    if not region:
+        return None
+    assigned: set[str] = set()
+    for statement in region:
+        for small in statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                for target in targets:
+                    assigned.update(n.value for n in ctx.walk(target, cst.Name))
+    if not assigned:
+        return None
+    scope = ctx.enclosing(region[0], cst.FunctionDef) or ctx.module
+    end = max(ctx.order[statement] for statement in region)
+    for call in ctx.walk(scope, cst.Call):
+        if ctx.order[call] <= end:
+            continue
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "numpy":
+            roots = [func.value]
+        elif (ctx.qualname(func) or "").split(".")[0] in ("numpy", "matplotlib") or _converts_to_numpy(ctx, call):
+            roots = [arg.value for arg in call.args]
+        else:
+            continue
+        for root in roots:
+            while isinstance(root, (cst.Attribute, cst.Call, cst.Subscript)):
+                root = root.func if isinstance(root, cst.Call) else root.value
+            if isinstance(root, cst.Name) and root.value in assigned:
+                return call
+    return None
+
+
+def _converts_to_numpy(ctx: FileContext, call: cst.Call) -> bool:
+    """``call`` runs a function of the file that hands something to NumPy or matplotlib
+    (NYU-DLSP20's ``display_images(None, output)``, which calls ``plt.imshow``)."""
+    helper = ctx.loops.callee(call)
+    if not isinstance(helper, cst.FunctionDef):
+        return False
+    for inner in ctx.walk(helper.body, cst.Call):
+        func = inner.func
+        if (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or (
+            (ctx.qualname(func) or "").split(".")[0] in ("numpy", "matplotlib")
+        ):
+            return True
+    return False
+
+
+def _short_code(ctx: FileContext, node: cst.CSTNode, limit: int = 40) -> str:
+    text = " ".join(ctx.code(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _autocast_safe_region(ctx: FileContext, region: list[cst.SimpleStatementLine]) -> bool:
     """Whether every callee in ``region`` runs code the file shows or an autocast-safe library's."""
     return all(runs_known_code(ctx, call.func) for statement in region for call in ctx.walk(statement, cst.Call))
@@ -2716,7 +2770,9 @@ class NoMixedPrecision(Rule):
         plain assignments before `loss.backward()`; elsewhere (a helper runs the backward,
         several backward passes, the loss computed inline), on GPUs without bf16 (where
         fp16 also needs a `GradScaler`), and in a file that sets TF32 for its fp32 matmuls
-        (a precision the author chose), the finding is advice only. `TrainingArguments` get
+        (a precision the author chose), and where a tensor the wrapped statements make is later
+        handed to NumPy or matplotlib (`y_pred.data.cpu().numpy()`, `plt.imshow(output)`, also
+        through a function of the file: NumPy has no bfloat16), the finding is advice only. `TrainingArguments` get
         `bf16=True` (`fp16=True` without bf16), `Accelerator(mixed_precision="no")` gets
         `"bf16"`, a Lightning `Trainer` / `Fabric` gets `precision="bf16-mixed"`.
 
@@ -3390,6 +3446,15 @@ class NoMixedPrecision(Rule):
             # bf16 for it alone makes the comparison between them uneven.
             shown = ", ".join(f"`{name}`" for name in others[:3])
             message += f"; the file trains in other steps too ({shown}) that this loop's autocast does not reach: mixed precision is one decision for them all, so it is advice"
+            wrapped = None
+        converted = _to_numpy_after(ctx, region) if wrapped is not None else None
+        if converted is not None:
+            # NYU-DLSP20's notebooks: `y_pred.data.cpu().numpy()` after the step; NumPy has no
+            # bfloat16, so the outputs made under bf16 autocast would raise there.
+            message += (
+                f"; `{_short_code(ctx, converted)}` hands a tensor made in the step to NumPy, which has no "
+                "bfloat16, so it is advice: convert it with `.float()` first"
+            )
             wrapped = None
         if wrapped is not None:
             edits, imports = wrapped

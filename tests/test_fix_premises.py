@@ -1596,6 +1596,152 @@ def test_a_notebook_whose_saved_outputs_show_no_gpu_gets_advice(tmp_path):
         assert (finding.fix_applicability is not None) == fixed, finding.message
 
 
+NOTEBOOK_LOOP = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))")
+
+
+def _notebook_text(cells: list, metadata: dict | None = None) -> str:
+    import json
+
+    return json.dumps({"cells": cells, "metadata": metadata or {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def _code_cell(source: str, outputs: list | None = None) -> dict:
+    return {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": source, "outputs": outputs or []}
+
+
+@pytest.mark.parametrize(
+    "cells, metadata, fixed",
+    [
+        # pytorch_geometric_temporal's A3T-GCN notebook printed its torch: 1.6.0 (no TF32 API).
+        ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "1.6.0\n"}])], None, False),
+        ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "2.3.1+cu121\n"}])], None, True),
+        # PyTorch Geometric's wheel index names the torch it was built for.
+        ([_code_cell("!pip install torch-scatter -f https://pytorch-geometric.com/whl/torch-1.6.0.html")], None, False),
+        # The kernel's Python: 3.7 ran torch 1.13 at most, which has set_float32_matmul_precision (1.12).
+        ([], {"language_info": {"name": "python", "version": "3.7.6"}}, True),
+        ([], {"language_info": {"name": "python", "version": "3.6.9"}}, False),
+    ],
+)
+def test_a_notebooks_saved_state_says_which_torch_it_ran(tmp_path, cells, metadata, fixed):
+    path = tmp_path / "forecasting.ipynb"
+    text = _notebook_text([*cells, _code_cell(NOTEBOOK_LOOP)], metadata)
+    path.write_text(text)
+    (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV202"]
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+    if not fixed:
+        assert "the fix needs torch >= 1.12" in finding.message
+
+
+def test_a_large_notebooks_install_cell_still_pins_torch(tmp_path):
+    # Transformers-Tutorials' LayoutLMv2 notebooks: megabytes of saved outputs, and an install cell
+    # with torch==1.8.0+cu101 (no torch.autocast: 1.10).
+    image = {"output_type": "display_data", "data": {"image/png": "A" * 1_500_000}, "metadata": {}}
+    text = _notebook_text([
+        _code_cell("!pip install torch==1.8.0+cu101 torchvision==0.9.0+cu101 -f https://download.pytorch.org/whl/torch_stable.html"),
+        _code_cell("plot()", [image]),
+        _code_cell(NOTEBOOK_LOOP),
+    ])
+    path = tmp_path / "docvqa.ipynb"
+    path.write_text(text)
+    (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV203"]
+    assert finding.fix_applicability is None and "torch==1.8.0+cu101" in finding.message
+
+
+@pytest.mark.parametrize(
+    "metadata, shown",
+    [
+        ({"colab": {"gpuType": "T4"}, "accelerator": "GPU"}, "a T4"),
+        ({"colab": {"provenance": []}, "accelerator": "GPU"}, "a Colab GPU"),
+        ({"colab": {"provenance": []}, "accelerator": "TPU"}, "a TPU"),
+        ({"colab": {"gpuType": "A100"}, "accelerator": "GPU"}, None),
+        ({}, None),
+    ],
+)
+def test_a_notebooks_own_hardware_keeps_bf16_and_tf32_fixes_advice(tmp_path, metadata, shown):
+    # Transformers-Tutorials: Colab notebooks saved on a T4 (no bf16, no TF32), or asking for a
+    # TPU runtime; fused Adam is fine on a T4, and a named A100 takes every fix.
+    path = tmp_path / "finetune.ipynb"
+    text = _notebook_text([_code_cell(NOTEBOOK_LOOP)], metadata)
+    path.write_text(text)
+    found = {d.code: d for d in lint(text, gpu="A100", path=str(path))}
+    for code in ("ADV202", "ADV203"):
+        assert (found[code].fix_applicability is None) == (shown is not None), found[code].message
+        if shown is not None:
+            assert shown in found[code].message
+    assert (found["ADV601"].fix_applicability is None) == (shown == "a TPU")
+
+
+def test_fused_adam_in_a_helper_handed_its_parameters_needs_torch_2_4(tmp_path):
+    # audiolm's get_optimizer(params, ...): its trainers build it before `.cuda()`; where the
+    # parameters are at construction cannot be told, so torch 2.1-2.3 (declared >=2.1) would raise.
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
+    source = (
+        "from torch.optim import Adam\n\n"
+        "def get_optimizer(params, lr=1e-4, filter_by_requires_grad=False):\n"
+        "    if filter_by_requires_grad:\n"
+        "        params = list(filter(lambda t: t.requires_grad, params))\n"
+        "    return Adam(params, lr=lr)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom optimizer import get_optimizer\nif __name__ == '__main__':\n"
+        "    model = Net()\n    optim = get_optimizer(model.parameters())\n    model.cuda()\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "optimizer.py", source))
+    assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
+
+
+def test_a_gpu_hand_over_in_the_other_branch_does_not_place_the_model(tmp_path):
+    # moment's classifier: accelerator.prepare places the model in the fine-tuning branch; the
+    # `else` builds a plain Adam while the model is still on the CPU (moved in train_epoch later).
+    (tmp_path / "requirements.txt").write_text("torch>=2.0.1\n")
+    source = (
+        "import torch\nfrom accelerate import Accelerator\n\n"
+        "class Tasks:\n"
+        "    def __init__(self, args):\n"
+        "        self.model = Net()\n"
+        "        if args.full:\n"
+        "            self.optimizer = torch.optim.Adam(self.model.parameters())\n"
+        "            self.accelerator = Accelerator()\n"
+        "            self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)\n"
+        "        else:\n"
+        "            self.optimizer = torch.optim.Adam(self.model.parameters())\n"
+        "            self.device = 'cuda' if torch.cuda.is_available() else 'cpu'\n\n"
+        "    def train_epoch(self, loader):\n"
+        "        self.model.to(self.device)\n"
+        "        for x, y in loader:\n"
+        "            loss = self.model(x.to(self.device), y.to(self.device))\n"
+        "            loss.backward()\n"
+        "            self.optimizer.step()\n"
+    )
+    script = fresh_script(tmp_path / "classification.py", source)
+    found = [d for d in lint(source, codes=["ADV601"], gpu="A100", path=str(script))]
+    plain = [d for d in found if d.line == 12]
+    assert plain and plain[0].fix_applicability is None and "torch >= 2.4" in plain[0].message
+
+
+def test_a_pinned_python_caps_the_torch_a_project_runs(tmp_path):
+    # udacity's deep-learning-v2-pytorch: `conda create -n deep-learning python=3.6`, then
+    # `conda install pytorch`: Python 3.6's newest torch is 1.10 (no fused Adam, no TF32 API).
+    (tmp_path / ".git").mkdir()
+    for readme, fixed in (("conda create -n deep-learning python=3.6\nconda install pytorch\n", False),
+                          ("conda create -n deep-learning python>=3.6\nconda install pytorch\n", True)):
+        (tmp_path / "README.md").write_text(readme)
+        finding = only(LOOP, "ADV601", fresh_script(tmp_path / "train.py", LOOP))
+        assert (finding.fix_applicability is not None) == fixed, finding.message
+        if not fixed:
+            assert "pins Python 3.6, whose newest torch is 1.10.2" in finding.message
+
+
+def test_a_model_built_again_after_its_move_is_on_the_cpu_again():
+    # moment's PTB-XL notebook: the model moved in an earlier cell, loaded again with
+    # from_pretrained, then the optimizer built before the training function moves it.
+    moved = "import torch\nmodel = Net()\nmodel.to('cuda')\nopt = torch.optim.Adam(model.parameters())\n"
+    reloaded = moved.replace("opt = ", "model = Net()\nopt = ")
+    for source, plain in ((moved, True), (reloaded, False)):
+        (finding,) = lint(source + "for x in loader:\n    model(x.cuda()).sum().backward()\n    opt.step()\n", gpu="A100", codes=["ADV601"])
+        assert (finding.fix_description == "Pass `fused=True`") == plain, finding.fix_description
+
+
 def test_a_loader_only_counted_with_len_is_not_pinned():
     # minimind's train_grpo.py: `loader_for_count = DataLoader(train_ds, batch_size=...)` exists to
     # compute `len(loader_for_count)`; the training loader beside it pins already.

@@ -709,3 +709,21 @@ for imgs, true_masks in loader:
 )
 def test_only_a_half_precision_dtype_counts_as_precision_handled(mask_type, reported):
     assert (codes_of(UNET_STYLE.format(mask_type=mask_type), codes=["ADV203"]) == ["ADV203"]) is reported
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "plt.plot(logits.data.cpu().numpy())\n",
+        "import numpy as np\nscores = np.array(logits.detach().cpu())\n",
+        "def show(images):\n    plt.imshow(images.cpu().numpy())\nshow(logits)\n",
+    ],
+)
+def test_bf16_autocast_is_advice_where_the_steps_outputs_go_to_numpy(after):
+    # NYU-DLSP20's notebooks plot `y_pred.data.cpu().numpy()` after the step: NumPy has no
+    # bfloat16, so outputs made under bf16 autocast would raise there.
+    source = "import matplotlib.pyplot as plt\n" + PLAIN_LOOP + after
+    (finding,) = lint(source, codes=["ADV203"])
+    assert finding.fix_applicability is None and "NumPy, which has no bfloat16" in finding.message
+    (plain,) = lint("import matplotlib.pyplot as plt\n" + PLAIN_LOOP + "print(loss.item())\n", codes=["ADV203"])
+    assert plain.fix_applicability is not None

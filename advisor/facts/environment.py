@@ -61,7 +61,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     documents: list[str] = []
     bare = False
     for path in _candidates(ctx):
-        text = _notebook_installs(read_project_file(ctx, path)) if path == ctx.path else read_project_file(ctx, path)
+        text = _notebook_installs(ctx) if path == ctx.path else read_project_file(ctx, path)
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
@@ -402,21 +402,17 @@ def _read_small(path: str) -> str | None:
         return None
 
 
-def _notebook_installs(text: str | None) -> str | None:
+def _notebook_installs(ctx: "FileContext") -> str | None:
     """A notebook's ``!pip install "peft==0.4.0" ...`` lines, one requirement per line: the
-    versions its author ran it with (philschmid's QLoRA notebook pins peft 0.4.0)."""
-    import json
-
-    try:
-        cells = json.loads(text or "").get("cells", [])
-    except (ValueError, AttributeError):
-        return None
+    versions its author ran it with (philschmid's QLoRA notebook pins peft 0.4.0). Read from
+    the notebook whatever its size: saved outputs make megabytes of a notebook whose install
+    cell pins ``torch==1.8.0+cu101`` (Transformers-Tutorials' LayoutLMv2 notebooks)."""
     found: list[str] = []
-    for cell in cells:
+    cells = _notebook(ctx).get("cells")
+    for cell in cells if isinstance(cells, list) else ():
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        for line in ("".join(source) if isinstance(source, list) else str(source)).splitlines():
+        for line in _cell_text(cell.get("source")).splitlines():
             command = _PIP_INSTALL.match(line)
             if command is not None:
                 found += [word.strip("\"'") for word in command.group(1).split() if not word.startswith("-")]
@@ -494,6 +490,12 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         if container is not None and _version(container[1]) < _version(version):
             return f"the project builds on NVIDIA's PyTorch container {container[0]}, which has torch {container[1]}"
     if package == "torch":
+        ran = notebook_torch(ctx)
+        if ran is not None and _version(ran[0]) < _version(version):
+            return ran[1]
+        python = _python_cap(ctx)
+        if python is not None and _version(python[1]) < _version(version):
+            return f"the project's environment pins Python {python[0]}, whose newest torch is {python[1]}"
         major = _asserted_torch_major(ctx.source)
         if major is not None and major < _version(version)[0]:
             return f"the file asserts torch {major}.x"
@@ -641,3 +643,126 @@ def admits_below(spec: str | None, version: str) -> bool | None:
             value = _version(text.replace("*", "0"))
             floor = value if floor is None or value > floor else floor
     return floor is not None and floor < _version(version)
+
+
+# -- what a notebook's saved state says about where it ran ------------------------------------
+# A notebook keeps the evidence of its last run: the cells' outputs (``print(torch.__version__)``
+# gave ``1.6.0``), the wheels it installed (PyG's index for ``torch-1.6.0``), the kernel's
+# Python (3.7.6), and on Colab the GPU it ran on (``"gpuType": "T4"``).
+_VERSION_OUTPUT = re.compile(r"^\s*'?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:[+a-z][\w.+]*)?'?\s*$", re.M)
+_PYG_WHEELS = re.compile(r"(?:pytorch-geometric\.com|data\.pyg\.org)/whl/torch-([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
+# The newest torch for a Python: 1.10 was the last for 3.6, 1.13 the last for 3.7.
+_NEWEST_TORCH_FOR_PYTHON = {(3, 5): "1.4.0", (3, 6): "1.10.2", (3, 7): "1.13.1"}
+# GPUs without bf16 and TF32 (before Ampere), as Colab and Kaggle name them.
+_PRE_AMPERE = re.compile(r"^(?:nvidia)?(?:tesla)?[-_ ]?(?:gpu)?[-_ ]?(K80|P4|P100|T4|V100)(?:x2)?$", re.I)
+
+
+def notebook_torch(ctx: "FileContext") -> tuple[str, str] | None:
+    """The torch a notebook last ran with, as its saved state shows it, and how it shows it:
+    None for a script, or a notebook that shows nothing."""
+    if not ctx.path.endswith(".ipynb"):
+        return None
+    return ctx.memo(notebook_torch, lambda: _notebook_torch(_notebook(ctx)))
+
+
+def notebook_gpu(ctx: "FileContext") -> str | None:
+    """The pre-Ampere GPU (no bf16, no TF32) a notebook's metadata says it runs on: Colab's
+    ``gpuType`` (``"T4"``), ``"a Colab GPU"`` where a Colab notebook asks for a GPU without
+    naming one (the free tier's have been K80, P100 and T4), ``"a TPU"`` where it asks for
+    a TPU; None otherwise."""
+    if not ctx.path.endswith(".ipynb"):
+        return None
+    return ctx.memo(notebook_gpu, lambda: _notebook_gpu(_notebook(ctx)))
+
+
+# ``conda create -n deep-learning python=3.6`` (udacity's course), ``- python=3.7`` in an
+# environment file, ``FROM python:3.6``: an exact Python, which caps the torch it can install.
+_PYTHON_PIN = re.compile(r"(?<![\w-])python\s*(?:==?|:)\s*3\.([0-9]+)(?![0-9]|\.?[0-9]*\s*[,<>|*+])", re.I)
+
+
+def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
+    """The Python the project's install instructions or environment file pin, and the newest
+    torch for it, when that is an old one (the nearest file that pins one speaks)."""
+    for path in _candidates_around(ctx):
+        text = read_project_file(ctx, path)
+        if text is None or "python" not in text.lower():
+            continue
+        for match in _PYTHON_PIN.finditer(text):
+            minor = int(match.group(1))
+            newest = _NEWEST_TORCH_FOR_PYTHON.get((3, minor))
+            if newest is not None:
+                return f"3.{minor}", newest
+    return None
+
+
+def _notebook(ctx: "FileContext") -> dict:
+    """The notebook's JSON, read once per context (recorded for the results cache)."""
+    if getattr(ctx, "project", None) is not None:
+        ctx.project.consulted.add(os.path.abspath(ctx.path))
+    return ctx.memo(_notebook, lambda: _notebook_json(ctx.path))
+
+
+def _notebook_json(path: str) -> dict:
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _cell_text(value: object) -> str:
+    return "".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
+
+
+def _notebook_torch(notebook: dict) -> tuple[str, str] | None:
+    found: list[tuple[str, str]] = []
+    cells = notebook.get("cells")
+    for cell in cells if isinstance(cells, list) else ():
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = _cell_text(cell.get("source"))
+        wheels = _PYG_WHEELS.search(source)
+        if wheels is not None:
+            found.append((wheels.group(1), f"the notebook installs PyTorch Geometric's wheels for torch {wheels.group(1)}"))
+        if "torch.__version__" not in source:
+            continue
+        for output in cell.get("outputs") or ():
+            if not isinstance(output, dict):
+                continue
+            data = output.get("data")
+            text = _cell_text(output.get("text")) or (_cell_text(data.get("text/plain")) if isinstance(data, dict) else "")
+            printed = _VERSION_OUTPUT.search(text)
+            if printed is not None:
+                found.append((printed.group(1), f"the notebook's saved output shows torch {printed.group(1)}"))
+                break
+    metadata = notebook.get("metadata")
+    language = metadata.get("language_info") if isinstance(metadata, dict) else None
+    python = language.get("version") if isinstance(language, dict) else None
+    if isinstance(python, str) and re.match(r"3\.[0-9]+", python):
+        newest = _NEWEST_TORCH_FOR_PYTHON.get(tuple(int(p) for p in python.split(".")[:2]))  # type: ignore[arg-type]
+        if newest is not None:
+            found.append((newest, f"the notebook was saved from Python {python}, whose newest torch is {newest}"))
+    return min(found, key=lambda item: _version(item[0])) if found else None
+
+
+def _notebook_gpu(notebook: dict) -> str | None:
+    metadata = notebook.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    colab = metadata.get("colab")
+    named = metadata.get("gpuType") or (colab.get("gpuType") if isinstance(colab, dict) else None)
+    kaggle = metadata.get("kaggle")
+    if isinstance(kaggle, dict) and isinstance(kaggle.get("accelerator"), str):
+        named = named or kaggle["accelerator"]
+    if isinstance(named, str):
+        match = _PRE_AMPERE.match(named.strip())
+        return match.group(1).upper() if match else None
+    accelerator = str(metadata.get("accelerator", "")).upper()
+    if isinstance(colab, dict) and accelerator == "GPU":
+        return "a Colab GPU"
+    if accelerator == "TPU":
+        return "a TPU"
+    return None

@@ -535,9 +535,30 @@ def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
     owners = _parameter_owners(ctx, params)
     if not owners:
         # Time-LLM: AdamW over a list the loop gathered from ``model.parameters()``, handed
-        # with the model to ``accelerator.prepare`` below, which places them.
-        return _prepared_after(ctx, optimizer)
+        # with the model to ``accelerator.prepare`` below, which places them. audiolm's
+        # ``get_optimizer(params, ...)``: the callers hand the parameters in, and its trainers
+        # build it before ``.cuda()``: where they are at construction cannot be told.
+        return _prepared_after(ctx, optimizer) or (
+            isinstance(function, cst.FunctionDef) and _derived_from_parameters(ctx, params, function)
+        )
     return not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
+
+
+def _derived_from_parameters(ctx: FileContext, expr: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """``expr`` reads a parameter of ``function``, directly or through the function's own
+    assignments (``params = list(filter(..., params))``, ``[{"params": wd_params}, ...]``)."""
+    derived = {param.name.value for param in (*function.params.params, *function.params.posonly_params, *function.params.kwonly_params)}
+    derived.discard("self")
+    assignments = [
+        node for node in ctx.walk(function.body, cst.Assign)
+        if ctx.enclosing(node, cst.FunctionDef) is function
+    ]
+    for _ in range(3):  # a few hops: params -> wd_params -> groups
+        for node in assignments:
+            if any(n.value in derived for n in ctx.walk(node.value, cst.Name)):
+                for target in node.targets:
+                    derived.update(n.value for n in ctx.walk(target.target, cst.Name))
+    return any(n.value in derived for n in ctx.walk(expr, cst.Name))
 
 
 def _prepared_after(ctx: FileContext, optimizer: cst.Call) -> bool:
@@ -617,21 +638,40 @@ def _fsdp_offloads_parameters(ctx: FileContext) -> bool:
 def _on_gpu_before(ctx: FileContext, owner: str, at: cst.CSTNode) -> bool:
     """Whether ``owner`` is on a GPU (or a device chosen at run time) by the time ``at`` runs."""
     position = ctx.order[at]
-    roots = [b.value for b in ctx.lookup(owner, at) if b.value is not None] if "." not in owner else []
+    bindings = [b for b in ctx.lookup(owner, at) if b.value is not None] if "." not in owner else []
+    # A model built again after a move is on the CPU again (moment's notebook reloads it with
+    # ``from_pretrained`` in a later cell, then builds the optimizer): only moves after the
+    # last binding before ``at`` count.
+    earlier = [ctx.order[b.node] for b in bindings if b.node in ctx.order and ctx.order[b.node] < position]
+    since = max(earlier, default=-1)
+    roots = [b.value for b in bindings]
     for root in roots:  # ``from_pretrained(..., device_map="auto")`` builds it on the GPU
         if isinstance(root, cst.Call) and ctx.keyword_arg(root, "device_map") is not None:
             return True
     for call in ctx.method_calls("to", "cuda"):
-        if ctx.order[call] >= position:
+        if ctx.order[call] >= position or ctx.order[call] < since or _exclusive_branches(ctx, call, at):
             continue
         receiver = call.func.value  # type: ignore[attr-defined]
         if dotted_name(receiver) == owner or any(call is root or ctx.is_descendant(call, root) for root in roots):
             if any(kind.gpu or kind is Where.NAMED for kind in _move_kinds(ctx, call)):
                 return True
     for call in ctx.nodes(cst.Call):
-        if ctx.order[call] < position and framework_hand_over(ctx, call) is not None:
+        if ctx.order[call] < position and not _exclusive_branches(ctx, call, at) and framework_hand_over(ctx, call) is not None:
             if any(dotted_name(arg.value) == owner for arg in call.args if not arg.star):
                 return True
+    return False
+
+
+def _exclusive_branches(ctx: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` and ``second`` sit in different branches of one ``if``/``else``: one run takes
+    one of them (moment's classifier: ``accelerator.prepare`` in the fine-tuning branch, the
+    plain optimizer in the ``else``)."""
+    for ancestor in ctx.ancestors(first):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.If) and ancestor.orelse is not None and ctx.is_descendant(second, ancestor):
+            in_body = ctx.is_descendant(first, ancestor.body)
+            return in_body != ctx.is_descendant(second, ancestor.body)
     return False
 
 
