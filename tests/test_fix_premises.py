@@ -2417,3 +2417,17 @@ def test_fused_adam_is_not_offered_for_a_model_with_complex_weights(tmp_path):
     (tmp_path / "spectral.py").write_text((tmp_path / "spectral.py").read_text().replace(", dtype=torch.cfloat", ""))
     script = fresh_script(tmp_path / "train.py", source)
     assert only(source, "ADV601", script).fix_applicability == "safe"
+
+
+def test_fused_adam_in_a_helper_whose_callers_hand_gpu_parameters_is_fixed(tmp_path):
+    # Score-Entropy-Discrete-Diffusion's losses.get_optimizer: the training script calls it with
+    # the parameters of models it moved to the GPU first; a wrapper (DDP) keeps the placement.
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
+    helper = "import torch\n\ndef get_optimizer(params, lr=1e-4):\n    return torch.optim.AdamW(params, lr=lr)\n"
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom losses import get_optimizer\nif __name__ == '__main__':\n"
+        "    model = Net()\n    model.cuda()\n    model = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "    optimizer = get_optimizer(model.parameters())\n"
+    )
+    finding = only(helper, "ADV601", fresh_script(tmp_path / "losses.py", helper))
+    assert finding.fix_applicability is not None and finding.fix_description == "Pass `fused=True`"

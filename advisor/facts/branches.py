@@ -173,7 +173,7 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         return bool(built) and all(runs_once(other, call, depth + 1) for other, call in built)
     if depth >= 2 or _repeats_within(ctx, node, function):
         return False  # a loop in a function called once may be the training loop itself
-    callers = [(ctx, call) for call in ctx.loops.callers(function)] + _calls_from_importers(ctx, function)
+    callers = calls_of(ctx, function)
     return bool(callers) and all(
         lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
     )
@@ -186,6 +186,11 @@ def _repeats_within(ctx: "FileContext", node: cst.CSTNode, function: cst.Functio
         if isinstance(ancestor, _REPEATING):
             return True
     return False
+
+
+def calls_of(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileContext", cst.Call]]:
+    """The calls of ``function`` seen: in its file, and in the project files importing it."""
+    return [(ctx, call) for call in ctx.loops.callers(function)] + _calls_from_importers(ctx, function)
 
 
 def _calls_from_importers(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileContext", cst.Call]]:

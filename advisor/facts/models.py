@@ -539,9 +539,27 @@ def built_before_gpu_move(ctx: FileContext, optimizer: cst.Call) -> bool:
         # ``get_optimizer(params, ...)``: the callers hand the parameters in, and its trainers
         # build it before ``.cuda()``: where they are at construction cannot be told.
         return _prepared_after(ctx, optimizer) or (
-            isinstance(function, cst.FunctionDef) and _derived_from_parameters(ctx, params, function)
+            isinstance(function, cst.FunctionDef)
+            and _derived_from_parameters(ctx, params, function)
+            and not _callers_hand_gpu_parameters(ctx, function)
         )
     return not all(_on_gpu_before(ctx, owner, optimizer) for owner, _ in owners)
+
+
+def _callers_hand_gpu_parameters(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """Every call of ``function`` seen (in its file and in the files importing it) hands it the
+    parameters of models already on a GPU there (Score-Entropy's ``get_optimizer(config,
+    chain(score_model.parameters(), noise.parameters()))`` after both moved)."""
+    from advisor.facts.branches import calls_of
+
+    calls = calls_of(ctx, function)
+    if not calls:
+        return False
+    for other, call in calls:
+        owners = [owner for arg in call.args if not arg.star for owner, _ in _parameter_owners(other, arg.value)]
+        if not owners or not all(_on_gpu_before(other, owner, call) for owner in owners):
+            return False
+    return True
 
 
 def _derived_from_parameters(ctx: FileContext, expr: cst.BaseExpression, function: cst.FunctionDef) -> bool:
@@ -642,7 +660,13 @@ def _on_gpu_before(ctx: FileContext, owner: str, at: cst.CSTNode) -> bool:
     # A model built again after a move is on the CPU again (moment's notebook reloads it with
     # ``from_pretrained`` in a later cell, then builds the optimizer): only moves after the
     # last binding before ``at`` count.
-    earlier = [ctx.order[b.node] for b in bindings if b.node in ctx.order and ctx.order[b.node] < position]
+    # A wrapper of the same model (``model = DDP(model)``, ``get_peft_model(model, ...)``,
+    # ``torch.compile(model)``) keeps its placement: only a binding that does not read it builds anew.
+    earlier = [
+        ctx.order[b.node] for b in bindings
+        if b.node in ctx.order and ctx.order[b.node] < position
+        and not any(n.value == owner for n in ctx.walk(b.value, cst.Name))
+    ]
     since = max(earlier, default=-1)
     roots = [b.value for b in bindings]
     for root in roots:  # ``from_pretrained(..., device_map="auto")`` builds it on the GPU
