@@ -2071,6 +2071,18 @@ def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
     assert finding.fix_applicability is not None
 
 
+def test_the_field_api_under_a_version_check_caps_the_torch_version():
+    # NYU-DLSP20: `torchtext.legacy` or the pre-0.9 `torchtext.data` by version, then
+    # `data.Field(...)`: torchtext 0.11 at most either way (torch 1.10).
+    source = (
+        "import torch\nfrom torchtext import __version__ as ttver\n"
+        "if ttver >= '0.9.0':\n    from torchtext.legacy import data\nelse:\n    from torchtext import data\n"
+        "TEXT = data.Field(lower=True)\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV601"]
+    assert finding.fix_applicability is None and "torch 1.10 or older" in finding.message
+
+
 def test_fused_adam_in_a_script_that_runs_on_the_cpu_unless_told_needs_torch_2_4(tmp_path):
     # pytorch/examples' language_translation: `--backend` defaults to "cpu", and its
     # requirements name torchtext, whose last release is built for torch 2.3.

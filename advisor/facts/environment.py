@@ -540,6 +540,14 @@ def runs_no_declared_torch(ctx: "FileContext") -> str | None:
 # import data``, gone in torchtext 0.12, whose torch is 1.11.
 _REMOVED_IMPORTS = (
     (re.compile(r"^(?:from|import)\s+torchtext\.legacy\b", re.M), "torchtext.legacy", "1.10", "torchtext 0.12 (torch 1.11) removed"),
+    # NYU-DLSP20: `from torchtext.legacy import data` or `from torchtext import data` by version,
+    # then `data.Field(...)`: the Field API either way, which torchtext 0.12 (torch 1.11) removed.
+    (
+        re.compile(r"^[ \t]*(?:from\s+torchtext(?:\.legacy)?\s+import\s+[^\n]*\bdata\b)[\s\S]*?\bdata\.(?:Field|LabelField|BucketIterator|TabularDataset)\(", re.M),
+        "torchtext.data.Field",
+        "1.10",
+        "torchtext 0.12 (torch 1.11) removed",
+    ),
     (
         re.compile(r"^from\s+torchtext\.data\s+import\s+[^\n]*\b(?:Field|BucketIterator|TabularDataset|LabelField)\b", re.M),
         "torchtext.data.Field",
