@@ -1732,6 +1732,26 @@ def test_a_pinned_python_caps_the_torch_a_project_runs(tmp_path):
             assert "pins Python 3.6, whose newest torch is 1.10.2" in finding.message
 
 
+def test_requirement_files_of_one_folder_that_disagree_give_the_oldest_torch(tmp_path):
+    # VL-T5: requirements.txt pins torch==1.6.0 for training, cog.yaml torch==1.10.0 for its demo;
+    # torch.autocast (1.10) raised under the training install.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==1.6.0\ntransformers==4.2.1\n")
+    (tmp_path / "cog.yaml").write_text('build:\n  python_packages:\n    - "torch==1.10.0"\n')
+    source = "import torch\nmodel = Net().cuda()\nfor x in loader:\n    with torch.cuda.amp.autocast():\n        loss = model(x.cuda()).sum()\n    loss.backward()\n"
+    found = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV204"]
+    assert found and all(d.fix_applicability is None and "torch==1.6.0" in d.message for d in found)
+
+
+def test_an_environment_script_is_read_as_install_instructions(tmp_path):
+    # MP-Neural-PDE-Solvers' environment.sh: `conda install pytorch=1.9 ...` (no TF32 API: 1.12).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "environment.sh").write_text("conda install pytorch=1.9 torchvision cudatoolkit=11.1 -c pytorch -y\n")
+    source = NOTEBOOK_LOOP
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV202"]
+    assert finding.fix_applicability is None and "the fix needs torch >= 1.12" in finding.message
+
+
 def test_a_model_built_again_after_its_move_is_on_the_cpu_again():
     # moment's PTB-XL notebook: the model moved in an earlier cell, loaded again with
     # from_pretrained, then the optimizer built before the training function moves it.

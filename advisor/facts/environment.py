@@ -30,9 +30,10 @@ _CONDA_PACKAGE = re.compile(
 )
 # Install instructions (a README's, a Dockerfile's ``RUN pip install lightning==2.1.2``): read
 # only where no requirement file names the package.
-# An install script counts too (VQ-Diffusion's ``install_req.sh``: ``pip install torch==1.9.0``).
+# An install script counts too (VQ-Diffusion's ``install_req.sh``: ``pip install torch==1.9.0``;
+# MP-Neural-PDE-Solvers' ``environment.sh``: ``conda install pytorch=1.9``).
 _DOCUMENT = re.compile(
-    r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*|(?:install|setup)[\w.-]*\.sh)$",
+    r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*|(?:install|setup|env|environment)[\w.-]*\.sh)$",
     re.I,
 )
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
@@ -60,7 +61,13 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     )
     documents: list[str] = []
     bare = False
+    # Requirement files of one folder may disagree (VL-T5: requirements.txt pins torch 1.6.0 for
+    # training, cog.yaml 1.10.0 for its demo): the oldest floor among them speaks for the folder.
+    found: list[str] = []
+    found_in: str | None = None
     for path in _candidates(ctx):
+        if found_in is not None and os.path.dirname(path) != found_in:
+            break
         text = _notebook_installs(ctx) if path == ctx.path else read_project_file(ctx, path)
         if text is None:
             continue
@@ -69,22 +76,17 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
-        for match in pattern.finditer(text):
-            quoted = match.group("quoted")
-            if quoted is not None and re.match(r"\s*(?:\^|~(?!=))", quoted):
-                return ">=" + quoted.strip().lstrip("^~").strip()  # Poetry's ``"~4.40.2"`` / ``"^2.1"``
-            if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
-                return quoted.strip()  # Poetry's ``">=1.10.1, < 1.13.0"`` is PEP 440 already
-            spec = match.group("spec").strip().rstrip(",")
-            if spec.startswith("@"):
-                return spec  # ``peft @ git+https://...@3714aa2``: a commit, of whatever age
-            if spec:
-                return _poetry(spec)  # Latte's environment.yml: ``- pytorch`` first, ``- pytorch > 2.0.0`` below
-            # ``torch`` alone (or a mention that is no requirement: ``known-third-party =
-            # ["torch"]`` in a ``pyproject.toml``): the current release, unless a requirement
-            # file names it with a version, or the project's install instructions say which
-            # torch it supports (s4: "Pytorch 1.10+")
+        spec = _spec_in(pattern, text)
+        if spec == "":
             bare = True
+        elif spec is not None:
+            found.append(spec)
+            found_in = os.path.dirname(path)
+    if found:
+        pinned = [spec for spec in found if not spec.startswith("@")]
+        if len(pinned) < len(found) or not pinned:
+            return next(spec for spec in found if spec.startswith("@"))
+        return min(pinned, key=lambda spec: _floor(spec) or (999,))
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
@@ -116,6 +118,35 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if versions:
             return ">=" + min(versions, key=_version)
     return "" if bare else None
+
+
+def _spec_in(pattern: "re.Pattern[str]", text: str) -> str | None:
+    """The version specifier the first requirement of ``text`` that names the package gives,
+    ``""`` where it names the package bare only, None where it does not name it."""
+    bare = False
+    for match in pattern.finditer(text):
+        quoted = match.group("quoted")
+        if quoted is not None and re.match(r"\s*(?:\^|~(?!=))", quoted):
+            return ">=" + quoted.strip().lstrip("^~").strip()  # Poetry's ``"~4.40.2"`` / ``"^2.1"``
+        if quoted is not None and re.match(r"\s*[<>=!~]", quoted):
+            return quoted.strip()  # Poetry's ``">=1.10.1, < 1.13.0"`` is PEP 440 already
+        spec = match.group("spec").strip().rstrip(",")
+        if spec.startswith("@"):
+            return spec  # ``peft @ git+https://...@3714aa2``: a commit, of whatever age
+        if spec:
+            return _poetry(spec)  # Latte's environment.yml: ``- pytorch`` first, ``- pytorch > 2.0.0`` below
+        # ``torch`` alone (or a mention that is no requirement: ``known-third-party =
+        # ["torch"]`` in a ``pyproject.toml``): the current release, unless a requirement
+        # file names it with a version, or the project's install instructions say which
+        # torch it supports (s4: "Pytorch 1.10+")
+        bare = True
+    return "" if bare else None
+
+
+def _floor(spec: str) -> tuple[int, ...] | None:
+    """The oldest version ``spec`` admits, where a clause bounds it from below."""
+    floors = [_version(text) for operator, text in _CLAUSE.findall(spec) if operator in (">=", ">", "==", "~=")]
+    return min(floors) if floors else None
 
 
 def _expand_docker_args(text: str) -> str:
