@@ -101,11 +101,17 @@ def test_ctrl_c_during_a_write_waits_for_the_write(tmp_path, monkeypatch):
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", interrupted_fsync)
-    with pytest.raises(KeyboardInterrupt):
-        write_atomic(str(path), b"new\n")
-    assert path.read_bytes() == b"new\n"
-    assert temp_files(tmp_path) == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # A test runner started in the background (`cmd &`, nohup) ignores SIGINT: take Ctrl-C as a
+    # terminal's process does, and put the runner's own disposition back afterwards.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_atomic(str(path), b"new\n")
+        assert path.read_bytes() == b"new\n"
+        assert temp_files(tmp_path) == []
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_file_edited_while_being_fixed_is_left_alone(tmp_path):

@@ -277,6 +277,9 @@ def test_ctrl_c_during_the_patched_run_takes_it_down_and_removes_the_copy(tmp_pa
     advisor = subprocess.Popen(
         [sys.executable, "-m", "advisor", "fix", "--verify", "train.py", "--steps", "2", "--warmup", "1", "--no-color"],
         cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # A test runner started in the background (`cmd &`, nohup) ignores SIGINT, and children
+        # inherit that: give the advisor process a Ctrl-C it can receive, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     announced = Path(env["RUN_RECORD"] + ".patched")
     deadline = time.monotonic() + 120
