@@ -609,6 +609,11 @@ class FileContext:
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
+    def snippet(self, node: cst.CSTNode, limit: int = 40) -> str:
+        """``node``'s code on one line, cut to ``limit`` characters with ``...``: for messages."""
+        text = " ".join(self.code(node).split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
     def is_read(self, name: cst.Name) -> bool:
         """Whether this occurrence of a name loads a variable: not the ``attr`` of ``x.attr``, a
         keyword's name, an assignment or annotated-assignment target, a parameter, the name of a

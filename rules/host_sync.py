@@ -81,11 +81,6 @@ def _string_format(call: cst.Call) -> bool:
     )
 
 
-def _short(ctx: FileContext, node: cst.CSTNode, limit: int = 40) -> str:
-    text = " ".join(ctx.code(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _sync_sites(ctx: FileContext, found: TensorFacts) -> Iterator[_Sync]:
     """Every place that reads a CUDA tensor back to the host, in source order."""
     sites: list[_Sync] = []
@@ -100,19 +95,19 @@ def _sync_sites(ctx: FileContext, found: TensorFacts) -> Iterator[_Sync]:
         elif method in ("item", "tolist") and call.args:
             continue
         if found.on_device(call.func.value):
-            sites.append(_Sync(call, f"`{_short(ctx, call)}`"))
+            sites.append(_Sync(call, f"`{ctx.snippet(call)}`"))
     for call in ctx.nodes(cst.Call):
         if _builtin(ctx, call, "float", "int", "bool") and len(call.args) == 1 and not call.args[0].star:
             if found.on_device(call.args[0].value):
-                sites.append(_Sync(call, f"`{_short(ctx, call)}`"))
+                sites.append(_Sync(call, f"`{ctx.snippet(call)}`"))
         elif _builtin(ctx, call, "print"):
             if any(arg.keyword is None and not arg.star and found.on_device(arg.value) for arg in call.args):
-                sites.append(_Sync(call, f"`{_short(ctx, call)}` of a CUDA tensor"))
+                sites.append(_Sync(call, f"`{ctx.snippet(call)}` of a CUDA tensor"))
         elif _string_format(call) and any(found.on_device(arg.value) for arg in call.args if not arg.star):
             sites.append(_Sync(call, "formatting a CUDA tensor with `str.format`"))
     for part in ctx.nodes(cst.FormattedStringExpression):
         if found.on_device(part.expression):
-            sites.append(_Sync(part, f"formatting `{_short(ctx, part.expression)}` in an f-string"))
+            sites.append(_Sync(part, f"formatting `{ctx.snippet(part.expression)}` in an f-string"))
     for operation in ctx.nodes(cst.BinaryOperation):
         if isinstance(operation.operator, cst.Modulo) and isinstance(
             operation.left, (cst.SimpleString, cst.ConcatenatedString)
@@ -126,7 +121,7 @@ def _sync_sites(ctx: FileContext, found: TensorFacts) -> Iterator[_Sync]:
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test = test.expression
         if found.on_device(test):
-            sites.append(_Sync(test, f"branching on the CUDA tensor `{_short(ctx, test)}`"))
+            sites.append(_Sync(test, f"branching on the CUDA tensor `{ctx.snippet(test)}`"))
     yield from sorted(sites, key=lambda s: ctx.order[s.node])
 
 
@@ -773,7 +768,7 @@ class SynchronizeInLoop(Rule):
             )
             yield self.report(
                 call,
-                f"`{_short(ctx, call)}` every training step stalls the CPU until the GPU drains its queue; "
+                f"`{ctx.snippet(call)}` every training step stalls the CPU until the GPU drains its queue; "
                 f"{advice} (guide: {SYNC_GUIDE})",
             )
 
@@ -1050,10 +1045,10 @@ class AnomalyDetectionOn(Rule):
         fix = None
         if isinstance(statement, cst.Expr) and value.origin == "literal":
             fix = self.fix("Remove the call", *remove_statements(ctx, [statement]))
-        how = "" if value.origin == "literal" else f" (`{_short(ctx, mode)}` is true)"
+        how = "" if value.origin == "literal" else f" (`{ctx.snippet(mode)}` is true)"
         return self.report(
             call,
-            f"`{_short(ctx, call.func)}(True)`{how} slows every training step several times over: "
+            f"`{ctx.snippet(call.func)}(True)`{how} slows every training step several times over: "
             f"switch anomaly detection on only to debug (guide: {DEBUG_GUIDE})",
             fix,
         )
@@ -1072,7 +1067,7 @@ class AnomalyDetectionOn(Rule):
                 fix = self.fix("Remove the anomaly-detection context", edit)
         return self.report(
             call,
-            f"`with {_short(ctx, call.func)}(...)` slows every training step several times over: "
+            f"`with {ctx.snippet(call.func)}(...)` slows every training step several times over: "
             f"switch anomaly detection on only to debug (guide: {DEBUG_GUIDE})",
             fix,
         )
@@ -1545,7 +1540,7 @@ class HostAllocThenCopy(Rule):
             made = (ctx.qualname(data.func) or "numpy").split(".", 1)[1]
             yield self.report(
                 call,
-                f"`{_short(ctx, call.func, 30)}(np.{made}(...))` fills the array in host memory and copies it to the GPU "
+                f"`{ctx.snippet(call.func, 30)}(np.{made}(...))` fills the array in host memory and copies it to the GPU "
                 f"every training step; create it there (`torch.ones(..., device=...)`, `torch.randn(..., device=...)`) "
                 f"(guide: {DEVICE_GUIDE})",
             )
@@ -2542,7 +2537,7 @@ class TensorCopyInLoop(Rule):
                 continue
             yield self.report(
                 call,
-                f"`torch.tensor({_short(ctx, data, 30)})` copies a tensor on every iteration; use it as it is, "
+                f"`torch.tensor({ctx.snippet(data, 30)})` copies a tensor on every iteration; use it as it is, "
                 f"or convert it with `.to(dtype)` / `.to(device)` (guide: {COPY_GUIDE})",
                 self._fix(ctx, call, data, tensors.is_fresh(data)),
             )

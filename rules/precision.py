@@ -2664,10 +2664,9 @@ def _to_numpy_after(ctx: FileContext, region: list[cst.SimpleStatementLine] | No
     for call in ctx.walk(scope, cst.Call):
         if ctx.order[call] <= end:
             continue
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "numpy":
-            roots = [func.value]
-        elif (ctx.qualname(func) or "").split(".")[0] in ("numpy", "matplotlib") or _converts_to_numpy(ctx, call):
+        if _numpy_conversion(call):
+            roots = [call.func.value]  # type: ignore[attr-defined]
+        elif _hands_to_numpy(ctx, call) or _converts_to_numpy(ctx, call):
             roots = [arg.value for arg in call.args]
         else:
             continue
@@ -2685,18 +2684,17 @@ def _converts_to_numpy(ctx: FileContext, call: cst.Call) -> bool:
     helper = ctx.loops.callee(call)
     if not isinstance(helper, cst.FunctionDef):
         return False
-    for inner in ctx.walk(helper.body, cst.Call):
-        func = inner.func
-        if (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or (
-            (ctx.qualname(func) or "").split(".")[0] in ("numpy", "matplotlib")
-        ):
-            return True
-    return False
+    return any(_numpy_conversion(inner) or _hands_to_numpy(ctx, inner) for inner in ctx.walk(helper.body, cst.Call))
 
 
-def _short_code(ctx: FileContext, node: cst.CSTNode, limit: int = 40) -> str:
-    text = " ".join(ctx.code(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _numpy_conversion(call: cst.Call) -> bool:
+    """``x.numpy()``."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "numpy"
+
+
+def _hands_to_numpy(ctx: FileContext, call: cst.Call) -> bool:
+    """A NumPy or matplotlib call, which converts the tensors it is given."""
+    return (ctx.qualname(call.func) or "").split(".")[0] in ("numpy", "matplotlib")
 
 
 def _autocast_safe_region(ctx: FileContext, region: list[cst.SimpleStatementLine]) -> bool:
@@ -3452,7 +3450,7 @@ class NoMixedPrecision(Rule):
             # NYU-DLSP20's notebooks: `y_pred.data.cpu().numpy()` after the step; NumPy has no
             # bfloat16, so the outputs made under bf16 autocast would raise there.
             message += (
-                f"; `{_short_code(ctx, converted)}` hands a tensor made in the step to NumPy, which has no "
+                f"; `{ctx.snippet(converted)}` hands a tensor made in the step to NumPy, which has no "
                 "bfloat16, so it is advice: convert it with `.float()` first"
             )
             wrapped = None

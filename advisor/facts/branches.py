@@ -63,6 +63,18 @@ def branch_of(ctx: "FileContext", head: cst.If, node: cst.CSTNode) -> int | None
     return None
 
 
+def exclusive_branches(ctx: "FileContext", first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` and ``second`` sit in different branches of one ``if``/``elif``/``else``
+    chain in their function: a run takes one of them (moment's classifier:
+    ``accelerator.prepare`` in the fine-tuning branch, the plain optimizer in the ``else``)."""
+    for head in if_chain_heads(ctx, first):
+        taken = branch_of(ctx, head, first)
+        other = branch_of(ctx, head, second)
+        if taken is not None and other is not None:
+            return taken != other
+    return False
+
+
 def taken_branch(ctx: "FileContext", head: cst.If) -> int | None:
     """Which branch of an ``if``/``elif`` chain runs when every test resolves (command-line
     defaults included); None when one cannot be told."""
@@ -223,9 +235,7 @@ def runs_every_step(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bo
         return True
     if not isinstance(function, cst.FunctionDef) or depth >= 2:
         return False
-    if any(runs_every_step(ctx, call, depth + 1) for call in ctx.loops.callers(function)):
-        return True
-    return any(runs_every_step(other, call, depth + 1) for other, call in _calls_from_importers(ctx, function))
+    return any(runs_every_step(other, call, depth + 1) for other, call in calls_of(ctx, function))
 
 
 def lazily_initialised(ctx: "FileContext", node: cst.CSTNode) -> bool:

@@ -19,6 +19,7 @@ import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, FABRIC
 from advisor.context import MISSING, FileContext
+from advisor.facts.branches import calls_of, exclusive_branches
 from advisor.facts.devices import Where, join
 from advisor.facts.loaders import defining_class
 from advisor.names import dotted_name
@@ -550,8 +551,6 @@ def _callers_hand_gpu_parameters(ctx: FileContext, function: cst.FunctionDef) ->
     """Every call of ``function`` seen (in its file and in the files importing it) hands it the
     parameters of models already on a GPU there (Score-Entropy's ``get_optimizer(config,
     chain(score_model.parameters(), noise.parameters()))`` after both moved)."""
-    from advisor.facts.branches import calls_of
-
     calls = calls_of(ctx, function)
     if not calls:
         return False
@@ -673,29 +672,16 @@ def _on_gpu_before(ctx: FileContext, owner: str, at: cst.CSTNode) -> bool:
         if isinstance(root, cst.Call) and ctx.keyword_arg(root, "device_map") is not None:
             return True
     for call in ctx.method_calls("to", "cuda"):
-        if ctx.order[call] >= position or ctx.order[call] < since or _exclusive_branches(ctx, call, at):
+        if ctx.order[call] >= position or ctx.order[call] < since or exclusive_branches(ctx, call, at):
             continue
         receiver = call.func.value  # type: ignore[attr-defined]
         if dotted_name(receiver) == owner or any(call is root or ctx.is_descendant(call, root) for root in roots):
             if any(kind.gpu or kind is Where.NAMED for kind in _move_kinds(ctx, call)):
                 return True
     for call in ctx.nodes(cst.Call):
-        if ctx.order[call] < position and not _exclusive_branches(ctx, call, at) and framework_hand_over(ctx, call) is not None:
+        if ctx.order[call] < position and not exclusive_branches(ctx, call, at) and framework_hand_over(ctx, call) is not None:
             if any(dotted_name(arg.value) == owner for arg in call.args if not arg.star):
                 return True
-    return False
-
-
-def _exclusive_branches(ctx: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """``first`` and ``second`` sit in different branches of one ``if``/``else``: one run takes
-    one of them (moment's classifier: ``accelerator.prepare`` in the fine-tuning branch, the
-    plain optimizer in the ``else``)."""
-    for ancestor in ctx.ancestors(first):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            return False
-        if isinstance(ancestor, cst.If) and ancestor.orelse is not None and ctx.is_descendant(second, ancestor):
-            in_body = ctx.is_descendant(first, ancestor.body)
-            return in_body != ctx.is_descendant(second, ancestor.body)
     return False
 
 
