@@ -9,8 +9,14 @@ same order, so at step k they are comparable. The tolerance at step k is the lar
 - RELATIVE_FLOOR (CPU runs are bit-for-bit deterministic: a zero noise would reject every
   reordering of a floating-point sum),
 
-plus a precision allowance when the patch changes the arithmetic precision (fp32 or fp16 to
-bf16, TF32 matmuls). A NaN or inf in the patched losses fails parity outright.
+plus an arithmetic allowance when the patch changes the precision (fp32 or fp16 to bf16, TF32
+matmuls) or the order of the arithmetic (``torch.compile``'s fused kernels, cuDNN's benchmarked
+convolution algorithms, the fused attention kernel). Rounding that differs by one ulp per
+operation parts the curves as much as a coarser precision does once training amplifies it: on
+an H200, cnn_synthetic's loss at step 3 (where it falls from 2.34 to 0.09) was 4.3% off with
+bf16 autocast, 3.8% with ``torch.compile`` alone and 4.0% with ``cudnn.benchmark`` alone, while
+two baseline runs agreed to the digit (bench/verify/records/h200-2026-11-27/search/). A NaN or
+inf in the patched losses fails parity outright.
 
 Differences are relative to the baseline's loss at that step, but never to less than
 SCALE_FLOOR of its loss at step 1: a task the model masters within the run (cnn_synthetic on an
@@ -37,12 +43,16 @@ from dataclasses import dataclass
 
 NOISE_FACTOR = 4.0
 RELATIVE_FLOOR = 0.02
-# Allowance added to the tolerance when a fix changes the precision the loss is computed in.
-PRECISION_ALLOWANCE = {
+# Allowance added to the tolerance when a fix changes the precision the loss is computed in, or
+# the order of its arithmetic (the module docstring says why the two are alike).
+ARITHMETIC_ALLOWANCE = {
     "ADV201": 0.03,  # fp16 -> bf16 autocast: 8 bits of mantissa instead of 11
     "ADV203": 0.03,  # fp32 -> bf16 autocast
     "ADV202": 0.01,  # fp32 -> TF32 matmuls: 10 bits of mantissa
     "ADV206": 0.03,
+    "ADV602": 0.03,  # torch.compile: fused kernels, other reduction orders
+    "ADV604": 0.03,  # hand-written attention -> the fused SDPA kernel
+    "ADV605": 0.03,  # cudnn.benchmark: the fastest convolution algorithm, not the default one
 }
 # Fixes after which the baseline's per-step objective is the sum of undivided micro-step losses
 # and the patched one their mean.
@@ -114,8 +124,8 @@ class Parity:
         }
 
 
-def precision_allowance(codes: Iterable[str]) -> float:
-    return max((PRECISION_ALLOWANCE.get(code, 0.0) for code in codes), default=0.0)
+def arithmetic_allowance(codes: Iterable[str]) -> float:
+    return max((ARITHMETIC_ALLOWANCE.get(code, 0.0) for code in codes), default=0.0)
 
 
 def normalisation(baselines: Sequence[dict], patched: dict, codes: Iterable[str]) -> tuple[bool, bool]:
@@ -155,7 +165,7 @@ def loss_parity(baselines: Sequence[dict], patched: dict, codes: Iterable[str]) 
         step, value = patched_bad
         return Parity(False, f"the patched loss is {value} at step {step}", worst_step=step)
     length = min([len(candidate)] + [len(r) for r in reference])
-    allowance = precision_allowance(codes)
+    allowance = arithmetic_allowance(codes)
     noise_so_far = 0.0
     compared = 0
     floor = _scale_floor(reference)
