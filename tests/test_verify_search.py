@@ -164,3 +164,52 @@ def test_fixes_that_clash_are_found_by_adding_them_one_at_a_time(tmp_path):
     # Alone x 3, all three together (crashes: the same source as the whole patch, not run again),
     # then ADV601 + ADV605; adding ADV606 is the whole patch again.
     assert set(outcome.runs) == {"baseline", "patched", "only ADV601", "only ADV605", "only ADV606", "with ADV605"}
+
+
+# A fix known to part the loss curve (workers draw other random numbers), and one that does not.
+STREAM = {
+    "ADV601": EDITS["ADV601"],
+    "ADV102": ("torch.manual_seed(0)\n", "torch.manual_seed(1)\n"),  # another random stream: other data, other init
+    "ADV203": EDITS["ADV203"],
+}
+
+
+def stream_patch(codes: frozenset[str]) -> FixResult:
+    source = TRAIN
+    applied = []
+    for code, (old, new) in STREAM.items():
+        if code in codes:
+            source = source.replace(old, new, 1)
+            applied.append(AppliedFix(code, 1, f"edit {code}"))
+    return FixResult("train.py", TRAIN.encode(), source.encode(), applied, [], [])
+
+
+def test_a_patch_that_parts_the_curve_is_tried_without_the_likely_cause_first(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    whole = stream_patch(frozenset({"ADV601", "ADV102"}))
+    outcome = verify_patch(
+        str(script), TRAIN.encode(), whole.fixed, whole.applied, options(tmp_path, baseline_runs=1), subset=stream_patch
+    )
+    report = outcome.report
+    assert outcome.applied, report["verdict"]
+    assert report["fixes"] == ["ADV601"] and script.read_bytes() == stream_patch(frozenset({"ADV601"})).fixed
+    dropped = {entry["code"]: entry["reason"] for entry in report["search"]["dropped"]}
+    assert dropped["ADV102"].startswith("left out first (worker processes draw")
+    # One run beyond the baseline and the whole patch, not one per fix.
+    assert set(outcome.runs) == {"baseline", "patched", "without ADV102"}
+
+
+def test_when_the_likely_cause_is_not_the_cause_the_search_goes_on(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    whole = stream_patch(frozenset({"ADV601", "ADV102", "ADV203"}))
+    outcome = verify_patch(
+        str(script), TRAIN.encode(), whole.fixed, whole.applied, options(tmp_path, baseline_runs=1), subset=stream_patch
+    )
+    report = outcome.report
+    assert outcome.applied, report["verdict"]
+    assert report["fixes"] == ["ADV601"]
+    dropped = {entry["code"]: entry["reason"] for entry in report["search"]["dropped"]}
+    assert dropped["ADV102"].startswith("alone, the patch loss parity failed")
+    assert dropped["ADV203"].startswith("alone, the patch loss parity failed")
+    assert [trial["fixes"] for trial in report["search"]["trials"]][0] == ["ADV203", "ADV601"]
+    assert {"without ADV102", "only ADV601", "only ADV102", "only ADV203"} <= set(outcome.runs)

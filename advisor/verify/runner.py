@@ -672,6 +672,7 @@ def verify_patch(
             search = best_subset(
                 codes, original, lambda selected: subset(selected).fixed,
                 lambda label, source, selected: _measured(session, label, source, selected), session.cuda, session.noise,
+                failure=full.kind,
             )
             if search.best is not None:
                 best = subset(search.best.codes)
