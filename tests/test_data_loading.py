@@ -284,11 +284,11 @@ def test_data_loading_fixes_combine_on_a_tutorial_script():
     """
     result = fixed(source)
     assert (
-        "DataLoader(trainset, batch_size=4, shuffle=True, num_workers=4, persistent_workers=True, pin_memory=torch.cuda.is_available())"
+        "DataLoader(trainset, batch_size=4, shuffle=True, pin_memory=torch.cuda.is_available(), num_workers=4, persistent_workers=True)"
         in result
     )
     assert "data[0].to(device, non_blocking=True), data[1].to(device, non_blocking=True)" in result
-    # In rounds: the workers first (ADV102), then pinning (ADV101) and the copies (ADV103).
+    # One round: pinning (ADV101) and its copies (ADV103) do not wait for the workers (ADV102).
     assert codes(result) == []
 
 

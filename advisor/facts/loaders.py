@@ -653,30 +653,6 @@ class LoaderFacts:
             return False
         return self.runs_for_training(call)
 
-    def pins_in_training_process(self, call: cst.Call) -> bool:
-        """The loader has no worker processes (``num_workers`` not set, or 0): it pins each batch
-        in the training process itself, right before the step copies it."""
-        workers = self.ctx.argument(call, "num_workers", DATALOADER_POSITION["num_workers"])
-        if workers is None:
-            return False  # ``**kwargs``: not known
-        if workers is MISSING:
-            return True
-        value = self.ctx.values.resolve(workers)
-        return value is not None and type(value.value) is int and value.value == 0
-
-    def pinning_pays(self, call: cst.Call) -> bool:
-        """Whether pinning would make the loader's batches reach the GPU sooner. With worker
-        processes it does: the loader pins in a thread of its own while the step runs, and a
-        copy from pinned memory needs no staging. Without them the loader pins each batch in
-        the training process itself (``_SingleProcessDataLoaderIter``), right before the copy
-        to the GPU: one more host copy on the step's own path, where a copy from pageable
-        memory stages through a pinned buffer anyway. PyTorch's "A guide on good usage of
-        non_blocking and pin_memory()" measures ``pin_memory()`` then a copy on one thread as
-        slower than the plain copy, non-blocking or not; readers of real repositories judged
-        such edits harmless at best. Workers come first (ADV102); pinning follows them.
-        Not known (``**kwargs``): taken as paying, as before workers were asked."""
-        return not self.pins_in_training_process(call)
-
     def batches_stay_on_host(self, call: cst.Call) -> bool:
         """Every loop of the file over the loader only measures its batches on the host
         (``img.shape``, ``len(x)``: torchvision's ``_compute_aspect_ratios_slow``, which loads
