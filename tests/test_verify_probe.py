@@ -157,3 +157,13 @@ def test_headroom_note_estimates_the_batch_that_fits():
     small = {**run, "peak_memory_bytes": 1.24e9, "resident_memory_bytes": 1.0e9, "device_memory_bytes": 79.2 * gib,
              "steps_per_second": 100.0, "samples_per_second": 51200.0, "micro_steps": [1, 1, 1]}
     assert "a per-device batch over 64 times the 512 this step used would fit" in headroom_note(small)
+
+
+def test_a_probe_of_one_rung_says_why_it_went_no_further():
+    """On an H200 the GPT-2 probe ran 8 x 4 alone because the budget held back the compiled
+    patch's run; the note said "no larger split divides, or the budget did not pay": one of the two."""
+    from advisor.verify.runner import _probe_note
+
+    ran = [{"batch": 8, "accumulation": 4, "status": "ok", "steps_per_second": 5.2}]
+    assert _probe_note((8, 4), ran, True, larger=True).endswith("(the --budget left did not pay for a larger split)")
+    assert _probe_note((8, 1), ran, True, larger=False).endswith("(no larger split divides the effective batch)")

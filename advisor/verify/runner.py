@@ -50,9 +50,13 @@ ADVISOR_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 PROBE_STEPS = 2
 PROBE_WARMUP = 1  # the first step allocates; memory is known after the second
 PROBE_WINDOW_S = 1.0  # enough to rank the splits by speed
-# torch.compile's fix, and how much longer than an eager run a compiling one is expected to take.
+# torch.compile's fix, and how long compiling adds to a run. A fixed cost, not a factor: on an
+# H200 (2026-11-27) the compiled patch took 47 s against an eager 22 s (GPT-2), 50 s against 23 s
+# (the Trainer's GPT-2) and 34 s against 11 s (cnn_synthetic); on an H100 51 s against 24 s and
+# 39 s against 12 s. Eager + 30 s covers each; 3x the eager run held back 66 s for GPT-2's 47,
+# which left its probe no room for the larger split it was there to try.
 COMPILE_CODE = "ADV602"
-COMPILE_FACTOR = 3.0
+COMPILE_S = 30.0
 PROBE_WITHOUT = frozenset({COMPILE_CODE})  # see _probe_split
 PROBE_TIMEOUT_S = 300.0
 # Every run of a verify compiles the same model (baseline aside): inductor's on-disk caches of
@@ -637,7 +641,7 @@ def verify_patch(
 
                 def subset(selected: frozenset[str]) -> FixResult:
                     return batch_probe.patch(probed_batch_size, selected)
-            notes.append(_probe_note(split, probe_entries, session.cuda))
+            notes.append(_probe_note(split, probe_entries, session.cuda, larger=bool(batch_probe.larger)))
         else:
             notes.append(
                 f"batch split kept at {split[0]} x {split[1]}: the batch probe needs CUDA "
@@ -928,13 +932,12 @@ def _rung_that_fits(ladder: Sequence[tuple[int, int]], run: dict) -> int | None:
 
 
 def _patched_estimate(session: _Session, codes: Sequence[str]) -> float:
-    """What the whole patch's run is expected to take: as long as the longest run so far, or
-    COMPILE_FACTOR times that where the patch compiles the model (cnn_synthetic on an H100: 12 s
-    eager, 39 s compiled; GPT-2: 24 s and 51 s)."""
-    return session.next_run_s() * (COMPILE_FACTOR if COMPILE_CODE in codes else 1.0)
+    """What the whole patch's run is expected to take: as long as the longest run so far, plus
+    COMPILE_S where the patch compiles the model."""
+    return session.next_run_s() + (COMPILE_S if COMPILE_CODE in codes else 0.0)
 
 
-def _probe_note(split: tuple[int, int], entries: list[dict], cuda: bool) -> str:
+def _probe_note(split: tuple[int, int], entries: list[dict], cuda: bool, larger: bool = True) -> str:
     if any(e["status"] == "ok" for e in entries):
         how = "the fastest" if cuda else "the largest"
         note = f"batch split {split[0]} x {split[1]}: {how} per-device batch that ran in the probe"
@@ -944,7 +947,7 @@ def _probe_note(split: tuple[int, int], entries: list[dict], cuda: bool) -> str:
     if failed is not None:
         note += f" ({failed['batch']} x {failed['accumulation']} {failed['error']})"
     elif len(entries) < 2:
-        note += " (no larger split divides the effective batch, or the budget did not pay for one)"
+        note += " (the --budget left did not pay for a larger split)" if larger else " (no larger split divides the effective batch)"
     return note
 
 
