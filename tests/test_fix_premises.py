@@ -2463,3 +2463,51 @@ def test_fused_adam_in_a_helper_whose_callers_hand_gpu_parameters_is_fixed(tmp_p
     )
     finding = only(helper, "ADV601", fresh_script(tmp_path / "losses.py", helper))
     assert finding.fix_applicability is not None and finding.fix_description == "Pass `fused=True`"
+
+
+def test_a_readme_install_command_older_than_the_requirement_files_caps_torch(tmp_path):
+    # VGen: cog.yaml pins torch 2.0.1 for the demo image, the README's install section
+    # `pip install torch==1.12.0+cu113`: fused AdamW (torch 2.0) would raise under the README's.
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "cog.yaml").write_text('build:\n  python_packages:\n    - "torch==2.0.1"\n')
+    (tmp_path / "README.MD").write_text(
+        "We updated the codebase to support torch2.0+.\n## Installation\n```\n"
+        "pip install torch==1.12.0+cu113 torchvision==0.13.0+cu113 --extra-index-url https://download.pytorch.org/whl/cu113\n```\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "allow torch" in finding.message, finding.message
+    # A README that only speaks of torch in prose leaves the requirement file's pin alone.
+    (tmp_path / "README.MD").write_text("We updated the codebase to support torch 1.12 and newer.\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_module_docstrings_dependency_list_declares_its_torch(tmp_path):
+    # MorvanZhou's PyTorch-Tutorial: each script opens with "Dependencies:\ntorch: 0.4".
+    source = (
+        '"""\nView more, visit my tutorial page\n\nDependencies:\ntorch: 0.4\ntorchvision\n"""\n'
+        "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    (tmp_path / ".git").mkdir()
+    finding = only(source, "ADV601", fresh_script(tmp_path / "502_GPU.py", source))
+    assert finding.fix_applicability is None and "allow torch" in finding.message, finding.message
+    plain = source.replace("torch: 0.4\n", "")
+    assert only(plain, "ADV601", fresh_script(tmp_path / "other.py", plain)).fix_applicability is not None
+
+
+def test_fused_adamw_over_dtensor_parameters_needs_torch_2_4(tmp_path):
+    # mLoRA's benchmarks/bench_peft_tp.py: parallelize_module makes every parameter a DTensor, and
+    # torch 2.2.1 (its pin) has no sharding rule for the fused AdamW kernel: step() raises.
+    source = (
+        "import torch\nfrom torch.distributed.tensor.parallel import parallelize_module\n"
+        "model = Net().cuda()\nparallelize_module(model, mesh, plan)\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    )
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.2.1\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "bench_tp.py", source))
+    assert finding.fix_applicability is None and "allow torch" in finding.message, finding.message
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "bench_tp2.py", source))
+    assert finding.fix_applicability is not None and "DTensors" in finding.fix_description

@@ -59,7 +59,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         rf"""(?=["'\s;#\]]|$)""",
         re.M | re.I,
     )
-    documents: list[str] = []
+    documents: list[tuple[str, str]] = []  # (folder, text), nearest first
     bare = False
     # Requirement files of one folder may disagree (VL-T5: requirements.txt pins torch 1.6.0 for
     # training, cog.yaml 1.10.0 for its demo): the oldest floor among them speaks for the folder.
@@ -72,7 +72,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
-            documents.append(text)
+            documents.append((os.path.dirname(path), text))
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
@@ -82,10 +82,16 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         elif spec is not None:
             found.append(spec)
             found_in = os.path.dirname(path)
+    own = _docstring_pin(ctx, package)
     if found:
         pinned = [spec for spec in found if not spec.startswith("@")]
         if len(pinned) < len(found) or not pinned:
             return next(spec for spec in found if spec.startswith("@"))
+        # An install command in a README of the same folder or nearer is one more declaration of
+        # the folder (VGen: cog.yaml pins torch 2.0.1, the README's install section
+        # ``pip install torch==1.12.0+cu113``): the oldest floor speaks for it, as among files.
+        pinned += [f"=={version}" for folder, text in documents for version in _install_pins(text, package)]
+        pinned += [own] if own else []
         return min(pinned, key=lambda spec: _floor(spec) or (999,))
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
     # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
@@ -104,7 +110,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
-    for text in documents:  # the nearest document that names a version speaks for this folder
+    for _, text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
         # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
         # lemniscate) names code this checkout is not.
@@ -116,8 +122,37 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
             versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
         if versions:
-            return ">=" + min(versions, key=_version)
+            return ">=" + min(versions + ([own[2:]] if own else []), key=_version)
+    if own:
+        return own
     return "" if bare else None
+
+
+def _install_pins(text: str, package: str) -> list[str]:
+    """The versions ``pip install`` / ``conda install`` commands in ``text`` pin ``package`` to
+    (``pip install torch==1.12.0+cu113`` -> 1.12.0; ``conda install pytorch=1.9``)."""
+    name = re.escape(package)
+    command = re.compile(
+        rf"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?(?<![\w-])(?:py)?{name}\s*={{1,2}}\s*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
+    return [m.group(1) for m in command.finditer(text)]
+
+
+# A module docstring's dependency list (MorvanZhou's tutorials: "Dependencies:\ntorch: 0.4").
+_DOCSTRING_PIN = r"^[ \t]*[-*]?[ \t]*(?:py)?{name}[ \t]*(?::|==|>=|=)[ \t]*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b"
+
+
+def _docstring_pin(ctx: "FileContext", package: str) -> str | None:
+    """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``)."""
+    module = getattr(ctx, "module", None)
+    try:
+        docstring = module.get_docstring() if module is not None else None
+    except Exception:  # noqa: BLE001 - a docstring libcst cannot evaluate (bytes, f-string): none
+        return None
+    if not docstring:
+        return None
+    match = re.search(_DOCSTRING_PIN.format(name=re.escape(package)), docstring, re.M | re.I)
+    return f">={match.group(1)}" if match else None
 
 
 def _spec_in(pattern: "re.Pattern[str]", text: str) -> str | None:
