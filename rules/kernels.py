@@ -414,6 +414,12 @@ class AdamNotFused(Rule):
             # Run as documented, the parameters are on the CPU: a fused CPU kernel came with 2.4.
             description = "Pass `fused=True` (torch >= 2.4: the script runs on the CPU unless told to use the GPU)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
+        if ctx.facts.distributed.dtensor_parameters:
+            # DTensor parameters: torch registered a sharding rule for the fused AdamW kernel in
+            # 2.4 (pytorch#125369); before it, ``step()`` raises (mLoRA's tensor-parallel bench
+            # under its torch 2.2.1).
+            description = "Pass `fused=True` (torch >= 2.4: the parameters are DTensors, sharded by tensor parallelism or FSDP2)"
+            return self.fix(description, edit, requires=[("torch", "2.4")])
         if not built_before_gpu_move(ctx, call):
             return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
         # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.

@@ -30,6 +30,15 @@ FSDP = (
     "torch.distributed.fsdp.fully_shard",
     "torch.distributed._composable.fsdp.fully_shard",
 )
+# Calls that turn a module's parameters into DTensors (tensor parallelism, FSDP2).
+DTENSOR_SHARDING = (
+    "torch.distributed.tensor.parallel.parallelize_module",
+    "torch.distributed.tensor.parallel.api.parallelize_module",
+    "torch.distributed.tensor.distribute_module",
+    "torch.distributed._tensor.distribute_module",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+)
 DISTRIBUTED_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
 # Frameworks that shard the data, sync gradients and reshuffle for the scripts they drive.
 _FRAMEWORKS = (ACCELERATOR, FABRIC, LIGHTNING_TRAINER, "deepspeed.initialize", *TRAINING_ARGUMENTS)
@@ -55,6 +64,12 @@ class DistributedFacts:
     @cached_property
     def ddp_wraps(self) -> list[cst.Call]:
         return self.ctx.calls(*DISTRIBUTED_DATA_PARALLEL)
+
+    @cached_property
+    def dtensor_parameters(self) -> bool:
+        """The file shards a module's parameters into DTensors (``parallelize_module``,
+        ``fully_shard``): optimizers over them get DTensor parameters."""
+        return bool(self.ctx.calls(*DTENSOR_SHARDING))
 
     @cached_property
     def fsdp_wraps(self) -> list[cst.Call]:
