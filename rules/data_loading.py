@@ -97,9 +97,10 @@ class DataLoaderPinMemory(Rule):
         `bench/loader/records/`), a worker-less loader of 64 image-sized samples (38.5 MB a
         batch) ran its training step 1.27x faster pinned, 1.30x with non-blocking copies. On a
         batch of 32 token rows (0.26 MB) pinning cost 0.3 ms a step: 0.85x of a 1.9 ms toy
-        step, well under 1% of a real model's. A large gain against a small bounded cost, so
-        the fix does not wait for workers (ADV102 adds them, and then the loader pins in a
-        thread of its own while the step runs).
+        step, well under 1% of a real model's, and no gain. So the fix does not wait for
+        workers, except where the batches are token ids (the file building the loader, or its
+        data set's class, names `input_ids` or calls a tokenizer): there it is advice, workers
+        first (ADV102; with them the loader pins in a thread of its own while the step runs).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -388,6 +389,16 @@ class DataLoaderPinMemory(Rule):
         ),
         Invalid(
             """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ReviewDataset("train.jsonl"), batch_size=16, shuffle=True)
+            for batch in loader:
+                out = model(input_ids=batch["input_ids"].to("cuda"))
+            """,
+            note="token ids without workers: small batches, where pinning in the training process costs more than it saves",
+        ),
+        Invalid(
+            """
             import torch.utils.data as tud
             loader = tud.DataLoader(ds, batch_size=8)
             for x in loader:
@@ -545,6 +556,11 @@ class DataLoaderPinMemory(Rule):
                 if _commented_in(ctx, call, _COMMENTED_PIN):
                     # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
+                elif not loaders.pinning_pays(call):
+                    finding = finding.as_advice(
+                        "the batches are token ids, small: without worker processes the loader would pin each one "
+                        "in the training process, 0.3 ms more a step (measured); give it workers first (ADV102)"
+                    )
                 yield finding
                 continue
             value = ctx.values.resolve(pin)
@@ -1426,7 +1442,15 @@ class BlockingHostToDeviceCopy(Rule):
                     Edit(call, set_keyword(call, "non_blocking", "True")),
                     requires=[("torch", "0.4")],  # ``async=True`` before 0.4
                 )
-                if unpinned == "pinned by ADV101":
+                if unpinned == "no workers":
+                    # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.
+                    fix = None
+                    message = (
+                        f"Batch of token ids copied to the GPU with a blocking {copy} from a DataLoader without "
+                        f"worker processes that does not pin its memory: give it workers (ADV102), then pin it "
+                        f"(ADV101) and pass `non_blocking=True`; advice until then (guide: {GUIDE})"
+                    )
+                elif unpinned == "pinned by ADV101":
                     message = (
                         f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "
                         f"memory (ADV101): pin the loader and pass `non_blocking=True`, so the copy overlaps "
@@ -1444,7 +1468,8 @@ class BlockingHostToDeviceCopy(Rule):
     def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> str | None:
         """How the loaders behind ``source`` hold their batches: ``"pinned"`` when every one pins
         them; ``"pinned by ADV101"`` when none sets ``pin_memory`` and ADV101 pins them (in this
-        file or the one that builds it); None otherwise (a choice made, batches
+        file or the one that builds it); ``"no workers"`` when ADV101 leaves them as advice (token
+        batches without worker processes); None otherwise (a choice made, batches
         already on the GPU, a framework placing them)."""
         facts = ctx.facts.loaders
         loaders = facts.feeding(source)
@@ -1453,7 +1478,9 @@ class BlockingHostToDeviceCopy(Rule):
         if all(owner.pinned(c) for owner, c in loaders):
             state = "pinned"
         elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
-            state = "pinned by ADV101"  # the copies go with it, in the same run
+            # ADV101 pins it: the copies go with it, in the same run; or, for small token batches
+            # without workers, both wait for the workers.
+            state = "pinned by ADV101" if all(owner.pinning_pays(c) for owner, c in loaders) else "no workers"
         else:
             return None
         if any(owner.dataset_on_gpu(c) for owner, c in loaders):

@@ -552,3 +552,26 @@ def test_lightning_test_loader_kept_when_it_may_be_used():
     """
     found = lint(predicts, codes=["ADV101"])
     assert [d.line for d in found] == [10]  # predict_dataloader only
+
+
+def test_token_batches_without_workers_wait_for_them_and_image_batches_do_not():
+    """Measured on an H200: pinning in the training process made a step 1.27x faster on 38.5 MB
+    image batches and 0.85x on 0.26 MB token batches (bench/loader/)."""
+    tokens = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        for batch in loader:
+            inputs = {"input_ids": batch[0].to("cuda"), "attention_mask": batch[1].to("cuda")}
+            loss = model(**inputs).loss
+        """
+    )
+    found = {d.code: d for d in lint(tokens, codes=DATA_LOADING)}
+    assert found["ADV101"].fix_applicability is None and "token ids" in found["ADV101"].message
+    assert found["ADV103"].fix_applicability is None
+    with_workers = tokens.replace("shuffle=True)", "shuffle=True, num_workers=4)")
+    assert "num_workers=4, pin_memory=True)" in fixed(with_workers)
+    images = tokens.replace('inputs = {"input_ids": batch[0].to("cuda"), "attention_mask": batch[1].to("cuda")}', 'images = batch[0].to("cuda")')
+    images = images.replace("model(**inputs).loss", "model(images).loss")
+    assert "shuffle=True, pin_memory=True)" in fixed(images)

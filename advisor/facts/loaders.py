@@ -44,6 +44,11 @@ _ITERABLE_DATASETS = (
     "trl.trainer.utils.ConstantLengthDataset",
 )
 IN_MEMORY_DATASETS = ("torch.utils.data.TensorDataset",)
+# Text made into token ids: ANCE's ``inputs = {"input_ids": batch[0].long().to(args.device)}``,
+# xTuring's ``tokenizer(text, return_tensors="pt")``, a ``DataCollatorWithPadding(tokenizer)``.
+_TOKENIZES = re.compile(
+    r"""["']input_ids["']|\binput_ids\s*=|\btokeni[sz]er\w*\s*\(|\btokeni[sz]er\w*\.(?:batch_)?encode|\bDataCollator\w*\s*\("""
+)
 # The methods through which a Dataset class hands out (or prepares) its items.
 _ITEM_METHODS = ("__init__", "__getitem__", "__getitems__", "__iter__", "__next__")
 # How deep calls to the file's own functions are followed.
@@ -652,6 +657,33 @@ class LoaderFacts:
         if self.only_counted(call) or self.batches_stay_on_host(call):
             return False
         return self.runs_for_training(call)
+
+    def pins_in_training_process(self, call: cst.Call) -> bool:
+        """The loader has no worker processes (``num_workers`` not set, or 0): it pins each batch
+        in the training process itself, right before the step copies it."""
+        workers = self.ctx.argument(call, "num_workers", DATALOADER_POSITION["num_workers"])
+        if workers is None:
+            return False  # ``**kwargs``: not known
+        if workers is MISSING:
+            return True
+        value = self.ctx.values.resolve(workers)
+        return value is not None and type(value.value) is int and value.value == 0
+
+    def token_batches(self, call: cst.Call) -> bool:
+        """The loader's batches are token ids: the file that builds it, or the file defining its
+        data set's class, tokenizes text (names ``input_ids``, or calls a tokenizer). Such
+        batches are small (32 rows of 1024 int64 ids: 0.26 MB)."""
+        contexts = [self.ctx] + [owner.ctx for owner, _ in self.dataset_classes(call) or ()]
+        return any(_TOKENIZES.search(ctx.source) for ctx in contexts)
+
+    def pinning_pays(self, call: cst.Call) -> bool:
+        """Whether pinning would make the loader's batches reach the GPU sooner. With worker
+        processes it does: the loader pins in a thread of its own while the step runs. Without
+        them the loader pins each batch in the training process, right before the copy: on an
+        H200 (bench/loader/) that still made a step 1.27x faster on 38.5 MB image batches, and
+        0.85x on 0.26 MB token batches (0.3 ms a step more). So it pays unless the batches are
+        token ids and nothing pins them off the step's path."""
+        return not (self.pins_in_training_process(call) and self.token_batches(call))
 
     def batches_stay_on_host(self, call: cst.Call) -> bool:
         """Every loop of the file over the loader only measures its batches on the host
