@@ -2435,6 +2435,40 @@ def _plain_assignments(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, _ASSIGNMENTS) for s in statement.body)
 
 
+def _frozen_forward_before(ctx: FileContext, loop: TrainingLoop, region: list[cst.SimpleStatementLine]) -> cst.CSTNode | None:
+    """The ``with torch.no_grad():`` item of the loop body, before the autocast region, that
+    assigns a name the region reads: a frozen model's forward making the trained part's inputs
+    (a linear probe on a backbone's features)."""
+    start = ctx.order[region[0]]
+    # What the region feeds to a module of the script as its input: ``linear_classifier(output)``.
+    # A loss or a torch function taking the frozen output (a distillation's teacher logits) is
+    # not that: there the student's own forward is in the region, and bf16 pays for it.
+    fed = set()
+    for statement in region:
+        for call in ctx.walk(statement, cst.Call):
+            first = call.args[0].value if call.args and not call.args[0].keyword and not call.args[0].star else None
+            if isinstance(first, cst.Name) and not (ctx.qualname(call.func) or "").startswith("torch."):
+                fed.add(first.value)
+    if not fed:
+        return None
+    for block in ctx.walk(loop.node.body, cst.With):
+        if ctx.order[block] >= start:
+            continue
+        managers = [item.item for item in block.items]
+        if not any(ctx.qualname(m.func if isinstance(m, cst.Call) else m) in _NO_GRAD_MANAGERS for m in managers):
+            continue
+        for assign in ctx.walk(block.body, cst.Assign):
+            if not isinstance(assign.value, cst.Call):
+                continue
+            assigned = {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)}
+            if assigned & fed:
+                return managers[0]
+    return None
+
+
+_NO_GRAD_MANAGERS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
+
+
 def _wrap_in_autocast(ctx: FileContext, region: list[cst.SimpleStatementLine]) -> tuple[list[Edit], tuple[str, ...]] | None:
     """Edits that put ``region`` under ``with torch.autocast("cuda", dtype=torch.bfloat16):``,
     the comments above its first statement moving above the ``with``."""
@@ -2770,7 +2804,10 @@ class NoMixedPrecision(Rule):
         fp16 also needs a `GradScaler`), and in a file that sets TF32 for its fp32 matmuls
         (a precision the author chose), and where a tensor the wrapped statements make is later
         handed to NumPy or matplotlib (`y_pred.data.cpu().numpy()`, `plt.imshow(output)`, also
-        through a function of the file: NumPy has no bfloat16), the finding is advice only. `TrainingArguments` get
+        through a function of the file: NumPy has no bfloat16), and where the wrapped statements
+        feed a module the output of a forward run under `torch.no_grad()` earlier in the step (a
+        linear probe on a frozen backbone's features: the autocast would reach the head alone),
+        the finding is advice only. `TrainingArguments` get
         `bf16=True` (`fp16=True` without bf16), `Accelerator(mixed_precision="no")` gets
         `"bf16"`, a Lightning `Trainer` / `Fabric` gets `precision="bf16-mixed"`.
 
@@ -3444,6 +3481,16 @@ class NoMixedPrecision(Rule):
             # bf16 for it alone makes the comparison between them uneven.
             shown = ", ".join(f"`{name}`" for name in others[:3])
             message += f"; the file trains in other steps too ({shown}) that this loop's autocast does not reach: mixed precision is one decision for them all, so it is advice"
+            wrapped = None
+        frozen = _frozen_forward_before(ctx, loop, region) if wrapped is not None else None
+        if frozen is not None:
+            # DINO's eval_linear.py: the backbone's forward under `torch.no_grad()` makes the
+            # features the linear head trains on; the region autocast would wrap is the head alone.
+            message += (
+                f"; the features come from a forward under `{ctx.snippet(frozen)}` (line {ctx.position(frozen)[0]}) "
+                "that the fix's autocast would not reach, and the head alone gains nothing from bf16, so it is "
+                "advice: put that forward under the same autocast"
+            )
             wrapped = None
         converted = _to_numpy_after(ctx, region) if wrapped is not None else None
         if converted is not None:

