@@ -92,15 +92,15 @@ class DataLoaderPinMemory(Rule):
         CUDA.
 
         A loader without worker processes (`num_workers` unset or 0) pins each batch in the
-        training process itself, right before the copy to the GPU. That still pays where the
-        batches are large: on an H200 (`bench/loader/pinning_without_workers.py`, records in
-        `bench/loader/records/`), a worker-less loader of 64 image-sized samples (38.5 MB a
-        batch) ran its training step 1.27x faster pinned, 1.30x with non-blocking copies. On a
-        batch of 32 token rows (0.26 MB) pinning cost 0.3 ms a step: 0.85x of a 1.9 ms toy
-        step, well under 1% of a real model's, and no gain. So the fix does not wait for
-        workers, except where the batches are token ids (the file building the loader, or its
-        data set's class, names `input_ids` or calls a tokenizer): there it is advice, workers
-        first (ADV102; with them the loader pins in a thread of its own while the step runs).
+        training process itself, right before the copy to the GPU. On an H200
+        (`bench/loader/pinning_without_workers.py`, records in `bench/loader/records/`) that made
+        a training step 1.27x faster on batches of 64 image-sized samples (38.5 MB), 1.30x with
+        non-blocking copies, and 0.85x on batches of 32 token rows (0.26 MB: 0.3 ms more a
+        step); readers of real repositories judged it no gain on MNIST- and CIFAR-sized batches.
+        So without workers the fix is applied where the data set decodes image files per item
+        (a torchvision folder data set, or a data set class whose module opens images), and is
+        advice elsewhere: workers first (ADV102, which `advisor fix` applies to training
+        loaders; the next round then pins them, and ADV103 makes their copies non-blocking).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -379,13 +379,7 @@ class DataLoaderPinMemory(Rule):
             loader = DataLoader(ds, batch_size=8, shuffle=True)
             device = torch.device("cuda")
             """,
-            """
-            import torch
-            from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=8, shuffle=True, pin_memory=True)
-            device = torch.device("cuda")
-            """,
-            note="no workers: the loader pins in the training process, which still pays for large batches (measured)",
+            note="no workers, and nothing shows the batches are large: pinning in the training process is advice",
         ),
         Invalid(
             """
@@ -399,17 +393,22 @@ class DataLoaderPinMemory(Rule):
         ),
         Invalid(
             """
-            import torch.utils.data as tud
-            loader = tud.DataLoader(ds, batch_size=8)
-            for x in loader:
-                x = x.cuda(non_blocking=True)
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            train_set = datasets.ImageFolder("data/train", transform=augment)
+            loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            device = torch.device("cuda")
             """,
             """
-            import torch.utils.data as tud
-            loader = tud.DataLoader(ds, batch_size=8, pin_memory=True)
-            for x in loader:
-                x = x.cuda(non_blocking=True)
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            train_set = datasets.ImageFolder("data/train", transform=augment)
+            loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True)
+            device = torch.device("cuda")
             """,
+            note="no workers, but decoded image files: large batches, where pinning pays even in the training process (measured)",
         ),
         Invalid(
             """
@@ -558,8 +557,9 @@ class DataLoaderPinMemory(Rule):
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
                 elif not loaders.pinning_pays(call):
                     finding = finding.as_advice(
-                        "the batches are token ids, small: without worker processes the loader would pin each one "
-                        "in the training process, 0.3 ms more a step (measured); give it workers first (ADV102)"
+                        "without worker processes it would pin each batch in the training process, which pays on "
+                        "large batches (decoded images) and costs on small ones (token ids, MNIST-sized arrays), "
+                        "and nothing here shows which: give it workers first (ADV102), then pin"
                     )
                 yield finding
                 continue
@@ -1086,6 +1086,9 @@ class BlockingHostToDeviceCopy(Rule):
     fix_notes = """
         Where the loader does not pin and ADV101 pins it, `advisor fix` makes its copies
         non-blocking in the same run: from pageable memory a non-blocking copy still blocks.
+        Where ADV101 is advice (a loader without workers whose batches are not known to be
+        large), so are its copies here; once the loader has workers, `advisor fix` pins it and
+        makes the copies non-blocking in the same run.
     """
     silent_when = """
         - the loader's `pin_memory` is set to something other than `True` on purpose
@@ -1446,9 +1449,9 @@ class BlockingHostToDeviceCopy(Rule):
                     # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.
                     fix = None
                     message = (
-                        f"Batch of token ids copied to the GPU with a blocking {copy} from a DataLoader without "
-                        f"worker processes that does not pin its memory: give it workers (ADV102), then pin it "
-                        f"(ADV101) and pass `non_blocking=True`; advice until then (guide: {GUIDE})"
+                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader without worker processes "
+                        f"that does not pin its memory: give it workers (ADV102), then pin it (ADV101) and pass "
+                        f"`non_blocking=True`, so the copy overlaps host work; advice until then (guide: {GUIDE})"
                     )
                 elif unpinned == "pinned by ADV101":
                     message = (
@@ -1469,7 +1472,7 @@ class BlockingHostToDeviceCopy(Rule):
         """How the loaders behind ``source`` hold their batches: ``"pinned"`` when every one pins
         them; ``"pinned by ADV101"`` when none sets ``pin_memory`` and ADV101 pins them (in this
         file or the one that builds it); ``"no workers"`` when ADV101 leaves them as advice (token
-        batches without worker processes); None otherwise (a choice made, batches
+        batches without workers that nothing shows to be large); None otherwise (a choice made, batches
         already on the GPU, a framework placing them)."""
         facts = ctx.facts.loaders
         loaders = facts.feeding(source)
@@ -1478,8 +1481,8 @@ class BlockingHostToDeviceCopy(Rule):
         if all(owner.pinned(c) for owner, c in loaders):
             state = "pinned"
         elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
-            # ADV101 pins it: the copies go with it, in the same run; or, for small token batches
-            # without workers, both wait for the workers.
+            # ADV101 pins it: the copies go with it, in the same run; or, without workers on batches
+            # not known to be large, both wait for the workers.
             state = "pinned by ADV101" if all(owner.pinning_pays(c) for owner, c in loaders) else "no workers"
         else:
             return None

@@ -149,11 +149,11 @@ def test_very_large_file_and_very_long_line(tmp_path, capsys):
     assert code == 1
     assert "large.py:50069:20: ADV101" in out  # line 67 of plain_pytorch.py, after 50,002 lines
     assert "long_line.py:4:10: ADV101" in out
-    assert run(["fix", "--select", "ADV101,ADV601", "."], capsys, tmp_path)[0] == 0
+    # large.py's loader has no workers: its ADV101 is advice and remains (exit 1); ADV601 is fixed there.
+    assert run(["fix", "--select", "ADV101,ADV601", "."], capsys, tmp_path)[0] == 1
     assert (tmp_path / "long_line.py").read_bytes() == long_line.replace(LOADER, FIXED_LOADER)
     fixed_large = (tmp_path / "large.py").read_bytes()
     assert fixed_large.startswith(large[: len(large) - len(PLAIN)])
-    assert fixed_large.splitlines()[50068].endswith(b"pin_memory=torch.cuda.is_available())")  # line 67
     assert fixed_large.splitlines()[50071].endswith(b"fused=True)")  # line 70 of plain_pytorch.py
 
 

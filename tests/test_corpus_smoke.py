@@ -97,10 +97,10 @@ def _smoke_corpus():
 def test_real_library_files_check_and_fix_cleanly(tmp_path):
     figures = runner.run_corpus(_smoke_corpus(), tmp_path, log=lambda message: None)
     assert figures.violations() == []
-    # The selection must keep exercising the rules and the fixer, or it proves nothing (six
-    # files changed, 25 fixes, in stop 30; the compile and worker fixes are measured fixes that
-    # only ``fix --verify`` applies).
-    assert figures.findings >= 20 and figures.fixes_applied >= 10 and figures.files_changed >= 4, runner.tables([figures])
+    # The selection must keep exercising the rules and the fixer, or it proves nothing. (Three
+    # files: the compile and worker fixes, which changed a fifth, are measured fixes that only
+    # ``fix --verify`` applies; a fourth's loader has no workers, so pinning it is advice.)
+    assert figures.findings >= 20 and figures.fixes_applied >= 10 and figures.files_changed >= 3, runner.tables([figures])
     assert len(figures.findings_by_code) >= 5, figures.findings_by_code
 
 
