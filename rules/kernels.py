@@ -878,7 +878,8 @@ class NoTorchCompile(Rule):
         - the model is handed to an `Accelerator` given `dynamo_backend` / `dynamo_plugin`,
           to DeepSpeed (its config has a compile section), or to TorchScript
           (`torch.jit.script` / `trace`). An `Accelerator` that leaves the backend to
-          `accelerate config` gets advice without a fix;
+          `accelerate config` gets advice without a fix, and so does a model wrapped in
+          `nn.DataParallel` (which `torch.compile` does not support: DDP first, ADV801);
         - Lightning's `Trainer` runs the loop (what `training_step` calls decides what a
           compile would reach), or the model is loaded in 8/4 bit, or the file uses Unsloth
           (which compiles itself);
@@ -924,7 +925,7 @@ class NoTorchCompile(Rule):
             """,
             note="a linear probe is one matmul: nothing for a compiler to fuse",
         ),
-        Valid(
+        Invalid(
             """
             import torch
             from torch import nn
@@ -944,7 +945,7 @@ class NoTorchCompile(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            note="a subclass of `nn.DataParallel` is DataParallel: its replicas do not run compiled code (EfficientDet)",
+            note="a subclass of `nn.DataParallel` is DataParallel: advice, DDP first, no compile fix (EfficientDet)",
         ),
         Valid(
             """
@@ -1446,7 +1447,8 @@ class NoTorchCompile(Rule):
         for model in trained_models(ctx):
             decided = model.handed_to & _COMPILE_DECIDED_ELSEWHERE
             accelerate_only = decided == {"accelerate"} and self._accelerator_leaves_dynamo(ctx)
-            if not model.on_cuda or model.quantized or (decided and not accelerate_only):
+            data_parallel_only = decided == {"data_parallel"}
+            if not model.on_cuda or model.quantized or (decided and not accelerate_only and not data_parallel_only):
                 continue
             if not called_directly(ctx, model) or steps_over_data_lengths(ctx, model):
                 continue
@@ -1457,6 +1459,17 @@ class NoTorchCompile(Rule):
             build = _reported_build(ctx, model.builds)
             name = build.name or model.name
             shown = _wrapped_build(ctx, model.builds, build)
+            if data_parallel_only:
+                # kuangliu's pytorch-cifar, MoCo's main_lincls.py: `nn.DataParallel(net)` copies the
+                # module to every GPU on each forward, and those replicas run eagerly.
+                message = (
+                    f"`{name}` is trained on CUDA without `torch.compile`: it runs eagerly, one kernel per "
+                    f"operation; it is wrapped in `nn.DataParallel`, which re-replicates it on every step and which "
+                    f"`torch.compile` does not support: move to `DistributedDataParallel` (ADV801), then compile it "
+                    f"(guide: {COMPILE_GUIDE})"
+                )
+                yield self.report(_wrapped_network(ctx, shown), message)
+                continue
             if accelerate_only:
                 message = (
                     f"`{name}` is trained on CUDA through Accelerate without `torch.compile`: it runs eagerly, one "
