@@ -65,6 +65,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # training, cog.yaml 1.10.0 for its demo): the oldest floor among them speaks for the folder.
     found: list[str] = []
     found_in: str | None = None
+    primary = False  # a requirements file, pyproject.toml, setup.cfg or setup.py named the package
     for path in _candidates(ctx):
         if found_in is not None and os.path.dirname(path) != found_in:
             break
@@ -82,15 +83,19 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         elif spec is not None:
             found.append(spec)
             found_in = os.path.dirname(path)
+            primary = primary or _PRIMARY.match(os.path.basename(path)) is not None
     own = _docstring_pin(ctx, package)
     if found:
         pinned = [spec for spec in found if not spec.startswith("@")]
         if len(pinned) < len(found) or not pinned:
             return next(spec for spec in found if spec.startswith("@"))
-        # An install command in a README of the same folder or nearer is one more declaration of
-        # the folder (VGen: cog.yaml pins torch 2.0.1, the README's install section
-        # ``pip install torch==1.12.0+cu113``): the oldest floor speaks for it, as among files.
-        pinned += [f"=={version}" for folder, text in documents for version in _install_pins(text, package)]
+        # Where only a deployment's file names it (VGen: cog.yaml pins torch 2.0.1 for the demo
+        # image), an install command in a README of the same folder or nearer is one more
+        # declaration (its install section: ``pip install torch==1.12.0+cu113``), and the oldest
+        # floor speaks, as among files. A requirements file or the package metadata is what the
+        # README's ``pip install -r`` installs after such a command: it wins.
+        if not primary:
+            pinned += [f"=={version}" for folder, text in documents for version in _install_pins(text, package)]
         pinned += [own] if own else []
         return min(pinned, key=lambda spec: _floor(spec) or (999,))
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
@@ -126,6 +131,9 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     if own:
         return own
     return "" if bare else None
+
+
+_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in)|pyproject\.toml|setup\.cfg|setup\.py)$")
 
 
 def _install_pins(text: str, package: str) -> list[str]:
