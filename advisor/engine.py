@@ -514,10 +514,47 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             outermost = ancestor
     if outermost is None or outermost.decorators or outermost.name.value.startswith("__"):
         return  # module-level code, or registered / called by a framework through its decorator
-    if ctx.parent.get(outermost) is not ctx.module or view.called(outermost.name.value):
+    if ctx.parent.get(outermost) is not ctx.module:
         return
-    kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
-    finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
+    if not view.called(outermost.name.value):
+        kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
+        finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
+        return
+    method = _uncalled_method(ctx, view, finding.node, outermost)
+    if method is not None:
+        finding.as_advice(f"nothing in the project calls the method `{method}`, so the fix is left as advice")
+
+
+# Methods a framework calls by name: nn.Module's own, which an override replaces.
+_MODULE_METHODS = frozenset({
+    "forward", "extra_repr", "train", "eval", "state_dict", "load_state_dict", "parameters", "named_parameters",
+    "buffers", "named_buffers", "children", "modules", "named_modules", "apply", "cuda", "cpu", "to", "half",
+    "float", "double", "zero_grad", "reset_parameters", "requires_grad_", "register_buffer", "register_parameter",
+})
+# Bases whose subclasses' other methods only the project's own code calls.
+_PLAIN_BASES = frozenset({"object", "torch.nn.Module", "torch.nn.modules.module.Module", "torch.utils.data.Dataset"})
+
+
+def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode) -> str | None:
+    """The method of a module-level class around ``node`` that nothing in the project names
+    beyond its ``def`` (stable-dreamfusion's never-called ``log_images`` paths, DiffDock's
+    ``compute_affinity``): a plain class or an ``nn.Module`` / ``Dataset``, whose other methods
+    only the project's own code calls, and not a method nn.Module calls itself (``forward``)."""
+    if not isinstance(cls, cst.ClassDef):
+        return None
+    if any(ctx.qualname(base.value) not in _PLAIN_BASES for base in cls.bases) or cls.keywords:
+        return None  # a framework's subclass (Lightning, HF Trainer) may have its hooks called by name
+    method = None
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(ancestor)) is cls:
+            method = ancestor
+            break
+    if method is None or method.decorators or method.name.value.startswith("__"):
+        return None
+    name = method.name.value
+    if name in _MODULE_METHODS or view.called(name):
+        return None
+    return name
 
 
 # Lightning's banner in a cell's saved output: the notebook was last run on a machine without

@@ -2511,3 +2511,41 @@ def test_fused_adamw_over_dtensor_parameters_needs_torch_2_4(tmp_path):
     (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
     finding = only(source, "ADV601", fresh_script(tmp_path / "bench_tp2.py", source))
     assert finding.fix_applicability is not None and "DTensors" in finding.fix_description
+
+
+def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
+    # stable-dreamfusion's vendored DDPM sampling helpers, DiffDock's compute_affinity: methods
+    # defined on a class the project uses, never called. A Lightning module's hooks are called by
+    # the framework, by name, and keep their fixes.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "nets.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        import lightning as L
+
+        class Sampler(nn.Module):
+            def forward(self, x):
+                return x * torch.ones(4).cuda()
+
+            def sample_grid(self, n):
+                return torch.ones(n, 4).cuda()
+
+            def log_every_step(self, x):
+                return x + torch.zeros(4).cuda()
+
+        class Module(L.LightningModule):
+            def on_train_batch_end(self, outputs, batch, batch_idx):
+                self.extra = torch.zeros(4).cuda()
+    """))
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom nets import Sampler, Module\nif __name__ == '__main__':\n"
+        "    net, lit = Sampler(), Module()\n    for step in range(100):\n"
+        "        net.log_every_step(net(torch.zeros(4, device='cuda')))\n"
+    )
+    forget_projects()
+    found = {d.line: d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[8].fix_applicability is not None  # forward: nn.Module calls it
+    assert found[11].fix_applicability is None and "nothing in the project calls the method `sample_grid`" in found[11].message
+    assert found[14].fix_applicability is not None  # called from train.py
+    assert found[18].fix_applicability is not None  # a Lightning hook
