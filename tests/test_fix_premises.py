@@ -2549,3 +2549,30 @@ def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
     assert found[11].fix_applicability is None and "nothing in the project calls the method `sample_grid`" in found[11].message
     assert found[14].fix_applicability is not None  # called from train.py
     assert found[18].fix_applicability is not None  # a Lightning hook
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        # fastai's course22p2 (nbdev): settings.ini's space-separated requirements.
+        ("settings.ini", "[DEFAULT]\nlib_name = miniai\nrequirements = fastprogress torch>=1.7,<1.14 matplotlib\n"),
+        # muzero-general: the README installs `pip install -r requirements.lock`; requirements.txt says `torch`.
+        ("requirements.lock", "numpy==1.21.5\ntorch==1.10.0\n"),
+        # BertSum's README: "**Python version**: This code is in Python3.6" (torch 1.10 at most).
+        ("README.md", "**Python version**: This code is in Python3.6\n\n**Package Requirements**: pytorch tensorboardX\n"),
+    ],
+)
+def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("numpy\ntorch\n")
+    (tmp_path / name).write_text(text)
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None, (name, finding.message)
+
+
+def test_a_readme_python_floor_is_not_a_cap(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("This code is in Python 3.6 or later.\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    assert only(source, "ADV601", fresh_script(tmp_path / "train.py", source)).fix_applicability is not None

@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     from advisor.context import FileContext
 
 # ``cog.yaml`` lists ``python_packages: - "torch==1.8.0"`` (pixel2style2pixel).
-_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml")
+# nbdev's ``settings.ini``: ``requirements = fastprogress torch>=1.7,<1.14`` (fastai's course22p2).
+_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml", "settings.ini")
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*)\.ya?ml$", re.I)
-_REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in)$")
+# ``requirements.lock`` too: muzero-general's README installs with ``pip install -r requirements.lock``.
+_REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in|lock)$")
 # ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
 # and ``conda list --export`` (``pytorch=1.8.0=py3.8_0``): the environment the authors ran.
 _CONDA_SPEC = re.compile(r"^(?:spec|[\w.-]*[-_]spec|spec[-_][\w.-]*|conda[\w.-]*)\.txt$", re.I)
@@ -77,6 +79,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
+        elif os.path.basename(path) == "settings.ini":
+            text = _nbdev_requirements(text)
         spec = _spec_in(pattern, text)
         if spec == "":
             bare = True
@@ -133,7 +137,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     return "" if bare else None
 
 
-_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in)|pyproject\.toml|setup\.cfg|setup\.py)$")
+_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini)$")
 
 
 def _install_pins(text: str, package: str) -> list[str]:
@@ -210,6 +214,15 @@ _OTHER_RELEASE_LINE = re.compile(
     r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here",
     re.I,
 )
+
+
+def _nbdev_requirements(text: str) -> str:
+    """An nbdev ``settings.ini``'s ``requirements`` / ``pip_requirements`` / ``dev_requirements``
+    values, one requirement per line (they are space-separated there)."""
+    found = []
+    for match in re.finditer(r"^[ \t]*(?:pip_|conda_|dev_)?requirements[ \t]*=[ \t]*(.*)$", text, re.M):
+        found.extend(match.group(1).split())
+    return "\n".join(found)
 
 
 def _conda_spec_requirements(text: str) -> str:
@@ -759,7 +772,12 @@ def notebook_gpu(ctx: "FileContext") -> str | None:
 
 # ``conda create -n deep-learning python=3.6`` (udacity's course), ``- python=3.7`` in an
 # environment file, ``FROM python:3.6``: an exact Python, which caps the torch it can install.
-_PYTHON_PIN = re.compile(r"(?<![\w-])python\s*(?:==?|:)\s*3\.([0-9]+)(?![0-9]|\.?[0-9]*\s*[,<>|*+])", re.I)
+_PYTHON_PIN = re.compile(
+    r"(?<![\w-])python\s*(?:==?|:)\s*3\.([0-9]+)(?![0-9]|\.?[0-9]*\s*[,<>|*+])"
+    # BertSum's README: "**Python version**: This code is in Python3.6" (a statement, not a floor).
+    r"|\b(?:code|it) is (?:written )?in python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))",
+    re.I,
+)
 
 
 def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
@@ -770,7 +788,7 @@ def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
         if text is None or "python" not in text.lower():
             continue
         for match in _PYTHON_PIN.finditer(text):
-            minor = int(match.group(1))
+            minor = int(match.group(1) or match.group(2))
             newest = _NEWEST_TORCH_FOR_PYTHON.get((3, minor))
             if newest is not None:
                 return f"3.{minor}", newest
