@@ -592,3 +592,35 @@ def test_small_batches_without_workers_wait_for_them_and_decoded_images_do_not()
         "dataset = Photos(paths)\n",
     )
     assert "shuffle=True, pin_memory=True)" in fixed(decoded)
+
+
+def test_a_collate_factory_that_batches_graphs_is_not_pinned(tmp_path):
+    """GCC: `collate_fn=labeled_batcher() if args.finetune else batcher()`, each factory returning
+    an inner function that batches DGL graphs: pinning skips graphs, and `.to(device,
+    non_blocking=True)` on a DGL 0.4 graph raises."""
+    source = textwrap.dedent(
+        """
+        import dgl
+        import torch
+
+        def batcher():
+            def batcher_dev(batch):
+                graph_q, graph_k = zip(*batch)
+                graph_q, graph_k = dgl.batch(graph_q), dgl.batch(graph_k)
+                return graph_q, graph_k
+            return batcher_dev
+
+        def labeled_batcher():
+            def batcher_dev(batch):
+                graph_q, label = zip(*batch)
+                graph_q = dgl.batch(graph_q)
+                return graph_q, torch.LongTensor(label)
+            return batcher_dev
+
+        loader = torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=4,
+                                             collate_fn=labeled_batcher() if finetune else batcher())
+        for graph_q, graph_k in loader:
+            graph_q = graph_q.to(torch.device("cuda"))
+        """
+    )
+    assert not {"ADV101", "ADV103"} & set(codes(source))

@@ -258,6 +258,8 @@ def test_in_place_compile_needs_a_torch_the_project_allows(tmp_path):
         # WaveRNN: a major release alone, any 1.x
         ("## Requirements\n* Python >= 3.6\n* [Pytorch 1 with CUDA](https://pytorch.org/)\n", "torch>=1.0"),
         ("Tested with PyTorch 1.x on Linux.\n", "torch>=1.0"),
+        # GCC: "- [PyTorch ≥ 1.4.0](https://pytorch.org/)"
+        ("## Requirements\n- [PyTorch ≥ 1.4.0](https://pytorch.org/)\n", "torch>=1.4.0"),
     ],
 )
 def test_install_instructions_declare_the_torch_a_project_runs(tmp_path, readme, floor):

@@ -107,9 +107,9 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
     # its folder, the root README's "torch==1.13.1" for the older versions it describes.
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    # glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
+    # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)

@@ -861,21 +861,34 @@ class LoaderFacts:
         Pinning reaches only the labels beside it. The function may be a method of the data
         set (``collate_fn=dataset.collate``): every method of that name in the modules the file
         imports, and theirs, must do so."""
+        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        return bool(functions) and all(_returns_unpinnable_batch(owner, function) for owner, function in functions)
+
+    def _collate_functions(self, collate: cst.BaseExpression) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
+        """The functions a ``collate_fn`` argument can be: a function of the project, a method of
+        that name, ``functools.partial`` of one, either branch of a conditional, or the inner
+        function a factory of the project returns (GCC's ``collate_fn=labeled_batcher() if
+        args.finetune else batcher()``, each returning its ``batcher_dev``); None when unknown."""
         ctx = self.ctx
-        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if isinstance(collate, cst.IfExp):
+            body, orelse = self._collate_functions(collate.body), self._collate_functions(collate.orelse)
+            return body + orelse if body and orelse else None
         if isinstance(collate, cst.Call) and ctx.qualname(collate.func) == "functools.partial" and collate.args:
-            collate = collate.args[0].value
-        functions: list[tuple[FileContext, cst.FunctionDef]] = []
+            return self._collate_functions(collate.args[0].value)
+        if isinstance(collate, cst.Call) and isinstance(collate.func, cst.Name):
+            factory = self.function_named(collate.func)
+            inner = _returned_inner_function(factory[1]) if factory is not None else None
+            return [(factory[0], inner)] if factory is not None and inner is not None else None
         if isinstance(collate, cst.Name):
             found = self.function_named(collate)
-            functions = [found] if found is not None else []
-        elif isinstance(collate, cst.Attribute) and ctx.project is not None:
+            return [found] if found is not None else None
+        if isinstance(collate, cst.Attribute) and ctx.project is not None:
             bound = ctx.project.binding(collate)  # ``utils.collate_fn`` of ``import util.misc as utils``
             if bound is not None and isinstance(bound[1].node, cst.FunctionDef):
-                functions = [(bound[0], bound[1].node)]
-            else:
-                functions = ctx.project.methods_named(collate.attr.value)
-        return bool(functions) and all(_returns_unpinnable_batch(owner, function) for owner, function in functions)
+                return [(bound[0], bound[1].node)]
+            return ctx.project.methods_named(collate.attr.value) or None
+        return None
 
     def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
         """The ``def`` a name binds once: in this file, or in the project module it is imported
@@ -1388,6 +1401,18 @@ _GRAPH_LIBRARIES = ("dgl.", "torch_geometric.")
 _NESTED_TENSOR_BUILDERS = frozenset({"nested_tensor_from_tensor_list", "NestedTensor"})
 
 
+def _returned_inner_function(factory: cst.FunctionDef) -> cst.FunctionDef | None:
+    """The function defined in ``factory``'s body that ``factory`` returns by name."""
+    body = factory.body.body if isinstance(factory.body, cst.IndentedBlock) else ()
+    inner = {statement.name.value: statement for statement in body if isinstance(statement, cst.FunctionDef)}
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value in inner:
+                    return inner[small.value.value]
+    return None
+
+
 def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     """Every ``return`` of ``function`` hands back a graph a graph library built (``return
     batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``) or a plain dataclass,
@@ -1406,6 +1431,11 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
         for target in assign.targets
         if isinstance(target.target, cst.Name)
     }
+    for assign in ctx.walk(function, cst.Assign):  # ``graph_q, graph_k = dgl.batch(graph_q), dgl.batch(graph_k)``
+        if isinstance(assign.value, cst.Tuple) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Tuple):
+            for name, value in zip(assign.targets[0].target.elements, assign.value.elements):
+                if isinstance(name.value, cst.Name) and graph_call(value.value):
+                    graphs.add(name.value.value)
     returns = [r for r in ctx.walk(function, cst.Return) if r.value is not None]
     if not returns:
         return False
