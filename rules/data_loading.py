@@ -101,6 +101,11 @@ class DataLoaderPinMemory(Rule):
         (a torchvision folder data set, or a data set class whose module opens images), and is
         advice elsewhere: workers first (ADV102, which `advisor fix` applies to training
         loaders; the next round then pins them, and ADV103 makes their copies non-blocking).
+
+        Where every copy of the loader's batches seen in the file converts them on the host
+        first (`x.float().to(device)`, as code whose data sets return float64 arrays does), the
+        conversion makes a new, unpinned tensor and pinning cannot reach the copy: advice,
+        convert on the GPU instead (`x.to(device).float()`).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -555,6 +560,12 @@ class DataLoaderPinMemory(Rule):
                 if _commented_in(ctx, call, _COMMENTED_PIN):
                     # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
+                elif ctx.facts.batches.converted_before_every_copy(call):
+                    finding = finding.as_advice(
+                        "every copy of its batches converts them on the host first (`x.float().to(device)`), which "
+                        "makes a new, unpinned tensor: pinning would not reach the copy; convert on the GPU "
+                        "(`x.to(device).float()`), then pin"
+                    )
                 elif not loaders.pinning_pays(call):
                     finding = finding.as_advice(
                         "without worker processes it would pin each batch in the training process, which pays on "

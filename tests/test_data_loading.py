@@ -624,3 +624,24 @@ def test_a_collate_factory_that_batches_graphs_is_not_pinned(tmp_path):
         """
     )
     assert not {"ADV101", "ADV103"} & set(codes(source))
+
+
+def test_a_loader_whose_batches_are_converted_before_every_copy_is_not_pinned():
+    """DeepPurpose and LTSF-Linear: `v_d.float().to(self.device)` of float64 batches; the
+    conversion makes a new host tensor, so a pinned batch never reaches the copy."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        from torchvision.datasets import ImageFolder
+        loader = DataLoader(ImageFolder("train"), batch_size=64, shuffle=True, num_workers=4)
+        for v_d, label in loader:
+            score = model(v_d.float().to("cuda"))
+            loss = loss_fn(score, label.float().to("cuda"))
+        """
+    )
+    (finding,) = [d for d in lint(source, codes=DATA_LOADING) if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "converts them on the host first" in finding.message
+    direct = source.replace('model(v_d.float().to("cuda"))', 'model(v_d.to("cuda").float())')
+    (finding,) = [d for d in lint(direct, codes=DATA_LOADING) if d.code == "ADV101"]
+    assert finding.fix_applicability is not None

@@ -219,3 +219,34 @@ class BatchFacts:
             if handed:
                 yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
 
+
+    def converted_before_every_copy(self, loader: cst.Call) -> bool:
+        """Every copy to the GPU of ``loader``'s batches seen in this file first converts them on
+        the host (``v.float().to(self.device)``: DeepPurpose's float64 arrays, LTSF-Linear's
+        ``batch_x.float().to(device)``), and none copies the batch as it comes. The conversion
+        makes a new, unpinned tensor, so pinning the loader would not reach the copy."""
+        ctx = self.ctx
+        facts = ctx.facts.loaders
+        converted = direct = 0
+        for scope, source in self.scopes:
+            feeding = facts.feeding(source) or ()
+            if not any(owner is facts and call is loader for owner, call in feeding):
+                continue
+            direct += sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
+            for call in ctx.walk(scope.loop.body, cst.Call):
+                if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):
+                    continue
+                receiver = call.func.value
+                if (
+                    isinstance(receiver, cst.Call)
+                    and isinstance(receiver.func, cst.Attribute)
+                    and receiver.func.attr.value in _HOST_CONVERSIONS
+                    and not receiver.args
+                    and scope.holds_batch(receiver.func.value, call)
+                ):
+                    converted += 1
+        return converted > 0 and direct == 0
+
+
+# Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
+_HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})
