@@ -645,3 +645,27 @@ def test_a_loader_whose_batches_are_converted_before_every_copy_is_not_pinned():
     direct = source.replace('model(v_d.float().to("cuda"))', 'model(v_d.to("cuda").float())')
     (finding,) = [d for d in lint(direct, codes=DATA_LOADING) if d.code == "ADV101"]
     assert finding.fix_applicability is not None
+
+
+def test_an_identity_collate_is_not_pinned_unless_the_batch_is_copied_as_it_comes():
+    """CodeReviewer: `def fn(features): return features`, then `torch.tensor([ex.source_ids for ex
+    in examples]).to(local_rank)`: the batch is a list of the data set's objects, rebuilt on the host."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def fn(features):
+            return features
+
+        loader = DataLoader(dataset, batch_size=16, num_workers=4, collate_fn=fn)
+        for examples in loader:
+            ids = torch.tensor([ex.source_ids for ex in examples], dtype=torch.long).to("cuda")
+        """
+    )
+    assert "ADV101" not in codes(source)
+    per_item = source.replace(
+        'ids = torch.tensor([ex.source_ids for ex in examples], dtype=torch.long).to("cuda")',
+        'ids = examples.to("cuda")',
+    )
+    assert "ADV101" in codes(per_item)

@@ -220,6 +220,19 @@ class BatchFacts:
                 yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
 
 
+    def copied_as_it_comes(self, loader: cst.Call) -> bool | None:
+        """Whether a loop of this file copies ``loader``'s batch (or a view of it) to a device;
+        None where no loop of the file draws from it."""
+        facts = self.ctx.facts.loaders
+        seen = False
+        for scope, source in self.scopes:
+            if not any(owner is facts and call is loader for owner, call in facts.feeding(source) or ()):
+                continue
+            seen = True
+            if any(True for _ in self.copies(scope)):
+                return True
+        return False if seen else None
+
     def converted_before_every_copy(self, loader: cst.Call) -> bool:
         """Every copy to the GPU of ``loader``'s batches seen in this file first converts them on
         the host (``v.float().to(self.device)``: DeepPurpose's float64 arrays, LTSF-Linear's

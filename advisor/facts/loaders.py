@@ -852,7 +852,15 @@ class LoaderFacts:
         if collate is None or collate is MISSING or not isinstance(collate, cst.Name):
             return False
         found = self.function_named(collate)
-        return found is not None and _gathers_only(*found)
+        if found is None:
+            return False
+        if _returns_its_parameter(found[1]):
+            # CodeReviewer's ``def fn(features): return features``: the batch is the list of the
+            # data set's items, which a loop stacks or rebuilds on the host (``torch.tensor([f.source_ids
+            # for f in examples])``) into new, unpinned tensors; unless a loop of the file is seen
+            # copying the batch as it comes, pinning has nothing to reach.
+            return ctx.facts.batches.copied_as_it_comes(call) is not True
+        return _gathers_only(*found)
 
     def collates_unpinnable(self, call: cst.Call) -> bool:
         """A ``collate_fn`` that batches into an object without the ``pin_memory()`` method a
@@ -1459,6 +1467,16 @@ def _builds_plain_dataclass(ctx: "FileContext", call: cst.Call) -> bool:
     if not any((dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("dataclass") for d in cls.decorators):
         return False
     return not any(isinstance(s, cst.FunctionDef) and s.name.value == "pin_memory" for s in cls.body.body)
+
+
+def _returns_its_parameter(function: cst.FunctionDef) -> bool:
+    """``def fn(features): return features``: an identity collate."""
+    params = function.params.params
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    if len(params) != 1 or len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+        return False
+    (statement,) = body[0].body if len(body[0].body) == 1 else (None,)
+    return isinstance(statement, cst.Return) and isinstance(statement.value, cst.Name) and statement.value.value == params[0].name.value
 
 
 def _gathers_only(ctx: "FileContext", function: cst.FunctionDef) -> bool:
