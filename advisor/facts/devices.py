@@ -782,6 +782,16 @@ class DeviceFacts:
                 return True
         return False
 
+    @cached_property
+    def falls_back_to_cpu(self) -> bool:
+        """The file chooses CUDA only where a GPU is found (``"cuda" if torch.cuda.is_available()
+        else "cpu"``) and places nothing on CUDA unconditionally: on a machine without one it
+        runs on the CPU."""
+        return not self.always_cuda and any(
+            kind is Where.CUDA_IF_AVAILABLE or (kind is Where.CUDA and self._under_gpu_test(node))
+            for kind, node in self.placements
+        )
+
     def _under_gpu_test(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
         return any(
