@@ -139,14 +139,22 @@ CLASH = {
 }
 
 
-def clash_patch(codes: frozenset[str]) -> FixResult:
-    source = TRAIN
-    applied = []
-    for code, (old, new) in {"ADV601": EDITS["ADV601"], **CLASH}.items():
-        if code in codes:
-            source = source.replace(old, new, 1)
-            applied.append(AppliedFix(code, 1, f"edit {code}"))
-    return FixResult("train.py", TRAIN.encode(), source.encode(), applied, [], [])
+def patch_of(edits: dict[str, tuple[str, str]]):
+    """The ``subset`` function of a patch made of ``edits`` (code -> (old, new) in TRAIN)."""
+
+    def patch(codes: frozenset[str]) -> FixResult:
+        source = TRAIN
+        applied = []
+        for code, (old, new) in edits.items():
+            if code in codes:
+                source = source.replace(old, new, 1)
+                applied.append(AppliedFix(code, 1, f"edit {code}"))
+        return FixResult("train.py", TRAIN.encode(), source.encode(), applied, [], [])
+
+    return patch
+
+
+clash_patch = patch_of({"ADV601": EDITS["ADV601"], **CLASH})
 
 
 def test_fixes_that_clash_are_found_by_adding_them_one_at_a_time(tmp_path):
@@ -174,14 +182,7 @@ STREAM = {
 }
 
 
-def stream_patch(codes: frozenset[str]) -> FixResult:
-    source = TRAIN
-    applied = []
-    for code, (old, new) in STREAM.items():
-        if code in codes:
-            source = source.replace(old, new, 1)
-            applied.append(AppliedFix(code, 1, f"edit {code}"))
-    return FixResult("train.py", TRAIN.encode(), source.encode(), applied, [], [])
+stream_patch = patch_of(STREAM)
 
 
 def test_a_patch_that_parts_the_curve_is_tried_without_the_likely_cause_first(tmp_path):

@@ -219,19 +219,22 @@ class BatchFacts:
             if handed:
                 yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
 
+    def _scopes_drawing_from(self, loader: cst.Call) -> list[BatchScope]:
+        """The batch scopes of this file whose loop draws from ``loader`` (a loader of this file)."""
+        facts = self.ctx.facts.loaders
+        return [
+            scope
+            for scope, source in self.scopes
+            if any(owner is facts and call is loader for owner, call in facts.feeding(source) or ())
+        ]
 
     def copied_as_it_comes(self, loader: cst.Call) -> bool | None:
         """Whether a loop of this file copies ``loader``'s batch (or a view of it) to a device;
         None where no loop of the file draws from it."""
-        facts = self.ctx.facts.loaders
-        seen = False
-        for scope, source in self.scopes:
-            if not any(owner is facts and call is loader for owner, call in facts.feeding(source) or ()):
-                continue
-            seen = True
-            if any(True for _ in self.copies(scope)):
-                return True
-        return False if seen else None
+        scopes = self._scopes_drawing_from(loader)
+        if not scopes:
+            return None
+        return any(True for scope in scopes for _ in self.copies(scope))
 
     def converted_before_every_copy(self, loader: cst.Call) -> bool:
         """Every copy to the GPU of ``loader``'s batches seen in this file first converts them on
@@ -239,12 +242,8 @@ class BatchFacts:
         ``batch_x.float().to(device)``), and none copies the batch as it comes. The conversion
         makes a new, unpinned tensor, so pinning the loader would not reach the copy."""
         ctx = self.ctx
-        facts = ctx.facts.loaders
         converted = direct = 0
-        for scope, source in self.scopes:
-            feeding = facts.feeding(source) or ()
-            if not any(owner is facts and call is loader for owner, call in feeding):
-                continue
+        for scope in self._scopes_drawing_from(loader):
             direct += sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
             for call in ctx.walk(scope.loop.body, cst.Call):
                 if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):

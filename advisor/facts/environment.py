@@ -61,7 +61,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         rf"""(?=["'\s;#\]]|$)""",
         re.M | re.I,
     )
-    documents: list[tuple[str, str]] = []  # (folder, text), nearest first
+    documents: list[str] = []  # nearest first
     bare = False
     # Requirement files of one folder may disagree (VL-T5: requirements.txt pins torch 1.6.0 for
     # training, cog.yaml 1.10.0 for its demo): the oldest floor among them speaks for the folder.
@@ -75,7 +75,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
-            documents.append((os.path.dirname(path), text))
+            documents.append(text)
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
@@ -99,7 +99,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         # floor speaks, as among files. A requirements file or the package metadata is what the
         # README's ``pip install -r`` installs after such a command: it wins.
         if not primary:
-            pinned += [f"=={version}" for folder, text in documents for version in _install_pins(text, package)]
+            pinned += [f"=={version}" for text in documents for version in _install_pins(text, package)]
         pinned += [own] if own else []
         return min(pinned, key=lambda spec: _floor(spec) or (999,))
     # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
@@ -119,7 +119,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
-    for _, text in documents:  # the nearest document that names a version speaks for this folder
+    for text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
         # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
         # lemniscate) names code this checkout is not.
