@@ -152,7 +152,7 @@ class Cache:
             project = project_for(path, self._target, parse)
             if sorted(project.importers.get(os.path.abspath(path), [])) != result.importers:
                 return False
-        if result.reached is not None or result.called:
+        if result.reached is not None or result.called or result.mentions:
             from advisor.project import project_for
             from advisor.engine import parse, reach_word
 
@@ -164,6 +164,8 @@ class Cache:
                 return False
             own = os.path.abspath(path)
             if any(project.called(name, own) != used for name, used in (result.called or {}).items()):
+                return False
+            if any(project.mentions_outside(name, own) != count for name, count in (result.mentions or {}).items()):
                 return False
         return True
 
@@ -185,6 +187,7 @@ class Cache:
             "importers": result.importers,
             "reached": result.reached,
             "called": result.called,
+            "mentions": result.mentions,
             "project_stamp": result.project_stamp,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
@@ -249,6 +252,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
     called = entry.get("called")
     if called is not None and not (isinstance(called, dict) and all(isinstance(v, bool) for v in called.values())):
         return None
+    mentions = entry.get("mentions")
+    if mentions is not None and not (isinstance(mentions, dict) and all(type(v) is int for v in mentions.values())):
+        return None
     project_stamp = entry.get("project_stamp")
     if project_stamp is not None and not isinstance(project_stamp, str):
         return None
@@ -261,6 +267,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
             importers=importers,
             reached=reached,
             called=called,
+            mentions=mentions,
             project_stamp=project_stamp,
         )
     except (TypeError, ValueError):

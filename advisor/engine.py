@@ -123,6 +123,7 @@ class FileResult:
     # and whether the project uses each of its top-level functions and classes a fix asked about.
     reached: str | None = None
     called: dict[str, bool] | None = None
+    mentions: dict[str, int] | None = None  # how often the project names each flag a fix asked about
     project_stamp: str | None = None  # the project's files when those were asked (Project.stamp)
 
 
@@ -489,8 +490,9 @@ _GRADIENT_CHECKS = (
 
 
 def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
-    """A fix in test code that checks gradients, in a module no entry point imports, or in a
-    module-level function or class the project never names beyond its definition, becomes advice."""
+    """A fix in test code that checks gradients, in a module no entry point imports, in a
+    branch of a flag nothing turns on, or in a module-level function or class the project never
+    names beyond its definition, becomes advice."""
     view = ctx.project
     assert view is not None and finding.fix is not None
     if ctx.calls(*_GRADIENT_CHECKS):
@@ -508,6 +510,15 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         view.asked_importers = True
         finding.as_advice("the code is the `__main__` self-test of a module the project imports, so the fix is left as advice")
         return
+    from advisor.facts.branches import dormant_flag
+
+    flag = dormant_flag(ctx, finding.node)
+    if flag is not None:
+        finding.as_advice(
+            f"the code runs only when `{flag}` is set, which its default leaves off and nothing in the project "
+            f"passes, so the fix is left as advice"
+        )
+        return
     outermost = None
     for ancestor in ctx.ancestors(finding.node):
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
@@ -516,13 +527,54 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         return  # module-level code, or registered / called by a framework through its decorator
     if ctx.parent.get(outermost) is not ctx.module:
         return
+    if any(not call.args for call in ctx.calls("fire.Fire")):
+        return  # ``fire.Fire()`` makes every function of the module a command (pytorch-book's ``main.py train``)
     if not view.called(outermost.name.value):
         kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
         finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
         return
+    users = _only_unused_users(ctx, view, outermost)
+    if users:
+        kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
+        named = ", ".join(f"`{user}`" for user in users)
+        finding.as_advice(
+            f"the {kind} `{outermost.name.value}` is used only by {named}, which nothing in the project uses, "
+            f"so the fix is left as advice"
+        )
+        return
     method = _uncalled_method(ctx, view, finding.node, outermost)
     if method is not None:
         finding.as_advice(f"nothing in the project calls the method `{method}`, so the fix is left as advice")
+
+
+def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: int = 0) -> list[str]:
+    """The module-level functions and classes of this file that use ``definition``, where they
+    are all its uses in the project and nothing uses them (IDvs.MoRec's ``metrics_topK``, called
+    only by the ``eval_model_special`` nothing calls); empty where one use may run."""
+    name = definition.name.value  # type: ignore[attr-defined]
+    if depth > 1 or ctx.path.endswith(".ipynb") or view.reached() is not True or view.project.declared_entry(ctx.path):
+        return []  # a library's functions are its interface; what an entry declaration runs is named outside the code
+    if view.mentions_outside(name):
+        return []  # used in another file too
+    uses = [n for n in ctx.by_type.get(cst.Name, ()) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
+    if len(uses) + 1 < view.project.mentions_in(name, ctx.source):
+        return []  # named in a string too (a registry, ``getattr``)
+    users: dict[str, None] = {}
+    for use in uses:
+        user = None
+        for ancestor in ctx.ancestors(use):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                user = ancestor
+        if user is None or user is definition:
+            if user is None:
+                return []  # module-level code runs
+            continue
+        if ctx.parent.get(user) is not ctx.module or user.decorators or user.name.value.startswith("__"):
+            return []
+        if view.called(user.name.value) and not _only_unused_users(ctx, view, user, depth + 1):
+            return []
+        users[user.name.value] = None
+    return list(users)
 
 
 # Methods a framework calls by name: nn.Module's own, which an override replaces.
@@ -544,6 +596,10 @@ def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode
         return None
     if any(ctx.qualname(base.value) not in _PLAIN_BASES for base in cls.bases) or cls.keywords:
         return None  # a framework's subclass (Lightning, HF Trainer) may have its hooks called by name
+    from advisor.project import CALLED_BY_FRAMEWORKS
+
+    if cls.name.value in CALLED_BY_FRAMEWORKS:
+        return None
     method = None
     for ancestor in ctx.ancestors(node):
         if isinstance(ancestor, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(ancestor)) is cls:
@@ -734,7 +790,9 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
         result.dependencies, result.importers, result.reached = dependencies_of(ctx)
         if ctx.project is not None and ctx.project.asked_called:
             result.called = dict(ctx.project.asked_called)
-        if result.reached is not None or result.called:
+        if ctx.project is not None and ctx.project.asked_mentions:
+            result.mentions = dict(ctx.project.asked_mentions)
+        if result.reached is not None or result.called or result.mentions:
             result.project_stamp = ctx.project.project.stamp  # type: ignore[union-attr]
     except Exception as error:
         if not from_recursion(error):

@@ -107,6 +107,39 @@ _CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w
 # A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
 _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# Classes a serving framework builds, and whose methods it calls, by name: Triton's Python backend.
+CALLED_BY_FRAMEWORKS = frozenset({"TritonPythonModel"})
+
+
+def _without_non_uses(text: bytes, keep_imports: bool = False) -> bytes:
+    """``text`` without what names a function without using it (:data:`_NAMES_WITHOUT_USE`).
+    An import that renames (``import NativeScalerWithGradNormCount as NativeScaler``) stays: the
+    code uses the new name. ``keep_imports`` keeps every import (a package's ``__init__.py`` in
+    an installable project: its re-exports are the interface)."""
+    def strip(match: "re.Match[bytes]") -> bytes:
+        found = match.group(0)
+        if b"import" in found and (keep_imports or b" as " in found) and not found.lstrip(b' \t"').startswith(b"#"):
+            return found
+        return b""
+
+    return _NAMES_WITHOUT_USE.sub(strip, text)
+
+
+def _count_of(key: bytes, text: bytes) -> int:
+    """How often ``text`` names the identifier ``key``."""
+    return len(re.findall(rb"\b" + re.escape(key) + rb"\b", text))
+
+
+# Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
+# it), an ``__all__`` list, a line commented out; in a script or in a notebook's JSON source.
+_NAMES_WITHOUT_USE = re.compile(
+    rb"^[ \t]*\"?[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*)"
+    rb"|^[ \t]*__all__[ \t]*\+?=[ \t]*[\[(][^\])]*[\])]"
+    rb"|^[ \t]*\"?[ \t]*#[^\n]*",
+    re.M,
+)
 # Cog runs ``predict: "predict.py:Predictor"`` (and ``train:``) of its ``cog.yaml``.
 _COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
 # An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
@@ -258,6 +291,8 @@ class Project:
         self._in_progress: set[str] = set()
         self._module_paths: dict[tuple[str, int, str], str | None] = {}
         self._texts: dict[str, bytes] = {}
+        self._closures: dict[str, list[str]] = {}
+        self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
@@ -517,18 +552,104 @@ class Project:
         defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``).
         ``first``, the defining module, is where a use is likeliest: it is read alone first."""
         key = name.encode()
+        # In a project with entry points, a name that only imports, ``__all__`` or comments repeat
+        # is not called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run
+        # by nothing); a library's re-exports are its interface, and count.
+        strip = self._reached is not None
         if first is not None and first in self._file_set:
             data = self._peek(first)
+            if strip:
+                data = self._without_non_uses(first, data)
             if len(re.findall(rb"\b" + re.escape(key) + rb"\b", data)) > 1:
                 return True
-        return self._identifiers.get(key, 0) > 1
+        if strip and first is not None and self._reached is not None and not self._reached[1] and first in self._reached[0]:
+            # Only the files that import the module, directly or through others, can call its
+            # function: a copy of the project in a sibling folder (IDvs.MoRec's four) calls its own.
+            found = _count_of(key, self._entry_declarations)
+            for path in (first, *self._importer_closure(first)):
+                found += self._used_identifiers_of(path).get(key, 0)
+                if found > 1:
+                    return True
+            return False
+        return (self._used_identifiers if strip else self._identifiers).get(key, 0) > 1
+
+    def mentions_outside(self, name: str, path: str) -> int:
+        """How often the project's code outside the file ``path`` names ``name`` where it may
+        use it: in the files that import it, directly or through others, where what runs is
+        known (a project with entry points, none importing by name); else in every file."""
+        key = name.encode()
+        if self._reached is not None and not self._reached[1] and path in self._reached[0]:
+            found = _count_of(key, self._entry_declarations)
+            return found + sum(self._used_identifiers_of(p).get(key, 0) for p in self._importer_closure(path))
+        return self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
+
+    def _importer_closure(self, path: str) -> list[str]:
+        """Every project file and notebook that imports ``path``, directly or through others."""
+        found = self._closures.get(path)
+        if found is None:
+            seen = {path}
+            todo = [path]
+            while todo:
+                for importer in self.importers.get(todo.pop(), []):
+                    if importer not in seen:
+                        seen.add(importer)
+                        todo.append(importer)
+            notebooks = [n for n in self._walk[1] if any(i in seen for i in self.imports(n))]
+            found = self._closures[path] = [p for p in seen if p != path] + notebooks
+        return found
+
+    def _used_identifiers_of(self, path: str) -> "collections.Counter[bytes]":
+        found = self._file_identifiers.get(path)
+        if found is None:
+            found = self._file_identifiers[path] = collections.Counter(
+                _IDENTIFIER.findall(self._without_non_uses(path, self._peek(path)))
+            )
+        return found
+
+    @staticmethod
+    def mentions_in(name: str, code: str) -> int:
+        """How often ``code`` names ``name`` where it may use it (not in an import, an
+        ``__all__`` list or a commented-out line)."""
+        return _count_of(name.encode(), _without_non_uses(code.encode()))
 
     @cached_property
     def _identifiers(self) -> "collections.Counter[bytes]":
         counts: collections.Counter[bytes] = collections.Counter()
         for path in (*self.files, *self._walk[1]):
             counts.update(_IDENTIFIER.findall(self._peek(path)))
+        counts.update(_IDENTIFIER.findall(self._entry_declarations))
         return counts
+
+    @cached_property
+    def _used_identifiers(self) -> "collections.Counter[bytes]":
+        counts: collections.Counter[bytes] = collections.Counter()
+        for path in (*self.files, *self._walk[1]):
+            counts.update(_IDENTIFIER.findall(self._without_non_uses(path, self._peek(path))))
+        counts.update(_IDENTIFIER.findall(self._entry_declarations))
+        return counts
+
+    def _without_non_uses(self, path: str, text: bytes) -> bytes:
+        keep = os.path.basename(path) == "__init__.py" and self._installable
+        return _without_non_uses(text, keep_imports=keep)
+
+    @cached_property
+    def _installable(self) -> bool:
+        """Whether the project is a package others install (``setup.py``, a ``[project]`` table):
+        what its packages re-export is used by code advisor cannot see."""
+        if os.path.exists(os.path.join(self.root, "setup.py")):
+            return True
+        return re.search(rb"^\[(project|tool\.poetry)\]", _read_regular(os.path.join(self.root, "pyproject.toml")), re.M) is not None
+
+    @cached_property
+    def _entry_declarations(self) -> bytes:
+        """The text besides the code that names what runs: a console script's function
+        (``zoe-train = "pkg.trainer:main"``), Cog's predictor class, the classes configs build
+        (``target: main.DataModuleFromConfig``), the classes frameworks load by name."""
+        texts = [_read_regular(os.path.join(self.root, name)) for name in ("setup.cfg", "pyproject.toml", "cog.yaml")]
+        for config in self._walk[2]:
+            texts.extend(m.group(1) for m in _CONFIG_TARGET.finditer(_read_regular(config)))
+        texts.extend(name.encode() for name in sorted(CALLED_BY_FRAMEWORKS))
+        return b"\n".join(texts)
 
     @cached_property
     def stamp(self) -> str:
@@ -584,6 +705,15 @@ class Project:
                 found.append(init)
             directory = os.path.dirname(directory)
         return found
+
+    def declared_entry(self, path: str) -> bool:
+        """Whether a console script, Cog or a notebook names the module: what of it runs is
+        named outside the Python text."""
+        return os.path.abspath(path) in self._declared_entry_set
+
+    @cached_property
+    def _declared_entry_set(self) -> frozenset[str]:
+        return frozenset(self._declared_entries())
 
     def _declared_entries(self) -> list[str]:
         """Modules a console script names (``advisor = "advisor.cli:main"`` in ``pyproject.toml``)
@@ -734,6 +864,7 @@ class ProjectView:
         self.asked_importers = False
         self.asked_reached = False
         self.asked_called: dict[str, bool] = {}
+        self.asked_mentions: dict[str, int] = {}
         self._bound: dict[tuple, tuple["FileContext", "Binding"] | None] = {}
 
     @property
@@ -1152,6 +1283,12 @@ class ProjectView:
         definition (:meth:`Project.called`); asked only of a file of the project."""
         found = self.project.called(name, self.path)
         self.asked_called[name] = found
+        return found
+
+    def mentions_outside(self, name: str) -> int:
+        """How often the project's code beyond this file names ``name`` (:meth:`Project.mentions_outside`)."""
+        found = self.project.mentions_outside(name, self.path)
+        self.asked_mentions[name] = found
         return found
 
     def consulted_files(self) -> Iterator[str]:

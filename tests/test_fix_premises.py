@@ -1063,6 +1063,201 @@ def test_a_function_or_class_nothing_uses_gets_advice_not_a_fix(tmp_path):
     assert found[9].fix_applicability is not None
 
 
+def test_a_function_only_its_package_re_exports_gets_advice_in_a_project_with_scripts(tmp_path):
+    # IDvs.MoRec's data_utils/special.py: eval_model_special is imported by data_utils/__init__.py
+    # (and named in a commented-out line of run.py); run.py calls metrics.eval_model instead.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "data_utils"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from .special import (\n    eval_model_special,\n)\nfrom .metrics import eval_model\n__all__ = ['eval_model_special', 'eval_model']\n"
+    )
+    special = package / "special.py"
+    special.write_text("import torch\n\ndef eval_model_special(n):\n    return torch.arange(n).cuda()\n")
+    (package / "metrics.py").write_text("import torch\n\ndef eval_model(n):\n    return torch.arange(n).cuda()\n")
+    (tmp_path / "run.py").write_text(
+        "import torch\nfrom data_utils import eval_model, eval_model_special\n"
+        "if __name__ == '__main__':\n    for step in range(100):\n        eval_model(8)\n        # eval_model_special(8)\n"
+    )
+    forget_projects()
+    (unused,) = [d for d in lint(special.read_text(), gpu="A100", path=str(special)) if d.code == "ADV704"]
+    assert unused.fix_applicability is None and "nothing in the project uses the function `eval_model_special`" in unused.message
+    metrics = package / "metrics.py"
+    (used,) = [d for d in lint(metrics.read_text(), gpu="A100", path=str(metrics)) if d.code == "ADV704"]
+    assert used.fix_applicability is not None
+
+
+def test_a_helper_used_only_by_an_unused_function_gets_advice(tmp_path):
+    # IDvs.MoRec's special.py: metrics_topK is called only by eval_model_special, which nothing calls.
+    (tmp_path / ".git").mkdir()
+    special = tmp_path / "special.py"
+    special.write_text(textwrap.dedent("""
+        import torch
+
+        def metrics_topK(y, k):
+            rank = torch.arange(k).cuda()
+            return (y[:, None] == rank).sum()
+
+        def eval_model_special(loader):
+            return sum(metrics_topK(y, 10) for y in loader)
+
+        def topk_in_use(y):
+            return (y[:, None] == torch.arange(5).cuda()).sum()
+
+        def evaluate(loader):
+            return sum(topk_in_use(y) for y in loader)
+    """))
+    (tmp_path / "run.py").write_text(
+        "import torch\nfrom special import evaluate, eval_model_special\nif __name__ == '__main__':\n"
+        "    for epoch in range(10):\n        evaluate([torch.zeros(4, device='cuda')])\n"
+    )
+    forget_projects()
+    found = {d.line: d for d in lint(special.read_text(), gpu="A100", path=str(special)) if d.code == "ADV704"}
+    assert found[5].fix_applicability is None
+    assert "used only by `eval_model_special`, which nothing in the project uses" in found[5].message
+    assert found[12].fix_applicability is not None
+
+
+def test_a_copy_of_the_function_in_a_sibling_project_does_not_make_it_used(tmp_path):
+    # IDvs.MoRec ships four copies of one project; only inbatch_sasrec_e2e_vision/run_test.py
+    # calls its own eval_model_special.
+    (tmp_path / ".git").mkdir()
+    for folder, call in (("bce_text", "eval_model(8)"), ("inbatch_vision", "eval_model_special(8)")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "special.py").write_text(
+            "import torch\n\ndef eval_model_special(n):\n    return torch.arange(n).cuda()\n\n"
+            "def eval_model(n):\n    return torch.ones(n).cuda()\n"
+        )
+        (tmp_path / folder / "run.py").write_text(
+            f"from special import eval_model, eval_model_special\nif __name__ == '__main__':\n    for step in range(9):\n        {call}\n"
+        )
+    forget_projects()
+    for folder, fixed in (("bce_text", False), ("inbatch_vision", True)):
+        special = tmp_path / folder / "special.py"
+        found = {d.line: d for d in lint(special.read_text(), gpu="A100", path=str(special)) if d.code == "ADV704"}
+        assert (found[4].fix_applicability is not None) is fixed, folder
+
+
+USED_ELSEWHERE = {
+    # LLaMA-Adapter: `from util.misc import NativeScalerWithGradNormCount as NativeScaler`.
+    "renamed-import": {"train.py": "from util import Helper as Renamed\nif __name__ == '__main__':\n    for step in range(9):\n        Renamed(8)\n"},
+    # flair: an installable package's __init__ re-exports its API, which its users call.
+    "installable-package": {
+        "setup.py": "from setuptools import setup\nsetup(name='pkg', packages=['pkg'])\n",
+        "pkg/__init__.py": "from util import Helper\n",
+        "train.py": "import pkg\nif __name__ == '__main__':\n    pkg.run()\n",
+    },
+    # LightningDiT: `target: main.DataModuleFromConfig` in a YAML config.
+    "config-target": {
+        "configs/model.yaml": "data:\n  target: util.Helper\n  params:\n    n: 8\n",
+        "train.py": "import importlib\nif __name__ == '__main__':\n    instantiate_from_config(load('configs/model.yaml'))\n",
+    },
+}
+
+
+@pytest.mark.parametrize("files", USED_ELSEWHERE.values(), ids=USED_ELSEWHERE.keys())
+def test_a_class_named_outside_the_code_that_runs_keeps_its_fix(tmp_path, files):
+    (tmp_path / ".git").mkdir()
+    util = tmp_path / "util.py"
+    util.write_text("import torch\n\nclass Helper:\n    def __init__(self, n):\n        self.ids = torch.arange(n).cuda()\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    forget_projects()
+    (found,) = [d for d in lint(util.read_text(), gpu="A100", path=str(util)) if d.code == "ADV704"]
+    assert "nothing in the project uses" not in found.message, found.message
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "import fire\nimport torch\n\ndef evaluate(n):\n    return torch.arange(n).cuda()\n\nif __name__ == '__main__':\n    fire.Fire()\n",
+        "import torch\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return torch.arange(8).cuda()\n",
+    ],
+    ids=["fire-commands", "triton-backend"],
+)
+def test_code_a_framework_calls_by_name_keeps_its_fix(tmp_path, script):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text("import torch\nif __name__ == '__main__':\n    torch.zeros(1, device='cuda')\n")
+    module = tmp_path / "model.py"
+    module.write_text(script)
+    (tmp_path / "serve.py").write_text("import model\nif __name__ == '__main__':\n    pass\n")
+    forget_projects()
+    (found,) = [d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"]
+    assert "nothing in the project" not in found.message, found.message
+
+
+def test_a_librarys_re_export_is_its_interface(tmp_path):
+    # No script, notebook or console entry point: what the package's __init__ imports is its API.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "kernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .ops import positions\n")
+    ops = package / "ops.py"
+    ops.write_text("import torch\n\ndef positions(n):\n    return torch.arange(n).cuda()\n")
+    forget_projects()
+    (found,) = [d for d in lint(ops.read_text(), gpu="A100", path=str(ops)) if d.code == "ADV704"]
+    assert found.fix_applicability is not None
+
+
+def test_a_branch_of_a_flag_nothing_turns_on_gets_advice(tmp_path):
+    # DPM-Solver's `if denoise_to_zero:` (so-vits-svc, Lumina, instruct-pix2pix vendor it; none sets it).
+    (tmp_path / ".git").mkdir()
+    solver = tmp_path / "dpm_solver.py"
+    solver.write_text(textwrap.dedent("""
+        import torch
+
+        class DPMSolver:
+            def sample(self, x, steps=20, order=3, denoise_to_zero=False, lower_order_final=False):
+                for step in range(steps):
+                    x = self.update(x, torch.ones((x.shape[0],)).to(x.device))
+                if denoise_to_zero:
+                    x = self.denoise(x, torch.ones((x.shape[0],)).to(x.device))
+                if lower_order_final and steps < 10:
+                    x = self.denoise(x, torch.zeros((x.shape[0],)).to(x.device))
+                return x
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import torch
+        from dpm_solver import DPMSolver
+        if __name__ == "__main__":
+            x = torch.zeros(4, 8, device="cuda")
+            for epoch in range(10):
+                x = DPMSolver().sample(x, steps=20, lower_order_final=True)
+    """))
+    forget_projects()
+    found = {d.line: d for d in lint(solver.read_text(), gpu="A100", path=str(solver)) if d.code == "ADV704"}
+    assert found[7].fix_applicability is not None
+    assert found[9].fix_applicability is None and "runs only when `denoise_to_zero` is set" in found[9].message
+    assert found[11].fix_applicability is not None  # the caller passes lower_order_final
+
+
+def test_a_flag_passed_by_position_is_not_dormant(tmp_path):
+    (tmp_path / ".git").mkdir()
+    solver = tmp_path / "solver.py"
+    solver.write_text(textwrap.dedent("""
+        import torch
+
+        def sample(x, steps=20, denoise_to_zero=False):
+            if denoise_to_zero:
+                x = x + torch.ones((x.shape[0],)).to(x.device)
+            return x
+    """))
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom solver import sample\nif __name__ == '__main__':\n"
+        "    for epoch in range(10):\n        sample(torch.zeros(4, device='cuda'), 20, True)\n"
+    )
+    forget_projects()
+    (found,) = [d for d in lint(solver.read_text(), gpu="A100", path=str(solver)) if d.code == "ADV704"]
+    assert found.fix_applicability is not None
+    # In a library (no script, notebook or console entry point), its users may set the flag.
+    (tmp_path / "train.py").unlink()
+    (tmp_path / "api.py").write_text("from solver import sample\n\ndef denoise(x):\n    return sample(x)\n")
+    forget_projects()
+    (found,) = [d for d in lint(solver.read_text(), gpu="A100", path=str(solver)) if d.code == "ADV704"]
+    assert found.fix_applicability is not None
+
+
 def test_a_cached_check_sees_a_new_use_of_the_function(tmp_path, capsys):
     (tmp_path / ".git").mkdir()
     (tmp_path / "utils.py").write_text("import torch\n\ndef embedding(dim):\n    return torch.arange(dim).cuda()\n")
@@ -1073,6 +1268,25 @@ def test_a_cached_check_sees_a_new_use_of_the_function(tmp_path, capsys):
         (first,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
         assert first["fix"] is None
     (tmp_path / "train.py").write_text("import torch\nimport utils\nif __name__ == '__main__':\n    for step in range(100):\n        utils.embedding(8)\n")
+    forget_projects()
+    (found,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
+    assert found["fix"] is not None
+
+
+def test_a_cached_check_sees_a_new_caller_turn_the_flag_on(tmp_path, capsys):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "solver.py").write_text(
+        "import torch\n\ndef sample(x, *, denoise_to_zero=False):\n    if denoise_to_zero:\n"
+        "        x = x + torch.ones(4).to(x.device)\n    return x\n"
+    )
+    script = "import torch\nfrom solver import sample\nif __name__ == '__main__':\n    for epoch in range(10):\n        sample(torch.zeros(4, device='cuda'){})\n"
+    (tmp_path / "train.py").write_text(script.format(""))
+    args = ["check", "--gpu", "A100", "--select", "ADV704", "--format", "json", "solver.py"]
+    for _ in range(2):  # the second run is a cached one
+        forget_projects()
+        (first,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
+        assert first["fix"] is None
+    (tmp_path / "train.py").write_text(script.format(", denoise_to_zero=True"))
     forget_projects()
     (found,) = json.loads(run(args, capsys, tmp_path)[1])["findings"]
     assert found["fix"] is not None
@@ -1598,7 +1812,7 @@ def test_a_notebook_whose_saved_outputs_show_no_gpu_gets_advice(tmp_path):
         assert (finding.fix_applicability is not None) == fixed, finding.message
 
 
-NOTEBOOK_LOOP = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))")
+NOTEBOOK_LOOP = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 10))")
 
 
 def _notebook_text(cells: list, metadata: dict | None = None) -> str:
@@ -1818,7 +2032,7 @@ def test_a_loader_whose_batches_are_kept_in_a_host_list_is_not_pinned():
 def test_compile_is_advice_when_the_program_asks_for_deterministic_runs():
     # CLAM's seed_torch: `cudnn.deterministic = True` beside the seed; a compiled model's dropout
     # draws other numbers for the same seed, so the run is no longer reproducible to the bit.
-    loop = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))")
+    loop = LOOP.replace("Net()", "torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 10))")
     deterministic = "import torch\ntorch.manual_seed(7)\ntorch.backends.cudnn.deterministic = True\n" + loop
     found = [d for d in lint(deterministic, codes=["ADV602"], gpu="A100")]
     assert len(found) == 1 and found[0].fix_applicability is None and "deterministic" in found[0].message
@@ -2393,7 +2607,7 @@ def test_tf32_set_by_another_module_of_the_project_leaves_the_fix_as_advice(tmp_
         """
         import torch
 
-        model = torch.nn.Linear(512, 10).cuda()
+        model = torch.nn.Linear(4096, 4096).cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())

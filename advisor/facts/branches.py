@@ -141,6 +141,71 @@ def _newer_when_true(ctx: "FileContext", test: cst.BaseExpression) -> bool | Non
     return None
 
 
+def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
+    """The parameter whose branch holds ``node`` where nothing turns it on: ``if
+    denoise_to_zero:`` in a function whose ``denoise_to_zero=False`` no call in the project
+    passes (DPM-Solver's final denoising step, vendored by so-vits-svc, Lumina and
+    instruct-pix2pix, none of which sets it). The name must appear in the project only inside
+    its function, and no call seen may reach it by position."""
+    view = ctx.project
+    if view is None or not view.member or view.reached() is not True:
+        return None  # a library's callers, which advisor cannot see, may set it
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    for ancestor in ctx.ancestors(node):
+        if ancestor is function:
+            return None
+        if not isinstance(ancestor, cst.If) or not ctx.is_descendant(node, ancestor.body):
+            continue
+        for name in _flags_tested(ancestor.test):
+            if _never_turned_on(ctx, function, name):
+                return name
+    return None
+
+
+def _flags_tested(test: cst.BaseExpression) -> Iterator[str]:
+    """The names a test needs set: ``flag``, ``flag is not None``, either side of an ``and``."""
+    if isinstance(test, cst.Name):
+        yield test.value
+    elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        yield from _flags_tested(test.left)
+        yield from _flags_tested(test.right)
+    elif (
+        isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.IsNot)
+        and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
+    ):
+        yield test.left.value
+
+
+def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -> bool:
+    positional = [*function.params.posonly_params, *function.params.params]
+    for index, param in enumerate([*positional, *function.params.kwonly_params]):
+        if param.name.value == name:
+            break
+    else:
+        return False
+    default = param.default
+    if not (isinstance(default, cst.Name) and default.value in ("False", "None")
+            or isinstance(default, cst.Integer) and default.value == "0"):
+        return False
+    view = ctx.project
+    assert view is not None
+    mentions_in = view.project.mentions_in
+    if view.mentions_outside(name) or mentions_in(name, ctx.source) > mentions_in(name, ctx.code(function)):
+        return False  # named elsewhere: a caller's keyword, a config key
+    method = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    skipped = 1 if isinstance(method, cst.ClassDef) and positional and positional[0].name.value in ("self", "cls") else 0
+    for _other, call in calls_of(ctx, function):
+        given = [arg for arg in call.args if arg.keyword is None]
+        if any(arg.star for arg in given):
+            return False  # ``**config``: a key of a YAML file may turn it on
+        if index < len(positional) and len(given) + skipped > index:
+            return False
+    return True
+
+
 def _literal_version(node: cst.BaseExpression) -> bool:
     """A version written out: ``"2.0"``, ``(1, 12)``, ``version.parse("2.0")``."""
     if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
@@ -189,6 +254,31 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
     return bool(callers) and all(
         lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
     )
+
+
+# Autoregressive decoding: ``generate``, ``primed_generate``, ``beam_search``, ``greedy_search``.
+_DECODING_FUNCTION = re.compile(r"generate|_search$|^search$")
+
+
+def before_its_loop(ctx: "FileContext", node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The decoding function whose work is a loop that ``node`` runs before, once a call: a
+    ``generate``'s token buffer before its decoding loop (LLaMA's and its copies', audiocraft's).
+    Not code seen to run every training step. (Any function's allocation before its loop was
+    tried: readers judged most of what it withheld correct, FourCastNet's inference buffers
+    and tabnet's masks among them.)"""
+    function = ctx.enclosing(node, cst.FunctionDef, cst.Lambda)
+    if not isinstance(function, cst.FunctionDef) or not _DECODING_FUNCTION.search(function.name.value):
+        return None
+    if _repeats_within(ctx, node, function):
+        return None
+    after = ctx.order[node]
+    loops = [
+        loop for loop in (*ctx.within(function, ctx.nodes(cst.For)), *ctx.within(function, ctx.nodes(cst.While)))
+        if ctx.order[loop] > after and ctx.enclosing(loop, cst.FunctionDef, cst.Lambda) is function
+    ]
+    if not loops or runs_every_step(ctx, node):
+        return None
+    return function
 
 
 def _repeats_within(ctx: "FileContext", node: cst.CSTNode, function: cst.FunctionDef) -> bool:
