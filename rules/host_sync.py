@@ -34,7 +34,7 @@ import libcst as cst
 from advisor.apis import DATALOADER, LIGHTNING_TRAINER
 from advisor.context import MISSING, FileContext
 from advisor.edits import keyword_arg, nested_block, remove_keyword, remove_statements, set_keyword
-from advisor.facts.branches import runs_every_step, runs_once
+from advisor.facts.branches import before_its_loop, runs_every_step, runs_once
 from advisor.facts.loaders import batch_target, target_names
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
@@ -1171,7 +1171,9 @@ class HostAllocThenCopy(Rule):
         `__init__` (a KV cache), a script's top level outside a loop, or a lazy
         initialisation (an optimizer's `if len(state) == 0:`, `if key not in self.cache:`
         that fills the cache, `if not self.initialized:` where a method sets the flag,
-        `if self.x is None:` that assigns it, or a function called only under one). A helper
+        `if self.x is None:` that assigns it, or a function called only under one), or once a
+        call of a decoding function (`generate`, a beam search) before its decoding loop (a
+        token buffer), unless the code is seen to run every training step. A helper
         with no loop of its own keeps the fix: a `forward` in another file may call it every step.
     """
     valid = [
@@ -1287,6 +1289,20 @@ class HostAllocThenCopy(Rule):
                 optimizer.step()
             """,
             note="the legacy typed constructor copies a NumPy array to the GPU every step (advice only)",
+        ),
+        Invalid(
+            """
+            import torch
+
+            class LLaMA:
+                def generate(self, prompts, max_gen_len):
+                    tokens = torch.zeros((len(prompts), max_gen_len)).long().cuda()
+                    for cur_pos in range(1, max_gen_len):
+                        logits = self.model(tokens[:, :cur_pos])
+                        tokens[:, cur_pos] = logits[:, -1].argmax(-1)
+                    return tokens
+            """,
+            note="LLaMA's `generate`: the buffer is made once a call, before the decoding loop does the work (advice only)",
         ),
         Invalid(
             """
@@ -1476,6 +1492,14 @@ class HostAllocThenCopy(Rule):
                 seeded = (
                     "; it runs once (a module's `__init__`, a script's top level, a lazy initialisation), "
                     "where one copy saved would not show, so this is advice"
+                )
+            elif fix is not None and (caller := before_its_loop(ctx, copy)) is not None:
+                # LLaMA's ``generate``: the token buffer is made once a call, then the decoding
+                # loop does the work; one copy saved would not show beside it.
+                fix = None
+                seeded = (
+                    f"; it runs once a call of `{caller.name.value}`, before the loop that does its work, "
+                    f"where one copy saved would not show, so this is advice"
                 )
             yield self.report(
                 copy,

@@ -32,6 +32,7 @@ from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTN
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
     runs_fft,
+    small_dense_network,
     casts_data_to_fp16,
     AMP_SCALER,
     AUTOCAST,
@@ -1887,6 +1888,9 @@ class Tf32Disabled(Rule):
         that loads modules by name sets TF32 (mammoth's `main.py`, under its `-O` switch, for
         the model modules it imports through `importlib`), the finding is advice: a line at
         this module's import would override the project's switch for every run that loads it.
+        It is advice too where the file's networks are small dense ones it builds itself (only
+        `Linear` and recurrent layers of sizes it gives, under a million parameters, none wider
+        than 1024: an MNIST MLP): their steps wait on kernel launches, not on the matmuls.
     """
     valid = [
         Valid(
@@ -2220,7 +2224,7 @@ class Tf32Disabled(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.fc = nn.Linear(512, 512)
+                    self.fc = nn.Linear(4096, 4096)
 
             def train_a(model, loader, opt):
                 for x in loader:
@@ -2241,7 +2245,7 @@ class Tf32Disabled(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.fc = nn.Linear(512, 512)
+                    self.fc = nn.Linear(4096, 4096)
 
             def train_a(model, loader, opt):
                 for x in loader:
@@ -2290,7 +2294,7 @@ class Tf32Disabled(Rule):
             class Regressor(L.LightningModule):
                 def __init__(self):
                     super().__init__()
-                    self.net = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 1))
+                    self.net = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1))
 
             trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=10)
             trainer.fit(Regressor(), train_loader)
@@ -2305,7 +2309,7 @@ class Tf32Disabled(Rule):
             class Regressor(L.LightningModule):
                 def __init__(self):
                     super().__init__()
-                    self.net = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 1))
+                    self.net = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1))
 
             trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=10)
             trainer.fit(Regressor(), train_loader)
@@ -2365,7 +2369,7 @@ class Tf32Disabled(Rule):
             elsewhere = tf32_set_elsewhere(ctx)
             if elsewhere is not None:
                 finding.as_advice(f"`{elsewhere}` sets TF32 for the project, so the fix is left as advice")
-        return finding
+        return _unless_small(ctx, finding, "TF32")
 
     def _torch_fix(self, ctx: FileContext):
         anchor = _import_block_end(ctx)
@@ -2387,6 +2391,19 @@ class Tf32Disabled(Rule):
 
 
 _ASSIGNMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
+
+
+def _unless_small(ctx: FileContext, finding: Finding, precision: str) -> Finding:
+    """Advice where the file trains only a small dense network (:func:`small_dense_network`):
+    its steps wait on kernel launches, where the tensor cores would not show."""
+    small = small_dense_network(ctx) if finding.fix is not None else None
+    if small is not None:
+        parameters, widest = small
+        finding.as_advice(
+            f"the network is small (about {parameters:,} parameters, no layer wider than {widest}): its steps wait on "
+            f"kernel launches more than on arithmetic, where {precision} would not show, so the fix is left as advice"
+        )
+    return finding
 
 
 def autocast_region(ctx: FileContext, loop: TrainingLoop) -> list[cst.SimpleStatementLine] | None:
@@ -2819,6 +2836,10 @@ class NoMixedPrecision(Rule):
         transformers or another published library, followed through names, `self.` attributes
         and the file's callers; a class of the script's own project (`from models import
         Darknet`, a star or relative import) may call binary_cross_entropy where it cannot be seen.
+        Where the file's networks are small dense ones it builds itself (only `Linear` and
+        recurrent layers of sizes it gives, under a million parameters, none wider than 1024:
+        an MNIST MLP, a toy VAE), the fix is advice: their steps wait on kernel launches, where
+        16-bit matmuls would not show, and the numbers would change for nothing.
     """
     valid = [
         Valid(
@@ -3416,7 +3437,7 @@ class NoMixedPrecision(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        findings = self._findings(ctx)
+        findings = (_unless_small(ctx, finding, "mixed precision") for finding in self._findings(ctx))
         yield from _no_bf16_fix_under_fft(ctx, findings) if ctx.target.bf16 else findings
 
     def _findings(self, ctx: FileContext) -> Iterator[Finding]:

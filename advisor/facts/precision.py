@@ -665,6 +665,85 @@ def small_network_training(ctx: FileContext) -> bool:
     return True
 
 
+# A network this small keeps a GPU waiting on kernel launches, not on arithmetic: the tensor cores
+# bf16 and TF32 reach cannot show (readers of the fix audits judged such edits doubtful: a
+# 784-64-64-10 MNIST MLP, a 2-100-3 spiral classifier, a 784-400-20 VAE).
+_SMALL_NETWORK_PARAMETERS = 1_000_000
+_SMALL_NETWORK_WIDTH = 1024
+_DENSE_LAYERS = {
+    "torch.nn.Linear": lambda i, o: i * o + o,
+    "torch.nn.LSTM": lambda i, h: 4 * (i * h + h * h + 2 * h),
+    "torch.nn.GRU": lambda i, h: 3 * (i * h + h * h + 2 * h),
+    "torch.nn.RNN": lambda i, h: i * h + h * h + 2 * h,
+}
+_DENSE_LAYER_SIZES = {**_LAYER_SIZE_ARGUMENTS, "torch.nn.RNN": ("input_size", "hidden_size")}
+# Layers whose cost depends on more than their sizes (an image's area, a sequence's length).
+_NOT_DENSE = ("torch.nn.MultiheadAttention", "torch.nn.Transformer", "torch.nn.TransformerEncoderLayer",
+              "torch.nn.TransformerDecoderLayer", "torch.nn.functional.scaled_dot_product_attention")
+
+
+def small_dense_network(ctx: FileContext) -> tuple[int, int] | None:
+    """(parameters, widest layer) where the file's networks are small dense ones built here:
+    every layer a ``Linear`` or a recurrent layer of sizes the file gives, under a million
+    parameters in all and none wider than 1024, no convolution, attention layer, library model
+    or model class of another module. None otherwise."""
+    def find() -> tuple[int, int] | None:
+        from advisor.facts.models import model_build_kind
+
+        qualnames = ctx.called_qualnames
+        if any(q.startswith(_MODEL_LIBRARIES) or _CONV.match(q) or q in _NOT_DENSE for q in qualnames):
+            return None
+        if any(model_build_kind(ctx, call) not in (None, "local", "torch.nn") for call in ctx.nodes(cst.Call)):
+            return None  # a model whose layers another module builds
+        if any(_moved_from_unknown_code(ctx, move) for move in ctx.method_calls("cuda", "to")):
+            return None  # ``build_backbone().cuda()``: a network the file does not show
+        layers = ctx.calls(*_DENSE_LAYERS)
+        if not layers:
+            return None
+        total = widest = 0
+        for layer in layers:
+            qualname = ctx.qualname(layer.func) or ""
+            sizes = []
+            for position, keyword in enumerate(_DENSE_LAYER_SIZES[qualname]):
+                argument = ctx.argument(layer, keyword, position)
+                size = ctx.values.value_of(argument) if isinstance(argument, cst.BaseExpression) and argument is not MISSING else None
+                if not isinstance(size, int) or isinstance(size, bool):
+                    return None
+                sizes.append(size)
+            total += _DENSE_LAYERS[qualname](*sizes)
+            widest = max(widest, *sizes)
+        if total >= _SMALL_NETWORK_PARAMETERS or widest > _SMALL_NETWORK_WIDTH:
+            return None
+        return total, widest
+
+    return ctx.memo(small_dense_network, find)
+
+
+def _moved_from_unknown_code(ctx: FileContext, move: cst.Call) -> bool:
+    """Whether what ``move`` (``x.cuda()``, ``x.to(...)``) moves may be built by code the file
+    does not show: a function's result (``build_backbone()``), directly or through a name."""
+    from advisor.facts.models import model_build_kind
+
+    receiver = move.func.value  # type: ignore[attr-defined]
+    values: list[cst.BaseExpression] = [receiver]
+    if isinstance(receiver, cst.Name):
+        values = [b.value for b in ctx.lookup(receiver.value, move) if b.value is not None]
+    for value in values:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("cuda", "to", "train", "eval"):
+            value = value.func.value
+        if not isinstance(value, cst.Call) or model_build_kind(ctx, value) in ("local", "torch.nn"):
+            continue
+        qualname = ctx.qualname(value.func)
+        if qualname in ("torch.load", "torch.jit.load", "torch.hub.load", "torch.load_state_dict_from_url"):
+            return True  # a pickled or hub model
+        if qualname is not None and qualname.split(".")[0] in ("torch", "numpy", "builtins"):
+            continue
+        if qualname is None and isinstance(value.func, cst.Attribute):
+            continue  # a method of a value (``x.float()``)
+        return True
+    return False
+
+
 # -- what the model computes in fp32 (ADV202) --------------------------------------------------------
 _LINEAR = ("torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.functional.linear")
 
