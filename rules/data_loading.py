@@ -1475,7 +1475,15 @@ class BlockingHostToDeviceCopy(Rule):
                         f"Batch from a pinned DataLoader copied with a blocking {copy}: pass `non_blocking=True` "
                         f"so the copy overlaps host work (guide: {GUIDE})"
                     )
-                yield self.report(call, message, fix)
+                finding = self.report(call, message, fix)
+                if fix is not None and ctx.facts.devices.may_pick_mps:
+                    # seed-vc: ``args.device = "mps"`` where Apple's GPU is found; there a non-blocking
+                    # copy from pageable memory can read freed storage (pytorch#139550, #189690).
+                    finding.as_advice(
+                        "the script runs on Apple's MPS where it finds one, and a non-blocking copy to MPS can "
+                        "corrupt data (pytorch#139550): pass `non_blocking=device.type == \"cuda\"` by hand"
+                    )
+                yield finding
 
 
     @staticmethod

@@ -1737,6 +1737,7 @@ def _python_number(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 _SET_GRAD_ENABLED = (
     "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled",
 )
+_NO_GRAD_CALLS = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
 # Code that needs gradients in an evaluation pass: attribution, adversarial examples.
 _GRADIENT_CALLS = ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.backward")
 
@@ -1761,13 +1762,21 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
 
 def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Autograd is off where ``node`` runs: ``torch.no_grad()`` / ``inference_mode()`` /
-    ``set_grad_enabled(<not certainly true>)`` around it, as ``with`` or decorator."""
+    ``set_grad_enabled(<not certainly true>)`` around it, as ``with`` or decorator; or the
+    author chose when it is (StudioGAN's ``with torch.no_grad() if not requires_grad else
+    dummy_context_mgr():``, on where latent optimisation takes gradients)."""
     if under_no_grad(ctx, node):
         return True
     for ancestor in ctx.ancestors(node):
         managers: list[cst.BaseExpression] = []
         if isinstance(ancestor, cst.With):
             managers = [item.item for item in ancestor.items]
+            for manager in managers:
+                if isinstance(manager, cst.IfExp) and any(
+                    isinstance(branch, cst.Call) and ctx.qualname(branch.func) in _NO_GRAD_CALLS
+                    for branch in (manager.body, manager.orelse)
+                ):
+                    return True
         elif isinstance(ancestor, cst.FunctionDef):
             managers = [decorator.decorator for decorator in ancestor.decorators]
         for manager in managers:
@@ -1825,7 +1834,10 @@ class EvalWithoutNoGrad(Rule):
           calls `model.generate(...)` (already without gradients);
         - the file builds `Variable(x, volatile=True)` (or `volatile=` a flag): the way torch
           before 0.4, which had no `no_grad`, turned autograd off. The script is written for
-          that torch, and its author did turn autograd off.
+          that torch, and its author did turn autograd off;
+        - the loop is in a function every training step calls (Text-To-Video-Finetuning's
+          `finetune_unet`, which switches the UNet to `eval()` under an option and then computes
+          the loss the step backpropagates): its result may need gradients.
     """
     valid = [
         Valid(
@@ -2054,6 +2066,8 @@ class EvalWithoutNoGrad(Rule):
             reported.add(loop)
             if self._needs_gradients(ctx, loop, model) or self._grad_off_at(ctx, call):
                 continue
+            if self._part_of_a_training_step(ctx, loop):
+                continue
             yield self.report(
                 call,
                 f"`{model}.eval()` leaves autograd on: this evaluation loop records the graph and keeps "
@@ -2169,6 +2183,20 @@ class EvalWithoutNoGrad(Rule):
                 and any(a.attr.value == "requires_grad" for a in ctx.walk(loop.body, cst.Attribute))
             ):
                 return True
+        return False
+
+    @staticmethod
+    def _part_of_a_training_step(ctx: FileContext, loop: cst.For | cst.While) -> bool:
+        """The loop is in a function a training step calls, whose result the step may take
+        gradients of: Text-To-Video-Finetuning's ``finetune_unet`` switches the UNet to
+        ``eval()`` under an ``eval_train`` option, then computes the loss the step backpropagates."""
+        function = ctx.enclosing(loop, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        for caller in ctx.loops.callers(function):
+            region = ctx.loops.step_region(caller)
+            if region is not None and not region.guards:
+                return True  # every step, not a validation every N steps
         return False
 
     @staticmethod

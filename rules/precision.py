@@ -1198,13 +1198,14 @@ class Fp16OnBf16Gpu(Rule):
     def _training_arguments_fix(self, ctx: FileContext, call: cst.Call, fp16, bf16):
         if bf16 is MISSING:
             edit = _rename_keyword_of(ctx, fp16, "bf16")
-            return None if edit is None else self.fix("Use `bf16=True` instead of `fp16=True`", edit)
+            return None if edit is None else self.fix("Use `bf16=True` instead of `fp16=True`", edit, requires=[_TRAINER_BF16])
         # ``fp16=True, bf16=False`` written out: swap the two literals.
         if _is_literal(fp16, "True") and _is_literal(bf16, "False"):
             return self.fix(
                 "Set `bf16=True` and `fp16=False`",
                 Edit(fp16, fp16.with_changes(value="False")),
                 Edit(bf16, bf16.with_changes(value="True")),
+                requires=[_TRAINER_BF16],
             )
         return None
 
@@ -2391,6 +2392,8 @@ class Tf32Disabled(Rule):
 
 
 _ASSIGNMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign)
+# ``TrainingArguments(bf16=...)``: transformers 4.13 (huggingface/transformers#13207, December 2021).
+_TRAINER_BF16 = ("transformers", "4.13")
 
 
 def _unless_small(ctx: FileContext, finding: Finding, precision: str) -> Finding:
@@ -3533,7 +3536,8 @@ class NoMixedPrecision(Rule):
         if not ctx.target.bf16:
             message += f" ({ctx.target.name} has no bf16)"
         edit = _set_true(ctx, call, flag)
-        fix = self.fix(f"Pass `{flag}=True`", edit) if edit is not None else None
+        requires = [_TRAINER_BF16] if flag == "bf16" else []
+        fix = self.fix(f"Pass `{flag}=True`", edit, requires=requires) if edit is not None else None
         return self.report(call, _message(message), fix)
 
     def _accelerator(self, ctx: FileContext, call: cst.Call, launcher: bool) -> Finding:

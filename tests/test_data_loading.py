@@ -413,6 +413,30 @@ def test_dataset_class_that_moves_items_to_the_device():
     assert codes(source) == []
 
 
+def test_dataset_that_loads_its_items_onto_the_gpu_is_not_pinned():
+    # Text-To-Video-Finetuning's CachedDataset: torch.load(path, map_location='cuda:0') per item;
+    # pinning its batches raises "cannot pin 'torch.cuda.FloatTensor'".
+    source = """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class CachedDataset(Dataset):
+            def __getitem__(self, index):
+                return torch.load(self.files[index], map_location="cuda:0")
+
+        def main():
+            loader = DataLoader(CachedDataset(), batch_size=1, shuffle=True, num_workers=4)
+            model.cuda()
+            for batch in loader:
+                model(batch).mean().backward()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert "ADV101" not in codes(source)
+    assert "ADV101" in codes(source.replace('map_location="cuda:0"', 'map_location="cpu"'))
+
+
 def test_device_collator_with_hf_trainer_gets_no_loader_settings_advice():
     source = """
         import torch
@@ -669,3 +693,26 @@ def test_an_identity_collate_is_not_pinned_unless_the_batch_is_copied_as_it_come
         'ids = examples.to("cuda")',
     )
     assert "ADV101" in codes(per_item)
+
+
+def test_non_blocking_copies_stay_advice_where_the_script_may_pick_mps():
+    # seed-vc's train.py: args.device = "mps" when torch.backends.mps.is_available(); a
+    # non-blocking copy to MPS can corrupt data (pytorch#139550).
+    source = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            device = "mps" if torch.backends.mps.is_available() else "cuda"
+            loader = DataLoader(data, batch_size=64, num_workers=4, pin_memory=True)
+            model.to(device)
+            for x, y in loader:
+                loss = model(x.to(device)).mean()
+                loss.backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main()
+    """
+    (finding,) = [d for d in lint(textwrap.dedent(source), gpu="A100") if d.code == "ADV103"]
+    assert finding.fix_applicability is None and "pytorch#139550" in finding.message

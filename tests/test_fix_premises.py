@@ -2712,6 +2712,51 @@ def test_a_module_docstrings_dependency_list_declares_its_torch(tmp_path):
     assert only(plain, "ADV601", fresh_script(tmp_path / "other.py", plain)).fix_applicability is not None
 
 
+def test_a_version_check_the_file_runs_declares_its_torch(tmp_path):
+    # rasbt's machine-learning-book: each chapter runs check_packages({'torch': '1.9.0', ...}).
+    source = (
+        "import torch\nfrom python_environment_check import check_packages\n"
+        "d = {\n    'numpy': '1.21.2',\n    'torch': '1.9.0',\n}\ncheck_packages(d)\n"
+        "model = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    (tmp_path / ".git").mkdir()
+    finding = only(source, "ADV601", fresh_script(tmp_path / "ch13_part1.py", source))
+    assert finding.fix_applicability is None and "allow torch" in finding.message, finding.message
+
+
+@pytest.mark.parametrize("code, arguments", [("ADV203", ""), ("ADV201", ", fp16=True")])
+def test_trainer_bf16_needs_transformers_4_13(tmp_path, code, arguments):
+    # machine-learning-book ch16: check_packages({'transformers': '4.9.1'}); TrainingArguments had no bf16 before 4.13.
+    source = (
+        "from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments\n"
+        "d = {'torch': '1.9.0', 'transformers': '4.9.1'}\n"
+        "model = AutoModelForSequenceClassification.from_pretrained('distilbert-base-uncased')\n"
+        f"args = TrainingArguments('out', per_device_train_batch_size=16{arguments})\n"
+        "Trainer(model=model, args=args, train_dataset=data).train()\n"
+    )
+    (tmp_path / ".git").mkdir()
+    finding = only(source, code, fresh_script(tmp_path / "ch16.py", source))
+    assert finding.fix_applicability is None and "transformers >= 4.13" in finding.message, finding.message
+
+
+def test_a_readmes_at_least_declares_the_floor(tmp_path):
+    # StudioGAN: "First, install PyTorch meeting your environment (at least 1.7):"; torch.autocast is 1.10.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("# Requirements\n\nFirst, install PyTorch meeting your environment (at least 1.7):\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch>=1.7" in finding.message, finding.message
+
+
+def test_a_readmes_ceiling_declares_an_older_torch(tmp_path):
+    # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4".
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("## Dependencies\n - Python3\n - [Pytorch](http://pytorch.org/) before 0.4 (for newer vesion, please see issue #3 )\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch<0.4" in finding.message, finding.message
+
+
 def test_fused_adamw_over_dtensor_parameters_needs_torch_2_4(tmp_path):
     # mLoRA's benchmarks/bench_peft_tp.py: parallelize_module makes every parameter a DTensor, and
     # torch 2.2.1 (its pin) has no sharding rule for the fused AdamW kernel: step() raises.

@@ -870,3 +870,43 @@ def test_a_device_every_caller_leaves_none_moves_nothing():
     assert len(findings(source.replace("Rotary(dim)", "Rotary(dim, device='cuda')"), "ADV704")) == 1
     subclassed = source + "\nclass Scaled(Rotary):\n    def __init__(self, dim, device=None):\n        super().__init__(dim, device=device)\n"
     assert len(findings(subclassed, "ADV704")) == 1
+
+
+def test_an_eval_switch_inside_a_function_every_training_step_calls_is_no_evaluation_loop():
+    # Text-To-Video-Finetuning's train.py: finetune_unet switches to eval() under an option and
+    # returns the loss the step backpropagates; no_grad around its loop would train nothing.
+    source = """
+    import torch
+
+    def main():
+        def finetune_unet(batch, **kwargs):
+            if kwargs.get("eval_train", False):
+                unet.eval()
+            losses = []
+            for i in range(2):
+                losses.append(unet(batch).mean())
+            return losses[0] + losses[1]
+
+        for step, batch in enumerate(loader):
+            loss = finetune_unet(batch.cuda())
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+    assert "ADV705" not in [d.code for d in lint(source, gpu="A100")]
+
+
+def test_a_no_grad_the_author_turns_on_by_condition_is_their_choice():
+    # StudioGAN's worker.py: gradients stay on where latent optimisation or Langevin sampling needs them.
+    source = """
+    import torch
+
+    def run_k_nearest_neighbor(self, dataset):
+        requires_grad = self.LOSS.apply_lo or self.RUN.langevin_sampling
+        with torch.no_grad() if not requires_grad else dummy_context_mgr() as ctx:
+            self.Gen.eval()
+            for batch_idx in range(10):
+                fake = self.Gen(torch.randn(8, 128, device="cuda"))
+                embed = resnet(fake)
+    """
+    assert "ADV705" not in [d.code for d in lint(source, gpu="A100")]

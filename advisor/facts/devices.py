@@ -377,11 +377,15 @@ class DeviceFacts:
 
     def moves_off_cpu(self, call: cst.Call) -> bool:
         """A call that may put tensors on an accelerator: ``.cuda()``, ``.to(device)`` (not
-        ``.to(torch.long)`` nor ``.to("cpu")``), or one given a ``device=`` other than the CPU."""
+        ``.to(torch.long)`` nor ``.to("cpu")``), one given a ``device=`` other than the CPU, or
+        ``torch.load`` onto one (``map_location='cuda:0'``: Text-To-Video-Finetuning's cached latents)."""
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to"):
             kind = self.move(call)
             return kind is not None and kind is not Where.CPU
+        if self.ctx.qualname(func) == "torch.load":
+            location = self.ctx.keyword_arg(call, "map_location")
+            return location is not None and self.where(location.value) in (Where.CUDA, Where.CUDA_IF_AVAILABLE, Where.NAMED)
         device = self.ctx.keyword_arg(call, "device")
         return device is not None and self.where(device.value) is not Where.CPU
 
@@ -781,6 +785,12 @@ class DeviceFacts:
             if kind is Where.CUDA and not self._under_gpu_test(node):
                 return True
         return False
+
+    @cached_property
+    def may_pick_mps(self) -> bool:
+        """The file asks whether Apple's MPS is there (``torch.backends.mps.is_available()``):
+        it may run on it."""
+        return bool(self.ctx.calls("torch.backends.mps.is_available", "torch.mps.is_available"))
 
     @cached_property
     def falls_back_to_cpu(self) -> bool:

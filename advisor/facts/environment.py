@@ -119,12 +119,23 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
+    # StudioGAN: "install PyTorch meeting your environment (at least 1.7)".
+    at_least = re.compile(
+        rf"(?<![\w-])(?:py)?{name}\b[^\n]{{0,60}}?\b(?:at least|minimum)\s*(?:version\s*)?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
+    # CloserLookFewShot: "[Pytorch](http://pytorch.org/) before 0.4": a ceiling, not a floor.
+    ceiling = re.compile(
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*(?:before|below|older than|earlier than|<)\s*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
     for text in documents:  # the nearest document that names a version speaks for this folder
         # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
         # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
         # lemniscate) names code this checkout is not.
         text = "\n".join(line for line in _expand_docker_args(text).splitlines() if not _OTHER_RELEASE_LINE.search(line))
-        versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text))]
+        below = ceiling.search(text)
+        if below is not None:
+            return f"<{below.group(1)}"
+        versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text))]
         versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
         if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
             versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
@@ -154,8 +165,18 @@ def _install_pins(text: str, package: str) -> list[str]:
 _DOCSTRING_PIN = r"^[ \t]*[-*]?[ \t]*(?:py)?{name}[ \t]*(?::|==|>=|=)[ \t]*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b"
 
 
+# A version check the file runs on itself: rasbt's machine-learning-book opens each chapter with
+# ``check_packages({'torch': '1.9.0', ...})``, the versions it was written for.
+_CHECKED_VERSION = r"""["']{name}["'][ \t]*:[ \t]*["']v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)["']"""
+
+
 def _docstring_pin(ctx: "FileContext", package: str) -> str | None:
-    """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``)."""
+    """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``),
+    or its code maps the package's name to a version (``{'torch': '1.9.0'}``, a minimum the
+    file checks)."""
+    checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), getattr(ctx, "source", "") or "")
+    if checked is not None:
+        return f">={checked.group(1)}"
     module = getattr(ctx, "module", None)
     try:
         docstring = module.get_docstring() if module is not None else None
@@ -733,11 +754,14 @@ def admits_below(spec: str | None, version: str) -> bool | None:
     if not spec.strip():
         return False
     floor: tuple[int, ...] | None = None
+    wanted = _version(version)
     for operator, text in _CLAUSE.findall(spec):
+        value = _version(text.replace("*", "0"))
         if operator in (">=", ">", "==", "~="):
-            value = _version(text.replace("*", "0"))
             floor = value if floor is None or value > floor else floor
-    return floor is not None and floor < _version(version)
+        elif operator == "<" and value <= wanted or operator == "<=" and value < wanted:
+            return True  # a ceiling below it ("PyTorch before 0.4"): only older releases
+    return floor is not None and floor < wanted
 
 
 # -- what a notebook's saved state says about where it ran ------------------------------------
