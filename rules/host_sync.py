@@ -1743,8 +1743,21 @@ _GRADIENT_CALLS = ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.e
 
 
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
-    """``root`` calls a function of the file that takes gradients (``torch.autograd.grad``,
-    ``.backward()``), directly or through one more such function."""
+    """``root`` calls a function that takes gradients (``torch.autograd.grad``, ``.backward()``),
+    directly or through one more such function: of the file, or of a project module it imports
+    (StudioGAN's ``sample.generate_images``, whose latent optimisation calls ``autograd.grad``
+    under a config switch)."""
+    if ctx.project is not None and depth < 2:
+        for call in ctx.walk(root, cst.Call):
+            if not isinstance(call.func, (cst.Attribute, cst.Name)) or ctx.loops.callee(call) is not None:
+                continue
+            found = ctx.project.binding(call.func)
+            if found is not None and isinstance(found[1].node, cst.FunctionDef):
+                other, function = found[0], found[1].node
+                if other.within(function, other.calls(*_GRADIENT_CALLS)) or other.within(function, other.method_calls("backward")):
+                    return True
+                if _calls_gradient_helper(other, function, depth + 1):
+                    return True
     gradient_calls = ctx.calls(*_GRADIENT_CALLS)
     backwards = ctx.method_calls("backward")
     if not gradient_calls and not backwards:

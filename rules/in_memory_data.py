@@ -108,7 +108,10 @@ class InMemoryDatasetPerSample(Rule):
         - a `collate_fn=` is given: a custom collate expects a list of samples (and often pads
           samples of different lengths, which one indexing operation cannot batch);
           rewriting it is the author's work, and advice that cannot be followed as it is
-          would be noise.
+          would be noise;
+        - the loader is read once into a list that the training loop iterates (SpanBERT's
+          `train_batches = [batch for batch in train_dataloader]`): it collates once, not
+          every step.
     """
     valid = [
         Valid(
@@ -393,6 +396,8 @@ class InMemoryDatasetPerSample(Rule):
                 continue
             if not loaders.runs_for_training(call):
                 continue
+            if self._read_once_into_a_list(ctx, call):
+                continue
             size = self._per_sample_batch(ctx, call)
             if size is None:
                 continue
@@ -427,6 +432,31 @@ class InMemoryDatasetPerSample(Rule):
             fixable = not own_sampler and loaders.in_memory_tensors(call) and not _framework_loader(ctx, call)
             fix = self._fix(ctx, call) if fixable else None
             yield self.report(call, message, fix)
+
+    @staticmethod
+    def _read_once_into_a_list(ctx: FileContext, call: cst.Call) -> bool:
+        """The loader is drawn from once, into a list the training loop then iterates
+        (SpanBERT's ``train_batches = [batch for batch in train_dataloader]``): the per-sample
+        collation runs once, not every step."""
+        parent = ctx.parent.get(call)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        name = parent.targets[0].target.value
+        scope = ctx.enclosing(call, cst.FunctionDef) or ctx.module
+        listed = False
+        for use in ctx.walk(scope, cst.Name):
+            if use.value != name or use is parent.targets[0].target:
+                continue
+            holder = ctx.parent.get(use)
+            called = ctx.parent.get(holder) if isinstance(holder, cst.Arg) else None
+            function = dotted_name(called.func) if isinstance(called, cst.Call) else None
+            if isinstance(holder, cst.CompFor) and holder.iter is use and isinstance(ctx.parent.get(holder), cst.ListComp):
+                listed = True
+            elif function == "list":
+                listed = True
+            elif function != "len":
+                return False  # iterated in a loop, handed on, or anything else
+        return listed
 
     @staticmethod
     def _per_sample_batch(ctx: FileContext, call: cst.Call) -> int | None:

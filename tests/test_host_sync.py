@@ -910,3 +910,40 @@ def test_a_no_grad_the_author_turns_on_by_condition_is_their_choice():
                 embed = resnet(fake)
     """
     assert "ADV705" not in [d.code for d in lint(source, gpu="A100")]
+
+
+def test_an_evaluation_loop_whose_helper_in_another_module_takes_gradients_keeps_autograd(tmp_path):
+    # StudioGAN: validate_classifier calls sample.generate_images, which calls
+    # losses.latent_optimise (torch.autograd.grad) when the config turns latent optimisation on.
+    from advisor.project import forget_projects
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "losses.py").write_text(
+        "from torch import autograd\n\ndef latent_optimise(zs, generator):\n"
+        "    return autograd.grad(generator(zs).sum(), zs)[0]\n"
+    )
+    (tmp_path / "utils" / "sample.py").write_text(
+        "import utils.losses as losses\n\ndef generate_images(zs, generator, apply_lo):\n"
+        "    if apply_lo:\n        zs = losses.latent_optimise(zs, generator)\n    return generator(zs)\n"
+    )
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent("""
+        import torch
+        import utils.sample as sample
+
+        def validate_classifier(model, generator, loader, apply_lo):
+            model.eval()
+            for images, labels in loader:
+                images = sample.generate_images(torch.randn(8, 128, device="cuda"), generator, apply_lo)
+                output = model(images)
+
+        if __name__ == "__main__":
+            validate_classifier(model, generator, loader, True)
+    """))
+    forget_projects()
+    assert "ADV705" not in [d.code for d in lint(worker.read_text(), gpu="A100", path=str(worker))]
+    (tmp_path / "utils" / "losses.py").write_text("def latent_optimise(zs, generator):\n    return zs\n")
+    forget_projects()
+    assert "ADV705" in [d.code for d in lint(worker.read_text(), gpu="A100", path=str(worker))]

@@ -337,3 +337,32 @@ def test_a_tensor_handed_to_the_loader_as_its_data_set_is_in_memory():
     found = lint(source, codes=DATA_LOADING)
     assert [d.code for d in found] == ["ADV105"]
     assert "in-memory tensor one sample" in found[0].message
+
+
+def test_a_loader_read_once_into_a_list_collates_once():
+    # SpanBERT's run_squad.py: train_batches = [batch for batch in train_dataloader], then
+    # every epoch shuffles and iterates the list.
+    source = """
+        import random
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def main():
+            model.cuda()
+            train_data = TensorDataset(all_input_ids, all_input_mask, all_labels)
+            train_dataloader = DataLoader(train_data, batch_size=32)
+            train_batches = [batch for batch in train_dataloader]
+            steps = len(train_dataloader) * epochs
+            for epoch in range(epochs):
+                random.shuffle(train_batches)
+                for step, batch in enumerate(train_batches):
+                    loss = model(*[t.cuda() for t in batch])
+                    loss.backward()
+                    optimizer.step()
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert "ADV105" not in [d.code for d in lint(source, gpu="A100")]
+    iterated = source.replace("for step, batch in enumerate(train_batches):", "for step, batch in enumerate(train_dataloader):")
+    assert "ADV105" in [d.code for d in lint(iterated, gpu="A100")]
