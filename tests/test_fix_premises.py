@@ -2748,6 +2748,18 @@ def test_a_readmes_at_least_declares_the_floor(tmp_path):
     assert finding.fix_applicability is None and "torch>=1.7" in finding.message, finding.message
 
 
+def test_an_install_script_the_readme_runs_declares_torch(tmp_path):
+    # VIBE: the README says `source scripts/install_pip.sh`, which pip-installs torch==1.4.0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("## Installation\n```bash\nsource scripts/install_pip.sh\n```\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "install_pip.sh").write_text("pip install numpy==1.17.5 torch==1.4.0 torchvision==0.5.0\npip install -r requirements.txt\n")
+    (tmp_path / "requirements.txt").write_text("tqdm==4.28.1\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch>=1.4.0" in finding.message, finding.message
+
+
 def test_a_readmes_ceiling_declares_an_older_torch(tmp_path):
     # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4".
     (tmp_path / ".git").mkdir()

@@ -75,7 +75,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
-            documents.append(text)
+            documents.append(text + _scripts_run_by(path, text))
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
@@ -424,6 +424,16 @@ _INSTALLS_FILE = re.compile(r"-r\s+[\"']?([\w./-]+\.(?:txt|in))")
 # a requirement file named by its path in prose, not through ``-r``.
 _NAMES_FILE = re.compile(r"(?<![\w/.-])(?:\./)?((?:[\w.-]+/)+requirements?[\w.-]*\.(?:txt|in))\b")
 _RUNS_SCRIPT = re.compile(r"(?<![\w/.-])(?:\./)?([\w-]+(?:/[\w.-]+)*\.sh)\b")
+
+
+def _scripts_run_by(document: str, text: str) -> str:
+    """The install scripts a README runs (VIBE's ``source scripts/install_pip.sh``, which
+    installs ``torch==1.4.0``): their commands are its install instructions too."""
+    if ".sh" not in text or not os.path.basename(document).lower().startswith("readme"):
+        return ""
+    folder = os.path.dirname(document)
+    scripts = [_read_small(os.path.join(folder, script)) for script in _RUNS_SCRIPT.findall(text)[:8]]
+    return "".join("\n" + script for script in scripts if script)
 
 
 def _installed_by_path(folder: str, found: list[str]) -> list[str]:
