@@ -53,6 +53,10 @@ FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
 GUIDE = "Optimizer choice"
 
 
+# A module that loads bitsandbytes-quantized weights (QLoRA).
+_QUANTIZED_LOAD = re.compile(rb"BitsAndBytesConfig|load_in_4bit|load_in_8bit")
+
+
 class AdamNotFused(Rule):
     code = "ADV601"
     name = "adam-not-fused"
@@ -122,7 +126,9 @@ class AdamNotFused(Rule):
         (CUDA; the CPU since torch 2.4): where the optimizer is built before the model moves,
         where the script runs on the CPU unless told to use the GPU (`--backend` defaulting
         to `"cpu"`), and where a Trainer runs under DeepSpeed (which moves the model after the
-        optimizer is built), the fix needs torch 2.4.
+        optimizer is built), the fix needs torch 2.4. Where a module that runs with the file
+        loads bitsandbytes-quantized weights (QLoRA), it needs torch 2.5: 2.4 checks every
+        parameter at construction and raises on the 4-bit ones.
     """
     valid = [
         Valid(
@@ -418,6 +424,12 @@ class AdamNotFused(Rule):
             # Run as documented, the parameters are on the CPU: a fused CPU kernel came with 2.4.
             description = "Pass `fused=True` (torch >= 2.4: the script runs on the CPU unless told to use the GPU)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
+        if ctx.project is not None and ctx.project.neighbourhood_matches(_QUANTIZED_LOAD):
+            # maestro's QLoRA strategy: torch 2.4's fused AdamW checks every parameter at
+            # construction and raises on the 4-bit (uint8) weights; 2.5 checks only those with
+            # gradients. The model's loading lives in a module that runs with this one.
+            description = "Pass `fused=True` (torch >= 2.5: a module that runs with this one loads quantized weights)"
+            return self.fix(description, edit, requires=[("torch", "2.5")])
         if ctx.facts.distributed.dtensor_parameters:
             # DTensor parameters: torch registered a sharding rule for the fused AdamW kernel in
             # 2.4 (pytorch#125369); before it, ``step()`` raises (mLoRA's tensor-parallel bench

@@ -2760,6 +2760,36 @@ def test_an_install_script_the_readme_runs_declares_torch(tmp_path):
     assert finding.fix_applicability is None and "torch>=1.4.0" in finding.message, finding.message
 
 
+def test_a_ci_matrix_declares_the_oldest_torch_it_tests(tmp_path):
+    # neural_sp's .travis.yml: PYTORCH_VERSION=1.0.0 ... 1.8.1, and nothing else names a version.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".travis.yml").write_text("env:\n  - PYTORCH_VERSION=1.6.0 CC=gcc-7\n  - PYTORCH_VERSION=1.8.1 CC=gcc-7\n")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='x', install_requires=['torch'])\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch>=1.6.0" in finding.message, finding.message
+
+
+def test_fused_adamw_beside_a_quantized_load_needs_torch_2_5(tmp_path):
+    # roboflow/maestro: the QLoRA strategy loads 4-bit weights in checkpoints.py; torch 2.4's
+    # fused AdamW checks every parameter at construction and raises on the uint8 ones.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "m"\ndependencies = ["torch>=2.4.0"]\n')
+    (tmp_path / "checkpoints.py").write_text(
+        "from transformers import AutoModel, BitsAndBytesConfig\n\ndef load_model(qlora):\n"
+        "    config = BitsAndBytesConfig(load_in_4bit=True) if qlora else None\n"
+        "    return AutoModel.from_pretrained('m', quantization_config=config)\n"
+    )
+    source = (
+        "import torch\nfrom checkpoints import load_model\n"
+        "if __name__ == '__main__':\n    model = load_model(True).cuda()\n"
+        "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+        "    for x in loader:\n        model(x).loss.backward()\n        optimizer.step()\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch >= 2.5" in finding.message, finding.message
+
+
 def test_a_readmes_ceiling_declares_an_older_torch(tmp_path):
     # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4".
     (tmp_path / ".git").mkdir()

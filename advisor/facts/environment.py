@@ -75,7 +75,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         if text is None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
-            documents.append(text + _scripts_run_by(path, text))
+            documents.append(text + _scripts_run_by(ctx, path, text))
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
@@ -145,7 +145,33 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             return ">=" + min(versions + ([own[2:]] if own else []), key=_version)
     if own:
         return own
+    tested = _ci_tested(ctx, package)
+    if tested is not None:
+        return tested
     return "" if bare else None
+
+
+# A CI matrix of the versions a project is tested on (neural_sp's ``.travis.yml``:
+# ``PYTORCH_VERSION=1.0.0`` ... ``1.8.1``): the oldest is the floor it keeps working on.
+_CI_FILES = (".travis.yml", ".github/workflows")
+
+
+def _ci_tested(ctx: "FileContext", package: str) -> str | None:
+    """``>=X``, X the oldest version of ``package`` a CI configuration at the project's root
+    tests (``PYTORCH_VERSION=1.0.0``, ``torch==1.6.0``, ``torch-version: [1.8, 1.9]``)."""
+    project = getattr(ctx, "project", None)
+    if project is None or package != "torch":
+        return None
+    root = project.project.root
+    texts = [read_project_file(ctx, os.path.join(root, ".travis.yml")) or ""]
+    workflows = os.path.join(root, ".github", "workflows")
+    if os.path.isdir(workflows):
+        names = [name for name in sorted(os.listdir(workflows)) if name.endswith((".yml", ".yaml"))]
+        texts += [read_project_file(ctx, os.path.join(workflows, name)) or "" for name in names[:16]]
+    text = "\n".join(texts)
+    versions = re.findall(r"(?:PYTORCH|TORCH)_VERSION\s*[=:]\s*[\"']?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text, re.I)
+    versions += re.findall(r"(?<![\w-])torch\s*==\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
+    return ">=" + min(versions, key=_version) if versions else None
 
 
 _PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini)$")
@@ -426,13 +452,13 @@ _NAMES_FILE = re.compile(r"(?<![\w/.-])(?:\./)?((?:[\w.-]+/)+requirements?[\w.-]
 _RUNS_SCRIPT = re.compile(r"(?<![\w/.-])(?:\./)?([\w-]+(?:/[\w.-]+)*\.sh)\b")
 
 
-def _scripts_run_by(document: str, text: str) -> str:
+def _scripts_run_by(ctx: "FileContext", document: str, text: str) -> str:
     """The install scripts a README runs (VIBE's ``source scripts/install_pip.sh``, which
     installs ``torch==1.4.0``): their commands are its install instructions too."""
     if ".sh" not in text or not os.path.basename(document).lower().startswith("readme"):
         return ""
     folder = os.path.dirname(document)
-    scripts = [_read_small(os.path.join(folder, script)) for script in _RUNS_SCRIPT.findall(text)[:8]]
+    scripts = [read_project_file(ctx, os.path.join(folder, script)) for script in _RUNS_SCRIPT.findall(text)[:8]]
     return "".join("\n" + script for script in scripts if script)
 
 
