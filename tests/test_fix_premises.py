@@ -2790,6 +2790,27 @@ def test_fused_adamw_beside_a_quantized_load_needs_torch_2_5(tmp_path):
     assert finding.fix_applicability is None and "torch >= 2.5" in finding.message, finding.message
 
 
+def test_a_ddp_wrapper_only_several_processes_reach_keeps_the_cpu_fallback(tmp_path):
+    # apple/ml-mdm: device = cpu / cuda / mps by availability; DistributedDataParallel(device_ids=[local_rank])
+    # only under WORLD_SIZE > 1; torch==2.2.2, where a fused Adam over CPU parameters raises.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.2.2\n")
+    source = (
+        "import os\nimport torch\n\ndef main(local_rank):\n    device = torch.device('cpu')\n"
+        "    if torch.cuda.is_available():\n        device = torch.device('cuda')\n"
+        "    elif torch.backends.mps.is_available():\n        device = torch.device('mps')\n"
+        "    model = Net().to(device)\n"
+        "    if int(os.environ.get('WORLD_SIZE', '1')) > 1:\n"
+        "        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])\n"
+        "    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+        "    for x in loader:\n        model(x.to(device)).mean().backward()\n        optimizer.step()\n"
+        "\nif __name__ == '__main__':\n    main(0)\n"
+    )
+    script = fresh_script(tmp_path / "train_parallel.py", source)
+    finding = only(source, "ADV601", script)
+    assert "fused=torch.cuda.is_available()" in (finding.fix_description or ""), finding.fix_description
+
+
 def test_a_readmes_ceiling_declares_an_older_torch(tmp_path):
     # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4".
     (tmp_path / ".git").mkdir()

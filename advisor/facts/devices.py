@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from advisor.context import FileContext
 
 
+# A test that holds only with several processes or GPUs.
+_SEVERAL_PROCESSES = re.compile(r"WORLD_SIZE|world_size|device_count\(|is_initialized\(|\bdistributed\b|\bddp\b", re.I)
+
+
 class Where(enum.Enum):
     """Where a device expression puts work."""
 
@@ -782,8 +786,19 @@ class DeviceFacts:
         that is only right with a GPU (``pin_memory=True`` warns on every CPU run) is written
         plainly here, and conditioned on ``torch.cuda.is_available()`` elsewhere."""
         for kind, node in self.placements:
-            if kind is Where.CUDA and not self._under_gpu_test(node):
+            if kind is Where.CUDA and not self._under_gpu_test(node) and not self._only_with_several_processes(node):
                 return True
+        return False
+
+    def _only_with_several_processes(self, node: cst.CSTNode) -> bool:
+        """Under ``if int(os.environ.get("WORLD_SIZE", "1")) > 1:`` (or a device count, an
+        initialised process group): ml-mdm's ``DistributedDataParallel(..., device_ids=[local_rank])``,
+        which a run on one machine without a GPU never reaches."""
+        ctx = self.ctx
+        for ancestor in ctx.ancestors(node):
+            if isinstance(ancestor, cst.If) and ctx.is_descendant(node, ancestor.body):
+                if _SEVERAL_PROCESSES.search(ctx.code(ancestor.test)):
+                    return True
         return False
 
     @cached_property
