@@ -123,7 +123,7 @@ class FileResult:
     # and whether the project uses each of its top-level functions and classes a fix asked about.
     reached: str | None = None
     called: dict[str, bool] | None = None
-    mentions: dict[str, int] | None = None  # how often the project names each flag a fix asked about
+    mentions: dict[str, int] | None = None  # how often other files name each name a fix asked about
     project_stamp: str | None = None  # the project's files when those were asked (Project.stamp)
 
 
@@ -556,7 +556,7 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
         return []  # a library's functions are its interface; what an entry declaration runs is named outside the code
     if view.mentions_outside(name):
         return []  # used in another file too
-    uses = [n for n in ctx.by_type.get(cst.Name, ()) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
+    uses = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
     if len(uses) + 1 < view.project.mentions_in(name, ctx.source):
         return []  # named in a string too (a registry, ``getattr``)
     users: dict[str, None] = {}
@@ -565,10 +565,10 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
         for ancestor in ctx.ancestors(use):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 user = ancestor
-        if user is None or user is definition:
-            if user is None:
-                return []  # module-level code runs
-            continue
+        if user is None:
+            return []  # module-level code runs
+        if user is definition:
+            continue  # its own recursion
         if ctx.parent.get(user) is not ctx.module or user.decorators or user.name.value.startswith("__"):
             return []
         if view.called(user.name.value) and not _only_unused_users(ctx, view, user, depth + 1):

@@ -180,6 +180,9 @@ def _flags_tested(test: cst.BaseExpression) -> Iterator[str]:
 
 
 def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -> bool:
+    """``name`` is a parameter of ``function`` with a falsy default (``False``, ``None``, ``0``)
+    that no code of the project can set: named nowhere outside the function, and no call seen
+    passes it by position or hands over ``**kwargs``."""
     positional = [*function.params.posonly_params, *function.params.params]
     for index, param in enumerate([*positional, *function.params.kwonly_params]):
         if param.name.value == name:
