@@ -109,6 +109,14 @@ _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
+# it), an ``__all__`` list, a line commented out; in a script or in a notebook's JSON source.
+_NAMES_WITHOUT_USE = re.compile(
+    rb"^[ \t]*\"?[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*)"
+    rb"|^[ \t]*__all__[ \t]*\+?=[ \t]*[\[(][^\])]*[\])]"
+    rb"|^[ \t]*\"?[ \t]*#[^\n]*",
+    re.M,
+)
 # Classes a serving framework builds, and whose methods it calls, by name: Triton's Python backend.
 CALLED_BY_FRAMEWORKS = frozenset({"TritonPythonModel"})
 
@@ -132,14 +140,6 @@ def _count_of(key: bytes, text: bytes) -> int:
     return len(re.findall(rb"\b" + re.escape(key) + rb"\b", text))
 
 
-# Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
-# it), an ``__all__`` list, a line commented out; in a script or in a notebook's JSON source.
-_NAMES_WITHOUT_USE = re.compile(
-    rb"^[ \t]*\"?[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*)"
-    rb"|^[ \t]*__all__[ \t]*\+?=[ \t]*[\[(][^\])]*[\])]"
-    rb"|^[ \t]*\"?[ \t]*#[^\n]*",
-    re.M,
-)
 # Cog runs ``predict: "predict.py:Predictor"`` (and ``train:``) of its ``cog.yaml``.
 _COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
 # An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
@@ -530,7 +530,7 @@ class Project:
         """The modules the entry points reach through their imports, and whether one of them
         imports by name; None without entry points."""
         entries = [path for path in self.files if self._is_entry(path)]
-        entries.extend(self._declared_entries())
+        entries.extend(self._declared_entry_set)
         if not entries:
             return None
         reached: set[str] = set()
@@ -552,26 +552,17 @@ class Project:
         defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``).
         ``first``, the defining module, is where a use is likeliest: it is read alone first."""
         key = name.encode()
-        # In a project with entry points, a name that only imports, ``__all__`` or comments repeat
-        # is not called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run
-        # by nothing); a library's re-exports are its interface, and count.
-        strip = self._reached is not None
-        if first is not None and first in self._file_set:
-            data = self._peek(first)
-            if strip:
-                data = self._without_non_uses(first, data)
-            if len(re.findall(rb"\b" + re.escape(key) + rb"\b", data)) > 1:
+        if self._reached is None:
+            # A library (no entry point): its re-exports are its interface, and count.
+            if first is not None and first in self._file_set and _count_of(key, self._peek(first)) > 1:
                 return True
-        if strip and first is not None and self._reached is not None and not self._reached[1] and first in self._reached[0]:
-            # Only the files that import the module, directly or through others, can call its
-            # function: a copy of the project in a sibling folder (IDvs.MoRec's four) calls its own.
-            found = _count_of(key, self._entry_declarations)
-            for path in (first, *self._importer_closure(first)):
-                found += self._used_identifiers_of(path).get(key, 0)
-                if found > 1:
-                    return True
-            return False
-        return (self._used_identifiers if strip else self._identifiers).get(key, 0) > 1
+            return self._identifiers.get(key, 0) > 1
+        # With entry points, a name that only imports, ``__all__`` or comments repeat is not
+        # called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run by nothing).
+        if first is None or first not in self._file_set:
+            return self._used_identifiers.get(key, 0) > 1
+        own = self._used_identifiers_of(first).get(key, 0)
+        return own > 1 or own + self.mentions_outside(name, first) > 1
 
     def mentions_outside(self, name: str, path: str) -> int:
         """How often the project's code outside the file ``path`` names ``name`` where it may
@@ -614,17 +605,18 @@ class Project:
 
     @cached_property
     def _identifiers(self) -> "collections.Counter[bytes]":
-        counts: collections.Counter[bytes] = collections.Counter()
-        for path in (*self.files, *self._walk[1]):
-            counts.update(_IDENTIFIER.findall(self._peek(path)))
-        counts.update(_IDENTIFIER.findall(self._entry_declarations))
-        return counts
+        return self._count_identifiers(self._peek)
 
     @cached_property
     def _used_identifiers(self) -> "collections.Counter[bytes]":
+        return self._count_identifiers(lambda path: self._without_non_uses(path, self._peek(path)))
+
+    def _count_identifiers(self, text_of: Callable[[str], bytes]) -> "collections.Counter[bytes]":
+        """The identifiers of every Python file and notebook (their text as ``text_of`` gives
+        it) and of the entry declarations."""
         counts: collections.Counter[bytes] = collections.Counter()
         for path in (*self.files, *self._walk[1]):
-            counts.update(_IDENTIFIER.findall(self._without_non_uses(path, self._peek(path))))
+            counts.update(_IDENTIFIER.findall(text_of(path)))
         counts.update(_IDENTIFIER.findall(self._entry_declarations))
         return counts
 
