@@ -679,7 +679,7 @@ def is_scaler(ctx: "FileContext", receiver: cst.BaseExpression) -> bool:
     return "scaler" in name.split(".")[-1].lower()
 
 
-_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
+NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
 
 
 def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
@@ -689,13 +689,13 @@ def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
         if isinstance(ancestor, cst.With):
             for item in ancestor.items:
                 managed = item.item.func if isinstance(item.item, cst.Call) else item.item
-                if ctx.qualname(managed) in _NO_GRAD:
+                if ctx.qualname(managed) in NO_GRAD:
                     return True
         elif isinstance(ancestor, cst.FunctionDef):
             for decorator in ancestor.decorators:
                 expression = decorator.decorator
                 expression = expression.func if isinstance(expression, cst.Call) else expression
-                if ctx.qualname(expression) in _NO_GRAD:
+                if ctx.qualname(expression) in NO_GRAD:
                     return True
                 # A project's own wrapper named for it (YOLOv5's ``@smart_inference_mode()``,
                 # which picks ``torch.inference_mode`` or ``torch.no_grad`` by version).

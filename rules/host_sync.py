@@ -38,7 +38,7 @@ from advisor.facts.branches import before_its_loop, runs_every_step, runs_once
 from advisor.facts.loaders import batch_target, target_names
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
-from advisor.loops import under_no_grad
+from advisor.loops import NO_GRAD, under_no_grad
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 
@@ -1737,7 +1737,6 @@ def _python_number(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 _SET_GRAD_ENABLED = (
     "torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled",
 )
-_NO_GRAD_CALLS = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
 # Code that needs gradients in an evaluation pass: attribution, adversarial examples.
 _GRADIENT_CALLS = ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.backward")
 
@@ -1786,7 +1785,7 @@ def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
             managers = [item.item for item in ancestor.items]
             for manager in managers:
                 if isinstance(manager, cst.IfExp) and any(
-                    isinstance(branch, cst.Call) and ctx.qualname(branch.func) in _NO_GRAD_CALLS
+                    isinstance(branch, cst.Call) and ctx.qualname(branch.func) in NO_GRAD
                     for branch in (manager.body, manager.orelse)
                 ):
                     return True

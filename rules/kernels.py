@@ -24,6 +24,7 @@ from advisor.facts.models import (
     built_before_gpu_move,
     deepspeed_offloads_optimizer,
     loads_quantized,
+    quantized_beside,
     handed_to_deepspeed,
     handed_to_signature_reader,
     complex_parameters,
@@ -51,10 +52,6 @@ FUSED_TRAINER_OPTIM_NEEDS = [("transformers", "4.27"), ("torch", "2.0")]
 UNFUSED_ENUM_MEMBERS = ("ADAMW_TORCH", "ADAMW_HF")
 FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
 GUIDE = "Optimizer choice"
-
-
-# A module that loads bitsandbytes-quantized weights (QLoRA).
-_QUANTIZED_LOAD = re.compile(rb"BitsAndBytesConfig|load_in_4bit|load_in_8bit")
 
 
 class AdamNotFused(Rule):
@@ -424,7 +421,7 @@ class AdamNotFused(Rule):
             # Run as documented, the parameters are on the CPU: a fused CPU kernel came with 2.4.
             description = "Pass `fused=True` (torch >= 2.4: the script runs on the CPU unless told to use the GPU)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
-        if ctx.project is not None and ctx.project.neighbourhood_matches(_QUANTIZED_LOAD):
+        if quantized_beside(ctx):
             # maestro's QLoRA strategy: torch 2.4's fused AdamW checks every parameter at
             # construction and raises on the 4-bit (uint8) weights; 2.5 checks only those with
             # gradients. The model's loading lives in a module that runs with this one.

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from advisor.context import FileContext
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# FSDP2, which shards parameters into DTensors.
+FULLY_SHARD = ("torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard")
 FSDP = (
     "torch.distributed.fsdp.FullyShardedDataParallel",
     "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_shard",
-    "torch.distributed._composable.fsdp.fully_shard",
+    *FULLY_SHARD,
 )
 # Calls that turn a module's parameters into DTensors (tensor parallelism, FSDP2).
 DTENSOR_SHARDING = (
@@ -36,8 +37,7 @@ DTENSOR_SHARDING = (
     "torch.distributed.tensor.parallel.api.parallelize_module",
     "torch.distributed.tensor.distribute_module",
     "torch.distributed._tensor.distribute_module",
-    "torch.distributed.fsdp.fully_shard",
-    "torch.distributed._composable.fsdp.fully_shard",
+    *FULLY_SHARD,
 )
 DISTRIBUTED_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
 # Frameworks that shard the data, sync gradients and reshuffle for the scripts they drive.

@@ -88,7 +88,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             found.append(spec)
             found_in = os.path.dirname(path)
             primary = primary or _PRIMARY.match(os.path.basename(path)) is not None
-    own = _docstring_pin(ctx, package)
+    own = _file_pin(ctx, package)
     if found:
         pinned = [spec for spec in found if not spec.startswith("@")]
         if len(pinned) < len(found) or not pinned:
@@ -153,9 +153,6 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
 
 # A CI matrix of the versions a project is tested on (neural_sp's ``.travis.yml``:
 # ``PYTORCH_VERSION=1.0.0`` ... ``1.8.1``): the oldest is the floor it keeps working on.
-_CI_FILES = (".travis.yml", ".github/workflows")
-
-
 def _ci_tested(ctx: "FileContext", package: str) -> str | None:
     """``>=X``, X the oldest version of ``package`` a CI configuration at the project's root
     tests (``PYTORCH_VERSION=1.0.0``, ``torch==1.6.0``, ``torch-version: [1.8, 1.9]``)."""
@@ -196,7 +193,7 @@ _DOCSTRING_PIN = r"^[ \t]*[-*]?[ \t]*(?:py)?{name}[ \t]*(?::|==|>=|=)[ \t]*v?([0
 _CHECKED_VERSION = r"""["']{name}["'][ \t]*:[ \t]*["']v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)["']"""
 
 
-def _docstring_pin(ctx: "FileContext", package: str) -> str | None:
+def _file_pin(ctx: "FileContext", package: str) -> str | None:
     """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``),
     or its code maps the package's name to a version (``{'torch': '1.9.0'}``, a minimum the
     file checks)."""

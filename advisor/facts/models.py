@@ -208,6 +208,17 @@ def loads_quantized(ctx: FileContext) -> bool:
     )
 
 
+# A module that loads bitsandbytes-quantized weights (QLoRA), read before parsing it.
+_QUANTIZED_LOAD_TEXT = re.compile(rb"BitsAndBytesConfig|load_in_4bit|load_in_8bit")
+
+
+def quantized_beside(ctx: FileContext) -> bool:
+    """A module that runs with this one (:meth:`Project.neighbourhood`) loads a model in 8 or 4
+    bits: maestro's QLoRA strategy loads its model in ``checkpoints.py`` for the training
+    module to optimise."""
+    return ctx.project is not None and ctx.project.neighbourhood_matches(_QUANTIZED_LOAD_TEXT)
+
+
 def recomputes_activations(ctx: FileContext) -> bool:
     """The file turns gradient checkpointing on (``model.gradient_checkpointing_enable()``,
     ``torch.utils.checkpoint``, ``gradient_checkpointing=True`` / ``use_gradient_checkpointing=True``):
