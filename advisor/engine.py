@@ -519,23 +519,19 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             f"passes, so the fix is left as advice"
         )
         return
-    outermost = None
-    for ancestor in ctx.ancestors(finding.node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            outermost = ancestor
-    if outermost is None or outermost.decorators or outermost.name.value.startswith("__"):
+    outermost = _outermost_definition(ctx, finding.node)
+    if outermost is None or _called_by_its_decorator_or_protocol(outermost):
         return  # module-level code, or registered / called by a framework through its decorator
     if ctx.parent.get(outermost) is not ctx.module:
         return
     if any(not call.args for call in ctx.calls("fire.Fire")):
         return  # ``fire.Fire()`` makes every function of the module a command (pytorch-book's ``main.py train``)
+    kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
     if not view.called(outermost.name.value):
-        kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
         finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
         return
     users = _only_unused_users(ctx, view, outermost)
     if users:
-        kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
         named = ", ".join(f"`{user}`" for user in users)
         finding.as_advice(
             f"the {kind} `{outermost.name.value}` is used only by {named}, which nothing in the project uses, "
@@ -545,6 +541,20 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     method = _uncalled_method(ctx, view, finding.node, outermost)
     if method is not None:
         finding.as_advice(f"nothing in the project calls the method `{method}`, so the fix is left as advice")
+
+
+def _outermost_definition(ctx: FileContext, node: cst.CSTNode) -> "cst.FunctionDef | cst.ClassDef | None":
+    """The outermost ``def`` or ``class`` around ``node``; None at module level."""
+    outermost = None
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            outermost = ancestor
+    return outermost
+
+
+def _called_by_its_decorator_or_protocol(definition: "cst.FunctionDef | cst.ClassDef") -> bool:
+    """Decorated (registered, or called through its decorator) or a dunder a protocol calls."""
+    return bool(definition.decorators) or definition.name.value.startswith("__")
 
 
 def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: int = 0) -> list[str]:
@@ -561,15 +571,12 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
         return []  # named in a string too (a registry, ``getattr``)
     users: dict[str, None] = {}
     for use in uses:
-        user = None
-        for ancestor in ctx.ancestors(use):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                user = ancestor
+        user = _outermost_definition(ctx, use)
         if user is None:
             return []  # module-level code runs
         if user is definition:
             continue  # its own recursion
-        if ctx.parent.get(user) is not ctx.module or user.decorators or user.name.value.startswith("__"):
+        if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(user):
             return []
         if view.called(user.name.value) and not _only_unused_users(ctx, view, user, depth + 1):
             return []
@@ -605,7 +612,7 @@ def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode
         if isinstance(ancestor, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(ancestor)) is cls:
             method = ancestor
             break
-    if method is None or method.decorators or method.name.value.startswith("__"):
+    if method is None or _called_by_its_decorator_or_protocol(method):
         return None
     name = method.name.value
     if name in _MODULE_METHODS or view.called(name):
