@@ -2739,35 +2739,43 @@ def test_trainer_bf16_needs_transformers_4_13(tmp_path, code, arguments):
     assert finding.fix_applicability is None and "transformers >= 4.13" in finding.message, finding.message
 
 
-def test_a_readmes_at_least_declares_the_floor(tmp_path):
+DECLARED_OUTSIDE_REQUIREMENTS = {
     # StudioGAN: "First, install PyTorch meeting your environment (at least 1.7):"; torch.autocast is 1.10.
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "README.md").write_text("# Requirements\n\nFirst, install PyTorch meeting your environment (at least 1.7):\n")
-    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
-    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
-    assert finding.fix_applicability is None and "torch>=1.7" in finding.message, finding.message
-
-
-def test_an_install_script_the_readme_runs_declares_torch(tmp_path):
+    "readme-at-least": ({"README.md": "# Requirements\n\nFirst, install PyTorch meeting your environment (at least 1.7):\n"}, "torch>=1.7"),
     # VIBE: the README says `source scripts/install_pip.sh`, which pip-installs torch==1.4.0.
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "README.md").write_text("## Installation\n```bash\nsource scripts/install_pip.sh\n```\n")
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "install_pip.sh").write_text("pip install numpy==1.17.5 torch==1.4.0 torchvision==0.5.0\npip install -r requirements.txt\n")
-    (tmp_path / "requirements.txt").write_text("tqdm==4.28.1\n")
-    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
-    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
-    assert finding.fix_applicability is None and "torch>=1.4.0" in finding.message, finding.message
-
-
-def test_a_ci_matrix_declares_the_oldest_torch_it_tests(tmp_path):
+    "readme-install-script": (
+        {
+            "README.md": "## Installation\n```bash\nsource scripts/install_pip.sh\n```\n",
+            "scripts/install_pip.sh": "pip install numpy==1.17.5 torch==1.4.0 torchvision==0.5.0\npip install -r requirements.txt\n",
+            "requirements.txt": "tqdm==4.28.1\n",
+        },
+        "torch>=1.4.0",
+    ),
     # neural_sp's .travis.yml: PYTORCH_VERSION=1.0.0 ... 1.8.1, and nothing else names a version.
+    "ci-matrix": (
+        {
+            ".travis.yml": "env:\n  - PYTORCH_VERSION=1.6.0 CC=gcc-7\n  - PYTORCH_VERSION=1.8.1 CC=gcc-7\n",
+            "setup.py": "from setuptools import setup\nsetup(name='x', install_requires=['torch'])\n",
+        },
+        "torch>=1.6.0",
+    ),
+    # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4": a ceiling.
+    "readme-ceiling": (
+        {"README.md": "## Dependencies\n - Python3\n - [Pytorch](http://pytorch.org/) before 0.4 (for newer vesion, please see issue #3 )\n"},
+        "torch<0.4",
+    ),
+}
+
+
+@pytest.mark.parametrize("files, spec", DECLARED_OUTSIDE_REQUIREMENTS.values(), ids=DECLARED_OUTSIDE_REQUIREMENTS.keys())
+def test_a_torch_declared_outside_the_requirement_files_is_read(tmp_path, files, spec):
     (tmp_path / ".git").mkdir()
-    (tmp_path / ".travis.yml").write_text("env:\n  - PYTORCH_VERSION=1.6.0 CC=gcc-7\n  - PYTORCH_VERSION=1.8.1 CC=gcc-7\n")
-    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='x', install_requires=['torch'])\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
-    assert finding.fix_applicability is None and "torch>=1.6.0" in finding.message, finding.message
+    assert finding.fix_applicability is None and spec in finding.message, finding.message
 
 
 def test_fused_adamw_beside_a_quantized_load_needs_torch_2_5(tmp_path):
@@ -2809,15 +2817,6 @@ def test_a_ddp_wrapper_only_several_processes_reach_keeps_the_cpu_fallback(tmp_p
     script = fresh_script(tmp_path / "train_parallel.py", source)
     finding = only(source, "ADV601", script)
     assert "fused=torch.cuda.is_available()" in (finding.fix_description or ""), finding.fix_description
-
-
-def test_a_readmes_ceiling_declares_an_older_torch(tmp_path):
-    # CloserLookFewShot's README: "[Pytorch](http://pytorch.org/) before 0.4".
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "README.md").write_text("## Dependencies\n - Python3\n - [Pytorch](http://pytorch.org/) before 0.4 (for newer vesion, please see issue #3 )\n")
-    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
-    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
-    assert finding.fix_applicability is None and "torch<0.4" in finding.message, finding.message
 
 
 def test_fused_adamw_over_dtensor_parameters_needs_torch_2_4(tmp_path):
