@@ -91,6 +91,10 @@ class DataLoaderPinMemory(Rule):
         not warn that no accelerator is found; `pin_memory=True` where the script always uses
         CUDA.
 
+        A `collate_fn` of the project that returns a transformers `BatchEncoding` is pinned
+        only where the project's torch is 1.11 or later: earlier versions pin a mapping into a
+        plain `dict`, and `batch.input_ids` raises (pytorch#67831).
+
         A loader without worker processes (`num_workers` unset or 0) pins each batch in the
         training process itself, right before the copy to the GPU. On an H200
         (`bench/loader/pinning_without_workers.py`, records in `bench/loader/records/`) that made
@@ -555,7 +559,16 @@ class DataLoaderPinMemory(Rule):
                 pinned = ctx.code(available) + "()"
             if pin is MISSING:
                 message = "DataLoader without `pin_memory=True`: batches are copied to the GPU from pageable memory"
-                fix = self.fix(f"Set `pin_memory={pinned}`", Edit(call, set_keyword(call, "pin_memory", pinned)), imports=imports)
+                edit = Edit(call, set_keyword(call, "pin_memory", pinned))
+                if loaders.collates_batch_encoding(call):
+                    # Before torch 1.11 pinning rebuilt a ``BatchEncoding`` as a plain dict, and
+                    # ``batch.input_ids`` raises (pytorch_neural_crf under its "PyTorch >= 1.6.0").
+                    fix = self.fix(
+                        f"Set `pin_memory={pinned}` (torch >= 1.11: earlier versions pin a `BatchEncoding` into a plain dict)",
+                        edit, imports=imports, requires=[("torch", "1.11")],
+                    )
+                else:
+                    fix = self.fix(f"Set `pin_memory={pinned}`", edit, imports=imports)
                 finding = self.report(call, message + " (guide: Data preloading)", fix)
                 if _commented_in(ctx, call, _COMMENTED_PIN):
                     # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
@@ -1099,7 +1112,10 @@ class BlockingHostToDeviceCopy(Rule):
         non-blocking in the same run: from pageable memory a non-blocking copy still blocks.
         Where ADV101 is advice (a loader without workers whose batches are not known to be
         large), so are its copies here; once the loader has workers, `advisor fix` pins it and
-        makes the copies non-blocking in the same run.
+        makes the copies non-blocking in the same run. Where the file has a tokenizer make
+        tensors (`return_tensors="pt"`), a batch may be a `BatchEncoding`, whose `.to()` takes
+        `non_blocking` from transformers 4.48 on: the fix needs a transformers the project
+        allows.
     """
     silent_when = """
         - the loader's `pin_memory` is set to something other than `True` on purpose
@@ -1451,10 +1467,13 @@ class BlockingHostToDeviceCopy(Rule):
                     continue
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
+                requires = [("torch", "0.4")]  # ``async=True`` before 0.4
+                if isinstance(func.value, cst.Name) and ctx.facts.loaders.tokenizes_to_tensors:
+                    # The batch may be a tokenizer's ``BatchEncoding``, whose ``.to()`` takes
+                    # ``non_blocking`` from transformers 4.48 on (contrastors pins 4.45.2).
+                    requires.append(("transformers", "4.48"))
                 fix = self.fix(
-                    "Pass `non_blocking=True`",
-                    Edit(call, set_keyword(call, "non_blocking", "True")),
-                    requires=[("torch", "0.4")],  # ``async=True`` before 0.4
+                    "Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")), requires=requires
                 )
                 if unpinned == "no workers":
                     # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.

@@ -2764,17 +2764,30 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
         {"README.md": "## Dependencies\n - Python3\n - [Pytorch](http://pytorch.org/) before 0.4 (for newer vesion, please see issue #3 )\n"},
         "torch<0.4",
     ),
+    # PatchTST vendors FEDformer, whose own README says "Install Python 3.6, PyTorch 1.9.0.",
+    # under PatchTST's requirements.txt of torch 1.11.0: the nearer README speaks for its folder.
+    "vendored-readme": (
+        {
+            "requirements.txt": "numpy\ntorch==2.1.0\n",
+            "Formers/FEDformer/README.md": "## Get Started\n\n1. Install Python 3.6, PyTorch 1.9.0.\n",
+            "script": "Formers/FEDformer/train.py",
+        },
+        "torch>=1.9.0",
+    ),
 }
 
 
 @pytest.mark.parametrize("files, spec", DECLARED_OUTSIDE_REQUIREMENTS.values(), ids=DECLARED_OUTSIDE_REQUIREMENTS.keys())
 def test_a_torch_declared_outside_the_requirement_files_is_read(tmp_path, files, spec):
     (tmp_path / ".git").mkdir()
+    files = dict(files)
+    script = tmp_path / files.pop("script", "train.py")
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
+    script.parent.mkdir(parents=True, exist_ok=True)
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
-    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    finding = only(source, "ADV601", fresh_script(script, source))
     assert finding.fix_applicability is None and spec in finding.message, finding.message
 
 
@@ -2915,3 +2928,72 @@ def test_fused_adam_in_a_script_that_falls_back_to_the_cpu_under_torch_2_0_is_gu
     (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
     script = fresh_script(tmp_path / "train2.py", source)
     assert "fused=True)" in fix(source, path=str(script), codes=frozenset({"ADV601"})).fixed.decode()
+
+
+def test_a_readme_beside_the_requirement_file_does_not_lower_it(tmp_path):
+    # The requirement file is what the README's ``pip install -r`` installs: a version the README
+    # of the same folder names in prose stays below it.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.1.0\n")
+    (tmp_path / "README.md").write_text("Tested with PyTorch 1.9.0 originally.\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_batch_encoding_collate_is_pinned_only_from_torch_1_11(tmp_path):
+    # pytorch_neural_crf: the collate returns ``BatchEncoding(...)`` read as ``batch.input_ids``;
+    # before torch 1.11 pinning made it a plain dict. The README says "PyTorch >= 1.6.0".
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("* Python >= 3.6 and PyTorch >= 1.6.0 (tested)\n")
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom transformers import BatchEncoding\n\n"
+        "def collate(batch):\n    encoded = {k: [b[k] for b in batch] for k in batch[0]}\n"
+        "    return BatchEncoding(encoded, tensor_type='pt')\n\n"
+        "def main():\n    model = Net().cuda()\n"
+        "    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=4, collate_fn=collate)\n"
+        "    for batch in loader:\n        model(batch.input_ids.cuda()).backward()\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch >= 1.11" in finding.message, finding.message
+    (tmp_path / "README.md").write_text("* PyTorch >= 1.12\n")
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_non_blocking_copy_of_a_tokenizer_batch_needs_transformers_4_48(tmp_path):
+    # contrastors pins transformers 4.45.2; its loader yields ``tokenizer([prompt])`` (a
+    # ``BatchEncoding``), whose ``.to()`` has no ``non_blocking`` before 4.48.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.3.0\ntransformers==4.45.2\n")
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "def evaluate(model, dataset, tokenizer):\n    device = 'cuda'\n"
+        "    dataset.text_transform = lambda t: tokenizer([t], return_tensors='pt')\n"
+        "    loader = DataLoader(dataset, batch_size=1, num_workers=4, pin_memory=True)\n"
+        "    for images, text in loader:\n        model(images.to(device), text.to(device))\n"
+    )
+    script = fresh_script(tmp_path / "evaluate.py", source)
+    findings = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV103"]
+    assert findings and all(f.fix_applicability is None and "transformers >= 4.48" in f.message for f in findings)
+
+
+def test_a_cuda_move_under_a_device_membership_test_leaves_a_cpu_fallback(tmp_path):
+    # Lightning's DQN tutorial under ``torch ==2.1.*``: ``if device not in ["cpu"]: state =
+    # state.cuda(device)``, with the Trainer's ``devices=1 if torch.cuda.is_available() else
+    # None``: a CPU run builds the optimizer too, and fused CPU Adam is torch 2.4's.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch ==2.1.*\n")
+    source = (
+        "import torch\nimport lightning as L\n\n"
+        "def get_action(net, state, device):\n"
+        "    if device not in ['cpu']:\n        state = state.cuda(device)\n    return net(state)\n\n"
+        "class DQN(L.LightningModule):\n"
+        "    def configure_optimizers(self):\n        return torch.optim.Adam(self.net.parameters(), lr=1e-3)\n\n"
+        "trainer = L.Trainer(accelerator='auto', devices=1 if torch.cuda.is_available() else None)\n"
+        "trainer.fit(DQN())\n"
+    )
+    script = fresh_script(tmp_path / "dqn.py", source)
+    fixed = fix(source, codes=["ADV601"], gpu="A100", path=str(script)).fixed.decode()
+    assert "fused=torch.cuda.is_available()" in fixed, fixed

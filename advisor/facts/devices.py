@@ -441,6 +441,8 @@ class DeviceFacts:
 
     def _device_comparison(self, test: cst.Comparison) -> Tri:
         operator = test.comparisons[0].operator
+        if isinstance(operator, (cst.In, cst.NotIn)):
+            return self._device_membership(test)
         if not isinstance(operator, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
             return Tri.UNKNOWN
         sides = (test.left, test.comparisons[0].comparator)
@@ -455,6 +457,23 @@ class DeviceFacts:
             return Tri.UNKNOWN
         equal = isinstance(operator, (cst.Equal, cst.Is))
         return Tri.YES if kind.gpu == equal else Tri.NO
+
+    def _device_membership(self, test: cst.Comparison) -> Tri:
+        """``device not in ["cpu"]`` (Lightning's DQN tutorial, before ``state.cuda(device)``):
+        membership in a literal collection of device strings that are all GPUs or all not."""
+        collection = test.comparisons[0].comparator
+        if not isinstance(collection, (cst.List, cst.Tuple, cst.Set)) or not collection.elements:
+            return Tri.UNKNOWN
+        kinds = set()
+        for element in collection.elements:
+            text = self.ctx.values.value_of(element.value) if isinstance(element.value, cst.SimpleString) else None
+            if not isinstance(text, str) or not (kind := device_of_string(text)).decided:
+                return Tri.UNKNOWN
+            kinds.add(kind.gpu)
+        if len(kinds) != 1:
+            return Tri.UNKNOWN
+        member = isinstance(test.comparisons[0].operator, cst.In)
+        return Tri.YES if kinds.pop() == member else Tri.NO
 
     # -- framework settings --------------------------------------------------------------------
     def framework_setting(self, call: cst.Call) -> Where:

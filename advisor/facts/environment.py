@@ -67,6 +67,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # training, cog.yaml 1.10.0 for its demo): the oldest floor among them speaks for the folder.
     found: list[str] = []
     found_in: str | None = None
+    document_folders: list[str] = []
     primary = False  # a requirements file, pyproject.toml, setup.cfg or setup.py named the package
     for path in _candidates(ctx):
         if found_in is not None and os.path.dirname(path) != found_in:
@@ -76,6 +77,7 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             continue
         if _DOCUMENT.match(os.path.basename(path)):
             documents.append(text + _scripts_run_by(ctx, path, text))
+            document_folders.append(os.path.dirname(path))
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
@@ -100,12 +102,34 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
         # README's ``pip install -r`` installs after such a command: it wins.
         if not primary:
             pinned += [f"=={version}" for text in documents for version in _install_pins(text, package)]
+        # A README in a folder nearer the file than the requirement file describes that folder's
+        # own project (PatchTST vendors FEDformer, whose README says "PyTorch 1.9.0", under a
+        # requirements.txt of torch 1.11.0): its floor joins, the oldest speaks.
+        near = (_document_spec(text, package) for text, folder in zip(documents, document_folders) if folder != found_in)
+        pinned += [spec for spec in near if spec is not None and spec.startswith(">=")]
         pinned += [own] if own else []
         return min(pinned, key=lambda spec: _floor(spec) or (999,))
-    # No requirement file names it, or only by its bare name: the install instructions may (``pip install torch==1.8.0``,
-    # ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's requirements). The oldest
-    # version the nearest such document gives is the floor: RWKV-v7's "torch 2.5+" speaks for
-    # its folder, the root README's "torch==1.13.1" for the older versions it describes.
+    # No requirement file names it, or only by its bare name: the install instructions may
+    # (``pip install torch==1.8.0``, ``Install PyTorch>=1.8.0``, ``PyTorch 1.7.1`` in a README's
+    # requirements). The nearest such document speaks for this folder: RWKV-v7's "torch 2.5+"
+    # for its folder, the root README's "torch==1.13.1" for the older versions it describes.
+    for text in documents:
+        spec = _document_spec(text, package, own)
+        if spec is not None:
+            return spec
+    if own:
+        return own
+    tested = _ci_tested(ctx, package)
+    if tested is not None:
+        return tested
+    return "" if bare else None
+
+
+def _document_spec(text: str, package: str, own: str | None = None) -> str | None:
+    """The version of ``package`` a README or install document gives (``Install PyTorch>=1.8.0``,
+    ``PyTorch 1.7.1``, ``at least 1.7``): ``>=X`` for the oldest it names, ``<X`` for a ceiling
+    ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
+    name = re.escape(package)
     mentioned = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
@@ -127,28 +151,22 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     ceiling = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*(?:before|below|older than|earlier than|<)\s*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
-    for text in documents:  # the nearest document that names a version speaks for this folder
-        # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
-        # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
-        # lemniscate) names code this checkout is not.
-        text = "\n".join(line for line in _expand_docker_args(text).splitlines() if not _OTHER_RELEASE_LINE.search(line))
-        below = ceiling.search(text)
-        if below is not None:
-            return f"<{below.group(1)}"
-        versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text))]
-        versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
-        if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
-            versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
-        if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
-            versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
-        if versions:
-            return ">=" + min(versions + ([own[2:]] if own else []), key=_version)
-    if own:
-        return own
-    tested = _ci_tested(ctx, package)
-    if tested is not None:
-        return tested
-    return "" if bare else None
+    # A line that sends readers of another version elsewhere ("PyTorch 0.3 compatible version is
+    # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
+    # lemniscate) names code this checkout is not.
+    text = "\n".join(line for line in _expand_docker_args(text).splitlines() if not _OTHER_RELEASE_LINE.search(line))
+    below = ceiling.search(text)
+    if below is not None:
+        return f"<{below.group(1)}"
+    versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text))]
+    versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
+    if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
+        versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
+    if package == "torch":  # PyCIL's "torch 1.81": no torch 1.x went past 1.13, so it is 1.8.1
+        versions = [re.sub(r"^1\.([1-9])([0-9])$", r"1.\1.\2", v) if _version(v) > _version("1.13.9") and _version(v) < _version("2") else v for v in versions]
+    if versions:
+        return ">=" + min(versions + ([own[2:]] if own else []), key=_version)
+    return None
 
 
 # A CI matrix of the versions a project is tested on (neural_sp's ``.travis.yml``:

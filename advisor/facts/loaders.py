@@ -873,6 +873,26 @@ class LoaderFacts:
         functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
         return bool(functions) and all(_returns_unpinnable_batch(owner, function) for owner, function in functions)
 
+    @cached_property
+    def tokenizes_to_tensors(self) -> bool:
+        """The file has a tokenizer make tensors (``return_tensors="pt"``): what it returns is a
+        transformers ``BatchEncoding``, which a batch may be (contrastors' WinoGAViL loader yields
+        ``tokenizer([prompt])`` as its text)."""
+        return any(
+            arg.keyword is not None and arg.keyword.value == "return_tensors" for arg in self.ctx.nodes(cst.Arg)
+        )
+
+    def collates_batch_encoding(self, call: cst.Call) -> bool:
+        """A ``collate_fn`` of the project that returns a transformers ``BatchEncoding``
+        (pytorch_neural_crf's ``return BatchEncoding(encoded_inputs, tensor_type="pt")``), which
+        code reads by attribute (``batch.input_ids``). Before torch 1.11 (pytorch#67831) pinning
+        rebuilt a mapping as a plain ``dict``, and those reads raise."""
+        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        # Any: where ``dataset.collate_fn`` may be one of several methods of that name, one that
+        # makes a ``BatchEncoding`` is enough to hold the fix to its version.
+        return bool(functions) and any(_returns_batch_encoding(owner, function) for owner, function in functions)
+
     def _collate_functions(self, collate: cst.BaseExpression) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
         """The functions a ``collate_fn`` argument can be: a function of the project, a method of
         that name, ``functools.partial`` of one, either branch of a conditional, or the inner
@@ -1419,6 +1439,26 @@ def _returned_inner_function(factory: cst.FunctionDef) -> cst.FunctionDef | None
                 if isinstance(small, cst.Return) and isinstance(small.value, cst.Name) and small.value.value in inner:
                     return inner[small.value.value]
     return None
+
+
+def _returns_batch_encoding(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """Every ``return`` of ``function`` hands back a ``BatchEncoding(...)`` it builds, directly
+    or through a name bound to one."""
+
+    def built(expr: cst.BaseExpression | None) -> bool:
+        return isinstance(expr, cst.Call) and (dotted_name(expr.func) or "").rsplit(".", 1)[-1] == "BatchEncoding"
+
+    encodings = {
+        target.target.value
+        for assign in ctx.walk(function, cst.Assign)
+        if built(assign.value)
+        for target in assign.targets
+        if isinstance(target.target, cst.Name)
+    }
+    returns = [r.value for r in ctx.walk(function, cst.Return)]
+    return bool(returns) and all(
+        built(value) or (isinstance(value, cst.Name) and value.value in encodings) for value in returns
+    )
 
 
 def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
