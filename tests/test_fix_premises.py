@@ -2997,3 +2997,17 @@ def test_a_cuda_move_under_a_device_membership_test_leaves_a_cpu_fallback(tmp_pa
     script = fresh_script(tmp_path / "dqn.py", source)
     fixed = fix(source, codes=["ADV601"], gpu="A100", path=str(script)).fixed.decode()
     assert "fused=torch.cuda.is_available()" in fixed, fixed
+
+
+def test_a_version_check_that_leaves_torch_out_reads_its_siblings_checks(tmp_path):
+    # machine-learning-book's ch13: part 1 checks ``{'torch': '1.8', ...}``; the Ignite part's
+    # check names only ``ignite``. The chapter runs on one environment: torch 1.8's.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "ch13_part1.py").write_text("d = {'numpy': '1.21.2', 'torch': '1.8'}\ncheck_packages(d)\n")
+    source = (
+        "import torch\nd = {'ignite': '0.4.6'}\ncheck_packages(d)\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = Net().to(device)\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "ch13_part4_ignite.py", source))
+    assert finding.fix_applicability is None and "torch>=1.8" in finding.message, finding.message

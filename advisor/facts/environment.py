@@ -215,9 +215,14 @@ def _file_pin(ctx: "FileContext", package: str) -> str | None:
     """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``),
     or its code maps the package's name to a version (``{'torch': '1.9.0'}``, a minimum the
     file checks)."""
-    checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), getattr(ctx, "source", "") or "")
+    source = getattr(ctx, "source", "") or ""
+    checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), source)
     if checked is not None:
         return f">={checked.group(1)}"
+    if re.search(_CHECKED_VERSION.format(name=r"[\w.-]+"), source):
+        sibling = _sibling_check(ctx, package)
+        if sibling is not None:
+            return sibling
     module = getattr(ctx, "module", None)
     try:
         docstring = module.get_docstring() if module is not None else None
@@ -227,6 +232,24 @@ def _file_pin(ctx: "FileContext", package: str) -> str | None:
         return None
     match = re.search(_DOCSTRING_PIN.format(name=re.escape(package)), docstring, re.M | re.I)
     return f">={match.group(1)}" if match else None
+
+
+def _sibling_check(ctx: "FileContext", package: str) -> str | None:
+    """``>=X``, X the oldest version of ``package`` that the version checks of the scripts beside
+    this one name, for a script whose own check leaves the package out (machine-learning-book's
+    Ignite chapter checks only ``ignite``; its sibling chapters' checks say ``'torch': '1.8'``)."""
+    folder = os.path.dirname(os.path.abspath(getattr(ctx, "path", "") or ""))
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))[:32]
+    except OSError:
+        return None
+    pattern = re.compile(_CHECKED_VERSION.format(name=re.escape(package)))
+    versions = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.abspath(path) != os.path.abspath(ctx.path):
+            versions += pattern.findall(read_project_file(ctx, path) or "")
+    return ">=" + min(versions, key=_version) if versions else None
 
 
 def _spec_in(pattern: "re.Pattern[str]", text: str) -> str | None:
