@@ -26,6 +26,7 @@ TRAIN = textwrap.dedent(
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    print(sum(len(x) for x, _ in eval_loader))
     """
 )
 

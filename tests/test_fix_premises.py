@@ -823,6 +823,8 @@ def test_a_loader_that_collates_graphs_is_not_pinned(tmp_path):
             loss = model(graphs.to("cuda"), labels.to("cuda")).mean()
             loss.backward()
             optimizer.step()
+        for adjacency, labels in dense_loader:
+            model(adjacency.to("cuda"))
     """))
     forget_projects()
     lines = [d.line for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV101"]
@@ -3011,3 +3013,69 @@ def test_a_version_check_that_leaves_torch_out_reads_its_siblings_checks(tmp_pat
     )
     finding = only(source, "ADV601", fresh_script(tmp_path / "ch13_part4_ignite.py", source))
     assert finding.fix_applicability is None and "torch>=1.8" in finding.message, finding.message
+
+
+def test_a_loader_whose_batches_are_reduced_on_the_host_is_not_pinned():
+    # pointMLP's (and many CIFAR repositories') ``get_mean_and_std``: statistics of each batch,
+    # taken on the CPU; nothing goes to the GPU.
+    source = (
+        "import torch\nmodel = Net().cuda()\n\n"
+        "def get_mean_and_std(dataset):\n"
+        "    dataloader = trainloader = torch.utils.data.DataLoader(dataset, batch_size=1, shuffle=True, num_workers=2)\n"
+        "    mean = torch.zeros(3)\n    std = torch.zeros(3)\n"
+        "    for inputs, targets in dataloader:\n        for i in range(3):\n"
+        "            mean[i] += inputs[:, i, :, :].mean()\n            std[i] += inputs[:, i, :, :].std()\n"
+        "    return mean.div_(len(dataset)), std.div_(len(dataset))\n"
+    )
+    assert "ADV101" not in codes(source)
+    moved = source.replace("mean[i] += inputs[:, i, :, :].mean()", "mean[i] += inputs[:, i, :, :].mean().cuda()")
+    assert "ADV101" in codes(moved)
+
+
+def test_arithmetic_on_the_host_before_every_copy_leaves_pinning_as_advice():
+    # DMD2's ``((data["images"] / 255.0) * 2.0 - 1.0).to(accelerator.device)``: the copy is of a
+    # new, unpinned tensor.
+    source = (
+        "import torch\nvae = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(images, batch_size=16, num_workers=8)\n"
+        "for data in loader:\n"
+        "    batch = ((data['images'] / 255.0) * 2.0 - 1.0).to('cuda')\n"
+        "    vae.encode(batch)\n"
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "on the host first" in finding.message, finding.message
+    plain = source.replace("((data['images'] / 255.0) * 2.0 - 1.0).to('cuda')", "data['images'].to('cuda')")
+    (finding,) = [d for d in lint(plain, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is not None
+
+
+def test_a_poetry_lock_gives_the_torch_poetry_installs(tmp_path):
+    # AudioLDM: pyproject.toml names no torch; ``poetry install`` installs the lock's 1.13.1,
+    # where AdamW has no ``fused`` and ``torch.amp.GradScaler`` does not exist.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.poetry.dependencies]\npython = "^3.10"\npytorch-lightning = "^2.1.1"\n')
+    (tmp_path / "poetry.lock").write_text(
+        '[[package]]\nname = "numpy"\nversion = "1.26.0"\n\n[[package]]\nname = "torch"\nversion = "1.13.1"\n'
+        'description = "Tensors"\n'
+    )
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch==1.13.1" in finding.message, finding.message
+
+
+def test_a_loader_nothing_reads_is_not_pinned(tmp_path):
+    # residual-flows' qualitative_samples.py builds a train_loader per data set and draws one
+    # batch from its test_loader only.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "train_loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)\n"
+        "test_loader = torch.utils.data.DataLoader(test_set, batch_size=64, num_workers=4)\n"
+        "for x, y in test_loader:\n    model(x.cuda())\n"
+    )
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "samples.py", source))) if d.code == "ADV101"]
+    assert [f.line for f in findings] == [4], findings
+    # A module-level loader another file imports is read there.
+    (tmp_path / "train.py").write_text("from samples import train_loader\nfor x, y in train_loader:\n    pass\n")
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "samples.py", source))) if d.code == "ADV101"]
+    assert sorted(f.line for f in findings) == [3, 4], findings

@@ -239,8 +239,9 @@ class BatchFacts:
     def converted_before_every_copy(self, loader: cst.Call) -> bool:
         """Every copy to the GPU of ``loader``'s batches seen in this file first converts them on
         the host (``v.float().to(self.device)``: DeepPurpose's float64 arrays, LTSF-Linear's
-        ``batch_x.float().to(device)``), and none copies the batch as it comes. The conversion
-        makes a new, unpinned tensor, so pinning the loader would not reach the copy."""
+        ``batch_x.float().to(device)``) or computes on them there (DMD2's ``((data["images"] /
+        255.0) * 2.0 - 1.0).to(device)``), and none copies the batch as it comes. The result is
+        a new, unpinned tensor, so pinning the loader would not reach the copy."""
         ctx = self.ctx
         converted = direct = 0
         for scope in self._scopes_drawing_from(loader):
@@ -255,9 +256,22 @@ class BatchFacts:
                     and receiver.func.attr.value in _HOST_CONVERSIONS
                     and not receiver.args
                     and scope.holds_batch(receiver.func.value, call)
-                ):
+                ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)):
                     converted += 1
         return converted > 0 and direct == 0
+
+
+def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
+    """``expr`` is arithmetic (``+ - * /``, a unary minus) with a part of the batch among its
+    operands: a new tensor, made where the batch is."""
+    if isinstance(expr, cst.UnaryOperation):
+        return _arithmetic_on(expr.expression, is_batch) or (not isinstance(expr.expression, (cst.BinaryOperation, cst.UnaryOperation)) and is_batch(expr.expression))
+    if not isinstance(expr, cst.BinaryOperation):
+        return False
+    return any(
+        _arithmetic_on(side, is_batch) if isinstance(side, (cst.BinaryOperation, cst.UnaryOperation)) else is_batch(side)
+        for side in (expr.left, expr.right)
+    )
 
 
 # Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).

@@ -18,7 +18,14 @@ if TYPE_CHECKING:
 
 # ``cog.yaml`` lists ``python_packages: - "torch==1.8.0"`` (pixel2style2pixel).
 # nbdev's ``settings.ini``: ``requirements = fastprogress torch>=1.7,<1.14`` (fastai's course22p2).
-_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml", "settings.ini")
+_FILES = (
+    "pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "cog.yaml", "settings.ini",
+    "poetry.lock", "uv.lock",
+)
+# What ``poetry install`` / ``uv sync`` install: AudioLDM's pyproject.toml names no torch, its
+# poetry.lock resolves torch 1.13.1 (no fused AdamW, no ``torch.amp.GradScaler``).
+_LOCK_FILES = ("poetry.lock", "uv.lock")
+_LOCKED_PACKAGE = re.compile(r'^\[\[package\]\]\s*\nname\s*=\s*"([^"]+)"\s*\nversion\s*=\s*"([^"]+)"', re.M)
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*)\.ya?ml$", re.I)
 # ``requirements.lock`` too: muzero-general's README installs with ``pip install -r requirements.lock``.
@@ -81,6 +88,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             continue
         if _CONDA_SPEC.match(os.path.basename(path)):
             text = _conda_spec_requirements(text)
+        elif os.path.basename(path) in _LOCK_FILES:
+            text = "\n".join(f"{name}=={version}" for name, version in _LOCKED_PACKAGE.findall(text))
         elif os.path.basename(path) == "settings.ini":
             text = _nbdev_requirements(text)
         spec = _spec_in(pattern, text)
@@ -189,7 +198,7 @@ def _ci_tested(ctx: "FileContext", package: str) -> str | None:
     return ">=" + min(versions, key=_version) if versions else None
 
 
-_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini)$")
+_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini|poetry\.lock|uv\.lock)$")
 
 
 def _install_pins(text: str, package: str) -> list[str]:

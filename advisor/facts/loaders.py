@@ -660,9 +660,29 @@ class LoaderFacts:
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
-        if self.only_counted(call) or self.batches_stay_on_host(call):
+        if self.only_counted(call) or self.batches_stay_on_host(call) or self.never_read(call):
             return False
         return self.runs_for_training(call)
+
+    def never_read(self, call: cst.Call) -> bool:
+        """The loader is bound to plain names that nothing reads, beside a loader the file does
+        read: not this file (residual-flows' ``qualitative_samples.py`` builds a ``train_loader``
+        per data set and draws only from its ``test_loader``), nor, for a module-level name,
+        another file of the project."""
+        ctx = self.ctx
+        parent = ctx.parent.get(call)
+        if not isinstance(parent, cst.Assign) or not all(isinstance(t.target, cst.Name) for t in parent.targets):
+            return False
+        if self._plain_name_reads(call) is not None:
+            return False
+        # Only beside a loader the file does read: a file that reads none (a snippet, a module
+        # whose loaders a framework draws from by convention) shows nothing about what is used.
+        if not any(other is not call and self._plain_name_reads(other) is not None for other in ctx.calls(DATALOADER)):
+            return False
+        names = [t.target.value for t in parent.targets]  # type: ignore[attr-defined]
+        if ctx.enclosing(call, cst.FunctionDef, cst.Lambda, cst.ClassDef) is None and ctx.project is not None:
+            return not any(ctx.project.mentions_outside(name) for name in names)
+        return ctx.project is not None or ctx.enclosing(call, cst.FunctionDef) is not None
 
     def pins_in_training_process(self, call: cst.Call) -> bool:
         """The loader has no worker processes (``num_workers`` not set, or 0): it pins each batch
@@ -711,14 +731,15 @@ class LoaderFacts:
         (``img.shape``, ``len(x)``: torchvision's ``_compute_aspect_ratios_slow``, which loads
         each image to read its height and width) or keeps them in a host list
         (``self.materialized.append(batch)``: STEGO's ``MaterializedDataset`` loads a data set
-        into memory once). Nothing goes to a GPU; pinning copies every batch once more, into
+        into memory once) or reduces them there (``mean[i] += inputs[:, i].mean()``: the
+        ``get_mean_and_std`` of many CIFAR repositories). Nothing goes to a GPU; pinning copies every batch once more, into
         page-locked memory the list then holds, for nothing."""
         ctx = self.ctx
         bound = self._plain_name_reads(call)
         if bound is None:
             return False
-        name, reads = bound
-        loops = [loop for loop in ctx.nodes(cst.For) if _iterates(loop.iter, name)]
+        names, reads = bound
+        loops = [loop for loop in ctx.nodes(cst.For) if any(_iterates(loop.iter, name) for name in names)]
         if not loops or len(loops) != len(reads):
             return False  # also handed elsewhere, or not iterated here
         for loop in loops:
@@ -731,7 +752,7 @@ class LoaderFacts:
                 holder = ctx.parent.get(use)
                 if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
                     continue
-                if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use):
+                if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
                     return False
         return True
 
@@ -741,16 +762,17 @@ class LoaderFacts:
         bound = self._plain_name_reads(call)
         return bound is not None and all(_argument_of_builtin(self.ctx, read, ("len",)) for read in bound[1])
 
-    def _plain_name_reads(self, call: cst.Call) -> "tuple[str, list[cst.Name]] | None":
-        """The plain name ``call`` is assigned to (``loader = DataLoader(...)``) and every read of
-        that name in the file; None for any other binding, or a name never read."""
+    def _plain_name_reads(self, call: cst.Call) -> "tuple[frozenset[str], list[cst.Name]] | None":
+        """The plain names ``call`` is assigned to (``loader = DataLoader(...)``, or
+        ``dataloader = trainloader = DataLoader(...)``) and every read of them in the file; None
+        for any other binding, or names never read."""
         ctx = self.ctx
         parent = ctx.parent.get(call)
-        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0].target, cst.Name):
+        if not isinstance(parent, cst.Assign) or not all(isinstance(t.target, cst.Name) for t in parent.targets):
             return None
-        name = parent.targets[0].target.value
-        reads = [n for n in ctx.nodes(cst.Name) if n.value == name and ctx.is_read(n)]
-        return (name, reads) if reads else None
+        names = frozenset(t.target.value for t in parent.targets)  # type: ignore[attr-defined]
+        reads = [n for n in ctx.nodes(cst.Name) if n.value in names and ctx.is_read(n)]
+        return (names, reads) if reads else None
 
     def items_read_no_data(self, call: cst.Call) -> bool:
         """The loader's dataset is a class of the project whose ``__getitem__`` reads nothing by
@@ -1324,6 +1346,25 @@ def _argument_of_builtin(ctx: "FileContext", node: cst.CSTNode, builtins: tuple[
     arg = ctx.parent.get(node)
     call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
     return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in builtins
+
+
+# Reductions whose result stays where the tensor is: statistics of a batch computed on the host.
+_HOST_REDUCTIONS = frozenset({"mean", "std", "sum", "var", "min", "max", "numpy", "tolist"})
+
+
+def _reduced_on_host(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """``node`` (or a slice of it, ``inputs[:, i, :, :]``) is reduced by a method whose result is
+    not moved (``.mean()``, ``.std()``, ``.numpy()``): a statistic taken on the host."""
+    holder = ctx.parent.get(node)
+    while isinstance(holder, cst.Subscript) and holder.value is node:
+        node, holder = holder, ctx.parent.get(holder)
+    if not (isinstance(holder, cst.Attribute) and holder.value is node and holder.attr.value in _HOST_REDUCTIONS):
+        return False
+    call = ctx.parent.get(holder)
+    if not isinstance(call, cst.Call) or call.func is not holder:
+        return False
+    after = ctx.parent.get(call)
+    return not (isinstance(after, cst.Attribute) and after.value is call and after.attr.value in ("to", "cuda"))
 
 
 def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
