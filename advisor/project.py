@@ -110,11 +110,16 @@ _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
-# it), an ``__all__`` list, a line commented out; in a script or in a notebook's JSON source.
+# it), an ``__all__`` list, a line commented out, a type test; in a script or in a notebook's JSON source.
 _NAMES_WITHOUT_USE = re.compile(
     rb"^[ \t]*\"?[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*)"
     rb"|^[ \t]*__all__[ \t]*\+?=[ \t]*[\[(][^\])]*[\])]"
-    rb"|^[ \t]*\"?[ \t]*#[^\n]*",
+    rb"|^[ \t]*\"?[ \t]*#[^\n]*"
+    # ``isinstance(m, SpectralNormLinear)`` asks about a class; it builds none (residual-flows'
+    # training scripts test for classes nothing instantiates).
+    rb"|\b(?:isinstance|issubclass)[ \t]*\([^()\n]*,[ \t]*(?:\([^()\n]*\)|[\w.]+)[ \t]*\)"
+    # and a class's own ``super(SpectralNormLinear, self)`` runs only once something builds it.
+    rb"|\bsuper[ \t]*\([ \t]*\w+[ \t]*,[ \t]*self[ \t]*\)",
     re.M,
 )
 # Classes a serving framework builds, and whose methods it calls, by name: Triton's Python backend.

@@ -3079,3 +3079,36 @@ def test_a_loader_nothing_reads_is_not_pinned(tmp_path):
     (tmp_path / "train.py").write_text("from samples import train_loader\nfor x, y in train_loader:\n    pass\n")
     findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "samples.py", source))) if d.code == "ADV101"]
     assert sorted(f.line for f in findings) == [3, 4], findings
+
+
+def test_a_class_only_type_tested_and_its_own_super_call_is_unused(tmp_path):
+    # residual-flows: train_img.py tests ``isinstance(m, base_layers.SpectralNormLinear)``, and the
+    # class calls ``super(SpectralNormLinear, self).__init__()``; nothing builds one.
+    (tmp_path / ".git").mkdir()
+    layers = tmp_path / "layers.py"
+    layers.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class SpectralNormLinear(nn.Module):
+            def __init__(self, n):
+                super(SpectralNormLinear, self).__init__()
+                self.n = n
+
+            def forward(self, weight):
+                return weight / torch.max(torch.ones(1).to(weight.device), weight.norm())
+
+        class LopLinear(nn.Linear):
+            def forward(self, weight):
+                return weight / torch.max(torch.ones(1).to(weight.device), weight.norm())
+    """))
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport layers\nif __name__ == '__main__':\n    model = layers.LopLinear(4, 4).cuda()\n"
+        "    for step in range(100):\n        model(torch.zeros(4, device='cuda'))\n"
+        "    for m in model.modules():\n        if isinstance(m, layers.SpectralNormLinear) or isinstance(m, (layers.LopLinear, nn.Linear)):\n"
+        "            print(m)\n"
+    )
+    forget_projects()
+    found = {d.line: d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV704"}
+    assert found[11].fix_applicability is None and "the class `SpectralNormLinear`" in found[11].message, found[11].message
+    assert found[15].fix_applicability is not None
