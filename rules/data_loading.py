@@ -107,9 +107,10 @@ class DataLoaderPinMemory(Rule):
         loaders; the next round then pins them, and ADV103 makes their copies non-blocking).
 
         Where every copy of the loader's batches seen in the file converts them on the host
-        first (`x.float().to(device)`, as code whose data sets return float64 arrays does), the
-        conversion makes a new, unpinned tensor and pinning cannot reach the copy: advice,
-        convert on the GPU instead (`x.to(device).float()`).
+        first (`x.float().to(device)`, as code whose data sets return float64 arrays does) or
+        computes on them there (`((x / 255.0) * 2.0 - 1.0).to(device)`), the result is a new,
+        unpinned tensor and pinning cannot reach the copy: advice, convert on the GPU instead
+        (`x.to(device).float()`).
     """
     silent_when = """
         - the file shows no CUDA device at all (CPU-only scripts);
@@ -146,9 +147,12 @@ class DataLoaderPinMemory(Rule):
           file builds its `Trainer` but never calls `trainer.test` / `trainer.predict`
           (nor uses `LightningCLI`): no batch of it reaches the GPU;
         - the loader is only counted (`len(loader)`), or every loop over it keeps its
-          batches on the host: it measures them (`img.shape`, `len(x)`) or appends them to a
+          batches on the host: it measures them (`img.shape`, `len(x)`), reduces them there
+          (`mean[i] += inputs[:, i].mean()`, a data set's statistics) or appends them to a
           list (a data set loaded into memory once): pinning would copy each batch into
-          page-locked memory for nothing.
+          page-locked memory for nothing; or nothing reads the name it is bound to, beside a
+          loader the file does read (a `train_loader` built per data set where only the
+          `test_loader` is drawn from), and, at module level, no other file names it.
     """
     valid = [
         Valid(
