@@ -1226,6 +1226,25 @@ class ProjectView:
                     return True
         return False
 
+    def runs_with_match(self, pattern: "re.Pattern[bytes]") -> bool:
+        """Whether a project file with ``pattern`` in its text runs in the same program as this
+        one: this file, or a file that shares an importer with it, directly or through others
+        (esvit's ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports
+        ``torch._six``, and the layers in ``layers/``)."""
+        if not self.member:
+            return False
+        project = self.project
+        matched = project.texts_matching(pattern)
+        if not matched:
+            return False
+        self.asked_importers = True
+        mine = {self.path, *project._importer_closure(self.path)}
+        for path in matched:
+            self.consulted.add(path)
+            if path == self.path or mine & {path, *project._importer_closure(path)}:
+                return True
+        return False
+
     def runners_match(self, pattern: "re.Pattern[bytes]") -> bool:
         """Whether a file that imports this one, directly or through others, has ``pattern`` in
         its text: the scripts that run a package module (generative-models' ``sgm`` samplers,

@@ -579,9 +579,9 @@ class DataLoaderPinMemory(Rule):
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
                 elif ctx.facts.batches.converted_before_every_copy(call):
                     finding = finding.as_advice(
-                        "every copy of its batches converts them on the host first (`x.float().to(device)`), which "
-                        "makes a new, unpinned tensor: pinning would not reach the copy; convert on the GPU "
-                        "(`x.to(device).float()`), then pin"
+                        "every copy of its batches converts or computes on them on the host first "
+                        "(`x.float().to(device)`), which makes a new, unpinned tensor: pinning would not reach the "
+                        "copy; convert on the GPU (`x.to(device).float()`), then pin"
                     )
                 elif not loaders.pinning_pays(call):
                     finding = finding.as_advice(

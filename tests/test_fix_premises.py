@@ -3112,3 +3112,43 @@ def test_a_class_only_type_tested_and_its_own_super_call_is_unused(tmp_path):
     found = {d.line: d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV704"}
     assert found[11].fix_applicability is None and "the class `SpectralNormLinear`" in found[11].message, found[11].message
     assert found[15].fix_applicability is not None
+
+
+def test_training_arguments_of_a_trainer_that_only_evaluates_are_not_a_training_site():
+    # granite-tsfm's PatchTST notebook: one TrainingArguments for a Trainer that evaluates the
+    # published model, then ``train_args`` again for the Trainer that trains.
+    source = (
+        "from transformers import Trainer, TrainingArguments\n"
+        "train_args = TrainingArguments(output_dir='out', label_names=['future_values'])\n"
+        "inference_trainer = Trainer(model=pretrained, args=train_args)\n"
+        "print(inference_trainer.evaluate(test_dataset))\n"
+        "train_args = TrainingArguments(output_dir='out', num_train_epochs=100, per_device_train_batch_size=64)\n"
+        "trainer = Trainer(model=model, args=train_args, train_dataset=train_dataset)\n"
+        "trainer.train()\n"
+    )
+    assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV203"] == [5]
+
+
+def test_code_that_imports_a_removed_torch_api_runs_on_an_older_torch(tmp_path):
+    # esvit: every entry point imports ``models``, whose cvt_v4_transformer.py does
+    # ``from torch._six import container_abcs`` (gone in torch 1.9): no fused AdamW (2.0), no
+    # ``torch.autocast`` decorator (1.10) in the layers the models import.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("from .cvt import build\nfrom .swin import Swin\n")
+    (tmp_path / "models" / "cvt.py").write_text("from torch._six import container_abcs\n\ndef build():\n    return None\n")
+    (tmp_path / "models" / "swin.py").write_text("import layers\n\nclass Swin:\n    pass\n")
+    layers = tmp_path / "layers.py"
+    layers.write_text(
+        "import torch\n\nclass Chunk(torch.autograd.Function):\n    @staticmethod\n"
+        "    @torch.cuda.amp.custom_fwd\n    def forward(ctx, x):\n        with torch.cuda.amp.autocast():\n            return x * 2\n"
+    )
+    source = (
+        "import torch\nimport models\nif __name__ == '__main__':\n    model = models.build().cuda()\n"
+        "    optimizer = torch.optim.AdamW(model.parameters())\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "main.py", source))
+    assert finding.fix_applicability is None and "torch<1.9" in finding.message, finding.message
+    forget_projects()
+    (autocast,) = [d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV204" and "autocast(" in d.message]
+    assert autocast.fix_applicability is None and "torch<1.9" in autocast.message, autocast.message

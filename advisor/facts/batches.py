@@ -250,6 +250,8 @@ class BatchFacts:
                 if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):
                     continue
                 receiver = call.func.value
+                if isinstance(receiver, cst.Call) and ctx.qualname(receiver.func) == "torch.autograd.Variable" and receiver.args:
+                    receiver = receiver.args[0].value  # diffpool's ``Variable(data['adj'].float()).cuda()``
                 if (
                     isinstance(receiver, cst.Call)
                     and isinstance(receiver.func, cst.Attribute)

@@ -54,7 +54,31 @@ def declared(ctx: "FileContext", package: str) -> str | None:
     for a bare name, None where no requirement file names it."""
     # Not memoised on the context: a context can outlive a change to the requirements in a
     # long-lived process, and this is asked only where a fix depends on it.
-    return _declared(ctx, package)
+    spec = _declared(ctx, package)
+    if package == "torch":
+        ceiling = _ceiling_of_the_code(ctx)
+        if ceiling is not None:
+            return f"{spec},{ceiling}" if spec else ceiling
+    return spec
+
+
+# torch APIs the code imports that later releases removed: the code runs on a torch before
+# them, whatever the requirement files say (esvit: ``from torch._six import container_abcs``).
+_REMOVED_TORCH_APIS = (
+    (re.compile(rb"\btorch\._six\b[^\n]*\b(?:container_abcs|int_classes)\b"), "<1.9"),
+    (re.compile(rb"\bfrom[ \t]+torch\._six[ \t]+import\b|\bimport[ \t]+torch\._six\b"), "<2.0"),
+)
+
+
+def _ceiling_of_the_code(ctx: "FileContext") -> str | None:
+    """``<X`` where this file, or a file of the project that runs in the same program, uses a
+    torch API removed in X (``torch._six``): the program can only run on an older torch."""
+    source = (getattr(ctx, "source", "") or "").encode()
+    project = getattr(ctx, "project", None)
+    for pattern, ceiling in _REMOVED_TORCH_APIS:
+        if pattern.search(source) or (project is not None and project.runs_with_match(pattern)):
+            return ceiling
+    return None
 
 
 def _declared(ctx: "FileContext", package: str) -> str | None:
@@ -187,11 +211,12 @@ def _ci_tested(ctx: "FileContext", package: str) -> str | None:
     if project is None or package != "torch":
         return None
     root = project.project.root
-    texts = [read_project_file(ctx, os.path.join(root, ".travis.yml")) or ""]
-    workflows = os.path.join(root, ".github", "workflows")
-    if os.path.isdir(workflows):
-        names = [name for name in sorted(os.listdir(workflows)) if name.endswith((".yml", ".yaml"))]
-        texts += [read_project_file(ctx, os.path.join(workflows, name)) or "" for name in names[:16]]
+    texts = [read_project_file(ctx, os.path.join(root, name)) or "" for name in (".travis.yml", "azure-pipelines.yml", ".gitlab-ci.yml")]
+    # GitHub's workflows, Azure's pipelines (lightning-bolts' ``.azure/gpu-tests.yml``: TORCH_VERSION 1.13.1, 2.0.1)
+    for folder in (os.path.join(root, ".github", "workflows"), os.path.join(root, ".azure"), os.path.join(root, ".circleci")):
+        if os.path.isdir(folder):
+            names = [name for name in sorted(os.listdir(folder)) if name.endswith((".yml", ".yaml"))]
+            texts += [read_project_file(ctx, os.path.join(folder, name)) or "" for name in names[:16]]
     text = "\n".join(texts)
     versions = re.findall(r"(?:PYTORCH|TORCH)_VERSION\s*[=:]\s*[\"']?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text, re.I)
     versions += re.findall(r"(?<![\w-])torch\s*==\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)

@@ -139,6 +139,33 @@ class FrameworkFacts:
                     return True
         return False
 
+    def _only_evaluates(self, arguments: cst.Call) -> bool:
+        """Every trainer seen taking these ``TrainingArguments`` only evaluates or predicts: none
+        runs ``train()`` (granite-tsfm's notebook evaluates the published PatchTST with one set of
+        arguments, then trains another model with a second)."""
+        users = [trainer for trainer in self.hf_trainer_calls if self._arguments_of(trainer) is arguments]
+        if not users or any(self.runs(trainer, "train") for trainer in users):
+            return False
+        return all(self.runs(trainer, "evaluate") or self.runs(trainer, "predict") for trainer in users)
+
+    def _arguments_of(self, trainer: cst.Call) -> cst.Call | None:
+        """The ``TrainingArguments(...)`` call a trainer's ``args`` is, directly or through the
+        name's last assignment before the trainer in the same scope (a notebook reuses ``train_args``)."""
+        ctx = self.ctx
+        value = ctx.argument(trainer, "args", 1)
+        if isinstance(value, cst.Call):
+            return value
+        if not isinstance(value, cst.Name):
+            return None
+        before = [
+            b.value for b in ctx.lookup(value.value, trainer)
+            if isinstance(b.node, cst.Assign) and b.value is not None and ctx.order[b.node] < ctx.order[trainer]
+        ]
+        if not before:
+            return None
+        latest = max(before, key=lambda v: ctx.order[v])
+        return latest if isinstance(latest, cst.Call) else None
+
     @cached_property
     def parsed_training_arguments(self) -> list[cst.Name]:
         """Names bound by ``HfArgumentParser(...).parse_args_into_dataclasses()`` to the file's own
@@ -217,7 +244,8 @@ class FrameworkFacts:
         found: list[TrainingSite] = []
         if self.hf_trainer_trains:
             for call in ctx.calls(*TRAINING_ARGUMENTS):
-                found.append(TrainingSite(HF_TRAINER, call, call, (), devices.framework_setting(call)))
+                if not self._only_evaluates(call):
+                    found.append(TrainingSite(HF_TRAINER, call, call, (), devices.framework_setting(call)))
         if trains:
             for call in ctx.calls(ACCELERATOR):
                 found.append(TrainingSite(ACCELERATE, call, call, loops, devices.framework_setting(call)))

@@ -94,7 +94,13 @@ def materialize(repo: str, commit: str, git_dir: str | None, into: Path) -> Path
     ).stdout.decode().split("\0")
     # Named one by one: a fetched mirror may lack its largest blobs (notebooks, weights).
     # Case-insensitively: XMem's install notes are `docs/GETTING_STARTED.md`.
-    paths = [p for p in listed if p and any(fnmatch.fnmatch(os.path.basename(p).lower(), pattern.lower()) for pattern in PROJECT_FILES)]
+    paths = [
+        p for p in listed
+        if p and (
+            any(fnmatch.fnmatch(os.path.basename(p).lower(), pattern.lower()) for pattern in PROJECT_FILES)
+            or re.search(r"(^|/)requirements/[^/]+\.(txt|in)$", p)  # lightning-bolts' requirements/base.txt
+        )
+    ]
     checked = subprocess.run(
         ["git", "--git-dir", git_dir, "cat-file", "--batch-check"],
         input="".join(f"{commit}:{p}\n" for p in paths), capture_output=True, text=True, check=True,
