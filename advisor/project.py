@@ -117,9 +117,9 @@ _NAMES_WITHOUT_USE = re.compile(
     rb"|^[ \t]*\"?[ \t]*#[^\n]*"
     # ``isinstance(m, SpectralNormLinear)`` asks about a class; it builds none (residual-flows'
     # training scripts test for classes nothing instantiates).
-    rb"|\b(?:isinstance|issubclass)[ \t]*\([^()\n]*,[ \t]*(?:\([^()\n]*\)|[\w.]+)[ \t]*\)"
-    # and a class's own ``super(SpectralNormLinear, self)`` runs only once something builds it.
-    rb"|\bsuper[ \t]*\([ \t]*\w+[ \t]*,[ \t]*self[ \t]*\)",
+    # (A class's own ``super(Cls, self)`` stays a use: RecBole's and mammoth's registries build
+    # classes by a name put together at run time, which no text shows.)
+    rb"|\b(?:isinstance|issubclass)[ \t]*\([^()\n]*,[ \t]*(?:\([^()\n]*\)|[\w.]+)[ \t]*\)",
     re.M,
 )
 # Classes a serving framework builds, and whose methods it calls, by name: Triton's Python backend.

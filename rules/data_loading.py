@@ -1117,7 +1117,8 @@ class BlockingHostToDeviceCopy(Rule):
         Where ADV101 is advice (a loader without workers whose batches are not known to be
         large), so are its copies here; once the loader has workers, `advisor fix` pins it and
         makes the copies non-blocking in the same run. Where the file has a tokenizer make
-        tensors (`return_tensors="pt"`), a batch may be a `BatchEncoding`, whose `.to()` takes
+        tensors (`return_tensors="pt"`) and the loader's own `collate_fn` hands items on as they
+        are, a part of the batch the loop unpacks may be a `BatchEncoding`, whose `.to()` takes
         `non_blocking` from transformers 4.48 on: the fix needs a transformers the project
         allows.
     """
@@ -1472,7 +1473,7 @@ class BlockingHostToDeviceCopy(Rule):
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
                 requires = [("torch", "0.4")]  # ``async=True`` before 0.4
-                if isinstance(func.value, cst.Name) and ctx.facts.loaders.tokenizes_to_tensors:
+                if ctx.facts.loaders.may_yield_batch_encoding(source, func.value):
                     # The batch may be a tokenizer's ``BatchEncoding``, whose ``.to()`` takes
                     # ``non_blocking`` from transformers 4.48 on (contrastors pins 4.45.2).
                     requires.append(("transformers", "4.48"))

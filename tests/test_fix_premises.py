@@ -2973,12 +2973,16 @@ def test_a_non_blocking_copy_of_a_tokenizer_batch_needs_transformers_4_48(tmp_pa
         "import torch\nfrom torch.utils.data import DataLoader\n\n"
         "def evaluate(model, dataset, tokenizer):\n    device = 'cuda'\n"
         "    dataset.text_transform = lambda t: tokenizer([t], return_tensors='pt')\n"
-        "    loader = DataLoader(dataset, batch_size=1, num_workers=4, pin_memory=True)\n"
+        "    loader = DataLoader(dataset, batch_size=1, num_workers=4, pin_memory=True, collate_fn=lambda batch: batch[0])\n"
         "    for images, text in loader:\n        model(images.to(device), text.to(device))\n"
     )
     script = fresh_script(tmp_path / "evaluate.py", source)
     findings = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV103"]
     assert findings and all(f.fix_applicability is None and "transformers >= 4.48" in f.message for f in findings)
+    # The default collate rebuilds a mapping as a dict of tensors: the parts are tensors.
+    default = source.replace(", collate_fn=lambda batch: batch[0]", "")
+    findings = [d for d in lint(default, gpu="A100", path=str(fresh_script(tmp_path / "evaluate.py", default))) if d.code == "ADV103"]
+    assert findings and not any("transformers >= 4.48" in f.message for f in findings)
 
 
 def test_a_cuda_move_under_a_device_membership_test_leaves_a_cpu_fallback(tmp_path):
@@ -3081,9 +3085,9 @@ def test_a_loader_nothing_reads_is_not_pinned(tmp_path):
     assert sorted(f.line for f in findings) == [3, 4], findings
 
 
-def test_a_class_only_type_tested_and_its_own_super_call_is_unused(tmp_path):
-    # residual-flows: train_img.py tests ``isinstance(m, base_layers.SpectralNormLinear)``, and the
-    # class calls ``super(SpectralNormLinear, self).__init__()``; nothing builds one.
+def test_a_class_only_type_tested_is_unused(tmp_path):
+    # residual-flows: train_img.py tests ``isinstance(m, base_layers.SpectralNormLinear)``;
+    # nothing builds one.
     (tmp_path / ".git").mkdir()
     layers = tmp_path / "layers.py"
     layers.write_text(textwrap.dedent("""
@@ -3092,7 +3096,7 @@ def test_a_class_only_type_tested_and_its_own_super_call_is_unused(tmp_path):
 
         class SpectralNormLinear(nn.Module):
             def __init__(self, n):
-                super(SpectralNormLinear, self).__init__()
+                super().__init__()
                 self.n = n
 
             def forward(self, weight):
@@ -3152,3 +3156,47 @@ def test_code_that_imports_a_removed_torch_api_runs_on_an_older_torch(tmp_path):
     forget_projects()
     (autocast,) = [d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV204" and "autocast(" in d.message]
     assert autocast.fix_applicability is None and "torch<1.9" in autocast.message, autocast.message
+
+
+def test_conversions_in_the_importer_that_draws_from_a_returned_loader_leave_pinning_as_advice(tmp_path):
+    # The time-series libraries (Autoformer, PatchTST, Time-Series-Library): data_provider
+    # returns the loader; exp/exp_main.py copies ``batch_x.float().to(self.device)``.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "data_factory.py").write_text(textwrap.dedent("""
+        from torch.utils.data import DataLoader
+
+        def data_provider(args, flag):
+            data_set = Dataset_ETT(args, flag)
+            data_loader = DataLoader(data_set, batch_size=args.batch_size, shuffle=flag == 'train', num_workers=10)
+            return data_set, data_loader
+    """))
+    exp = textwrap.dedent("""
+        import torch
+        from data_factory import data_provider
+
+        class Exp:
+            def __init__(self, args):
+                self.args = args
+                self.device = torch.device('cuda:0')
+                self.model = Model(args).to(self.device)
+
+            def train(self):
+                train_data, train_loader = data_provider(self.args, 'train')
+                optimizer = torch.optim.Adam(self.model.parameters())
+                for batch_x, batch_y in train_loader:
+                    batch_x = batch_x.float().to(self.device)
+                    batch_y = batch_y.float().to(self.device)
+                    loss = ((self.model(batch_x) - batch_y) ** 2).mean()
+                    loss.backward()
+                    optimizer.step()
+    """)
+    (tmp_path / "exp_main.py").write_text(exp)
+    (tmp_path / "run.py").write_text("from exp_main import Exp\nif __name__ == '__main__':\n    Exp(args).train()\n")
+    factory = tmp_path / "data_factory.py"
+    forget_projects()
+    (finding,) = [d for d in lint(factory.read_text(), gpu="A100", path=str(factory)) if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "on the host first" in finding.message, finding.message
+    (tmp_path / "exp_main.py").write_text(exp.replace("batch_x.float().to(self.device)", "batch_x.to(self.device)"))
+    forget_projects()
+    (finding,) = [d for d in lint(factory.read_text(), gpu="A100", path=str(factory)) if d.code == "ADV101"]
+    assert finding.fix_applicability is not None, finding.message

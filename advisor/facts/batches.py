@@ -9,6 +9,7 @@ indexing, views of the same storage and the file's helper functions the loop han
 """
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
@@ -237,30 +238,50 @@ class BatchFacts:
         return any(True for scope in scopes for _ in self.copies(scope))
 
     def converted_before_every_copy(self, loader: cst.Call) -> bool:
-        """Every copy to the GPU of ``loader``'s batches seen in this file first converts them on
-        the host (``v.float().to(self.device)``: DeepPurpose's float64 arrays, LTSF-Linear's
+        """Every copy to the GPU of ``loader``'s batches seen first converts them on the host
+        (``v.float().to(self.device)``: DeepPurpose's float64 arrays, LTSF-Linear's
         ``batch_x.float().to(device)``) or computes on them there (DMD2's ``((data["images"] /
         255.0) * 2.0 - 1.0).to(device)``), and none copies the batch as it comes. The result is
-        a new, unpinned tensor, so pinning the loader would not reach the copy."""
+        a new, unpinned tensor, so pinning the loader would not reach the copy. The copies are
+        this file's loops over it, or, where it has none, the loops of the project files that
+        import it and draw from it (the time-series libraries' ``data_provider`` returns the
+        loader to ``exp/exp_main.py``, which copies ``batch_x.float().to(self.device)``)."""
         ctx = self.ctx
+        drawing = [(self, scope) for scope in self._scopes_drawing_from(loader)]
+        if not drawing and ctx.project is not None:
+            where = (ctx.path, ctx.position(loader))
+            for other in ctx.project.importer_contexts(_COPIES):
+                batches = other.facts.batches
+                for scope, source in batches.scopes:
+                    fed = other.facts.loaders.feeding(source) or ()
+                    if any((owner.ctx.path, owner.ctx.position(call)) == where for owner, call in fed):
+                        drawing.append((batches, scope))
         converted = direct = 0
-        for scope in self._scopes_drawing_from(loader):
-            direct += sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
-            for call in ctx.walk(scope.loop.body, cst.Call):
-                if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):
-                    continue
-                receiver = call.func.value
-                if isinstance(receiver, cst.Call) and ctx.qualname(receiver.func) == "torch.autograd.Variable" and receiver.args:
-                    receiver = receiver.args[0].value  # diffpool's ``Variable(data['adj'].float()).cuda()``
-                if (
-                    isinstance(receiver, cst.Call)
-                    and isinstance(receiver.func, cst.Attribute)
-                    and receiver.func.attr.value in _HOST_CONVERSIONS
-                    and not receiver.args
-                    and scope.holds_batch(receiver.func.value, call)
-                ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)):
-                    converted += 1
+        for batches, scope in drawing:
+            found = batches._conversions(scope)
+            converted, direct = converted + found[0], direct + found[1]
         return converted > 0 and direct == 0
+
+    def _conversions(self, scope: "BatchScope") -> tuple[int, int]:
+        """(copies of the batch converted on the host first, copies of it as it comes) in ``scope``."""
+        ctx = self.ctx
+        direct = sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
+        converted = 0
+        for call in ctx.walk(scope.loop.body, cst.Call):
+            if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):
+                continue
+            receiver = call.func.value
+            if isinstance(receiver, cst.Call) and ctx.qualname(receiver.func) == "torch.autograd.Variable" and receiver.args:
+                receiver = receiver.args[0].value  # diffpool's ``Variable(data['adj'].float()).cuda()``
+            if (
+                isinstance(receiver, cst.Call)
+                and isinstance(receiver.func, cst.Attribute)
+                and receiver.func.attr.value in _HOST_CONVERSIONS
+                and not receiver.args
+                and scope.holds_batch(receiver.func.value, call)
+            ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)):
+                converted += 1
+        return converted, direct
 
 
 def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
@@ -276,5 +297,7 @@ def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
     )
 
 
+# What an importer that copies batches has in its text.
+_COPIES = re.compile(rb"\.(?:to|cuda)\(")
 # Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
 _HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})

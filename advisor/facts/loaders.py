@@ -898,11 +898,28 @@ class LoaderFacts:
     @cached_property
     def tokenizes_to_tensors(self) -> bool:
         """The file has a tokenizer make tensors (``return_tensors="pt"``): what it returns is a
-        transformers ``BatchEncoding``, which a batch may be (contrastors' WinoGAViL loader yields
-        ``tokenizer([prompt])`` as its text)."""
+        transformers ``BatchEncoding``."""
         return any(
             arg.keyword is not None and arg.keyword.value == "return_tensors" for arg in self.ctx.nodes(cst.Arg)
         )
+
+    def may_yield_batch_encoding(self, source: cst.BaseExpression, moved: cst.BaseExpression) -> bool:
+        """``moved``, a name the loop over ``source`` unpacks, may be a tokenizer's
+        ``BatchEncoding``: the file tokenizes to tensors and every loader behind ``source`` has
+        a ``collate_fn`` of its own, which may hand items on as they are (contrastors' WinoGAViL
+        loader: ``collate_fn=lambda batch: batch[0]`` over items whose text is
+        ``tokenizer([prompt])``). The default collate rebuilds a mapping as a ``dict``."""
+        ctx = self.ctx
+        if not isinstance(moved, cst.Name) or not self.tokenizes_to_tensors:
+            return False
+        loop = ctx.enclosing(moved, cst.For)
+        while isinstance(loop, cst.For) and not _iterates_source(loop.iter, source):
+            loop = ctx.enclosing(loop, cst.For)
+        if not isinstance(loop, cst.For) or moved.value not in target_names(loop.target):
+            return False
+        loaders = self.feeding(source)
+        collate = lambda c: ctx.argument(c, "collate_fn", DATALOADER_POSITION["collate_fn"])  # noqa: E731
+        return bool(loaders) and all(collate(c) not in (None, MISSING) for _, c in loaders)
 
     def collates_batch_encoding(self, call: cst.Call) -> bool:
         """A ``collate_fn`` of the project that returns a transformers ``BatchEncoding``
@@ -1379,6 +1396,14 @@ def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
         and ctx.parent.get(call) is not None
         and isinstance(ctx.parent.get(call), cst.Expr)
     )
+
+
+def _iterates_source(expr: cst.BaseExpression, source: cst.BaseExpression) -> bool:
+    """``for ... in <source>`` (through ``enumerate`` / ``tqdm``)."""
+    spelling = dotted_name(source)
+    while isinstance(expr, cst.Call) and expr.args and (dotted_name(expr.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm"):
+        expr = expr.args[0].value
+    return expr is source or (spelling is not None and dotted_name(expr) == spelling)
 
 
 def _iterates(expr: cst.BaseExpression, name: str) -> bool:
