@@ -679,10 +679,14 @@ class LoaderFacts:
         # whose loaders a framework draws from by convention) shows nothing about what is used.
         if not any(other is not call and self._plain_name_reads(other) is not None for other in ctx.calls(DATALOADER)):
             return False
-        names = [t.target.value for t in parent.targets]  # type: ignore[attr-defined]
-        if ctx.enclosing(call, cst.FunctionDef, cst.Lambda, cst.ClassDef) is None and ctx.project is not None:
-            return not any(ctx.project.mentions_outside(name) for name in names)
-        return ctx.project is not None or ctx.enclosing(call, cst.FunctionDef) is not None
+        scope = ctx.enclosing(call, cst.FunctionDef, cst.Lambda, cst.ClassDef)
+        if isinstance(scope, cst.ClassDef):
+            return False  # a class attribute, read as ``self.loader``
+        if scope is not None:
+            return True  # a local name: no other file can read it
+        if ctx.project is None:
+            return False  # a module-level name another file may import
+        return not any(ctx.project.mentions_outside(t.target.value) for t in parent.targets)  # type: ignore[attr-defined]
 
     def pins_in_training_process(self, call: cst.Call) -> bool:
         """The loader has no worker processes (``num_workers`` not set, or 0): it pins each batch
@@ -732,8 +736,8 @@ class LoaderFacts:
         each image to read its height and width) or keeps them in a host list
         (``self.materialized.append(batch)``: STEGO's ``MaterializedDataset`` loads a data set
         into memory once) or reduces them there (``mean[i] += inputs[:, i].mean()``: the
-        ``get_mean_and_std`` of many CIFAR repositories). Nothing goes to a GPU; pinning copies every batch once more, into
-        page-locked memory the list then holds, for nothing."""
+        ``get_mean_and_std`` of many CIFAR repositories). Nothing goes to a GPU; pinning copies
+        every batch once more, into page-locked memory, for nothing."""
         ctx = self.ctx
         bound = self._plain_name_reads(call)
         if bound is None:
