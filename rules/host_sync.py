@@ -2247,7 +2247,10 @@ class EvalWithoutNoGrad(Rule):
             and not self._needs_gradients(ctx, function, None)
             and not self._other_loops(ctx, function, loop)
         ):
-            decorated = function.with_changes(decorators=[*function.decorators, cst.Decorator(no_grad)])
+            # A decorator runs where the ``def`` is, not in the body: an ``import torch`` inside
+            # the function does not reach it (pytorch-playground's ``utee/misc.py``).
+            outer, imports = ctx.reference("torch.no_grad", function)
+            decorated = function.with_changes(decorators=[*function.decorators, cst.Decorator(cst.Call(func=outer))])
             description = "Decorate the evaluation function with `@torch.no_grad()`"
             # ``no_grad`` as a decorator came with torch 0.4.1 (awd-lstm-lm asks for "PyTorch 0.4").
             return self.fix(description, Edit(function, decorated), imports=imports, requires=[("torch", "0.4.1")])

@@ -947,3 +947,27 @@ def test_an_evaluation_loop_whose_helper_in_another_module_takes_gradients_keeps
     (tmp_path / "utils" / "losses.py").write_text("def latent_optimise(zs, generator):\n    return zs\n")
     forget_projects()
     assert "ADV705" in [d.code for d in lint(worker.read_text(), gpu="A100", path=str(worker))]
+
+
+def test_a_no_grad_decorator_imports_torch_where_the_def_is():
+    # pytorch-playground's utee/misc.py imports torch only inside eval_model: the decorator is
+    # evaluated at module level, where that import does not reach (NameError at import).
+    source = textwrap.dedent("""
+        import os
+
+
+        def eval_model(model, ds):
+            import torch
+            model = model.eval()
+            model = torch.nn.DataParallel(model).cuda()
+            correct = 0
+            for data, target in ds:
+                output = model(torch.FloatTensor(data).cuda())
+                correct += output.argmax(1).cpu().eq(target).sum()
+            return correct
+    """)
+    fixed = fix(source, codes=["ADV705"], gpu="A100").fixed.decode()
+    assert "@torch.no_grad()" in fixed
+    namespace: dict = {}
+    exec(compile(fixed, "misc.py", "exec"), namespace)  # importing the module must not raise NameError
+    assert callable(namespace["eval_model"])
