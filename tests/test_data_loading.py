@@ -665,7 +665,7 @@ def test_a_loader_whose_batches_are_converted_before_every_copy_is_not_pinned():
         """
     )
     (finding,) = [d for d in lint(source, codes=DATA_LOADING) if d.code == "ADV101"]
-    assert finding.fix_applicability is None and "converts them on the host first" in finding.message
+    assert finding.fix_applicability is None and "converts or computes on them on the host first" in finding.message
     direct = source.replace('model(v_d.float().to("cuda"))', 'model(v_d.to("cuda").float())')
     (finding,) = [d for d in lint(direct, codes=DATA_LOADING) if d.code == "ADV101"]
     assert finding.fix_applicability is not None

@@ -2776,6 +2776,10 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
         },
         "torch>=1.9.0",
     ),
+    # EmpatheticDialogues: "- [PyTorch](https://pytorch.org/) (1.0.1.post2)".
+    "readme-parenthesised": ({"README.md": "## Dependencies\n- [PyTorch](https://pytorch.org/) (1.0.1.post2)\n"}, "torch>=1.0.1"),
+    # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
+    "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
 }
 
 
@@ -3152,10 +3156,10 @@ def test_code_that_imports_a_removed_torch_api_runs_on_an_older_torch(tmp_path):
         "    optimizer = torch.optim.AdamW(model.parameters())\n"
     )
     finding = only(source, "ADV601", fresh_script(tmp_path / "main.py", source))
-    assert finding.fix_applicability is None and "torch<1.9" in finding.message, finding.message
+    assert finding.fix_applicability is None and "torch 1.8 or older" in finding.message, finding.message
     forget_projects()
     (autocast,) = [d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV204" and "autocast(" in d.message]
-    assert autocast.fix_applicability is None and "torch<1.9" in autocast.message, autocast.message
+    assert autocast.fix_applicability is None and "a module that runs with the file imports `torch._six" in autocast.message, autocast.message
 
 
 def test_conversions_in_the_importer_that_draws_from_a_returned_loader_leave_pinning_as_advice(tmp_path):
@@ -3200,3 +3204,66 @@ def test_conversions_in_the_importer_that_draws_from_a_returned_loader_leave_pin
     forget_projects()
     (finding,) = [d for d in lint(factory.read_text(), gpu="A100", path=str(factory)) if d.code == "ADV101"]
     assert finding.fix_applicability is not None, finding.message
+
+
+def test_bf16_autocast_over_a_recurrent_layer_is_advice():
+    # udacity's char-RNN and bentrevett's sentiment LSTMs: autocast runs cuDNN RNNs in fp16
+    # whatever dtype it is given (AutocastRNN.cpp), and bf16 drops the GradScaler.
+    source = textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class CharRNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(512, 1024, 2, batch_first=True)
+                self.fc = nn.Linear(1024, 8192)
+
+            def forward(self, x):
+                return self.fc(self.lstm(x)[0])
+
+        model = CharRNN().cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            output = model(x)
+            loss = nn.functional.cross_entropy(output.flatten(0, 1), y.flatten())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV203"]
+    assert finding.fix_applicability is None and "cuDNN recurrent layers" in finding.message, finding.message
+    attention = source.replace("nn.LSTM(512, 1024, 2, batch_first=True)", "nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8), 2)")
+    (finding,) = [d for d in lint(attention, gpu="A100") if d.code == "ADV203"]
+    assert "cuDNN recurrent layers" not in finding.message
+
+
+def test_torchtext_legacy_means_torch_1_8_to_1_10():
+    # bentrevett's legacy notebooks: ``from torchtext.legacy import data`` exists in torchtext
+    # 0.9 to 0.11 (torch 1.8 to 1.10); torch.autocast came with 1.10, TF32's setting with 1.12.
+    source = textwrap.dedent("""
+        import torch
+        from torch import nn
+        from torchtext.legacy import data
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+
+            def forward(self, x):
+                return self.body(x)
+
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+    (autocast,) = [d for d in lint(source, gpu="A100") if d.code == "ADV203"]
+    assert autocast.fix_applicability is None and "it runs torch 1.8 to 1.10" in autocast.message, autocast.message
+    (tf32,) = [d for d in lint(source, gpu="A100") if d.code == "ADV202"]
+    assert tf32.fix_applicability is None and "it runs torch 1.10 or older" in tf32.message, tf32.message

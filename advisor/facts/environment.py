@@ -54,31 +54,7 @@ def declared(ctx: "FileContext", package: str) -> str | None:
     for a bare name, None where no requirement file names it."""
     # Not memoised on the context: a context can outlive a change to the requirements in a
     # long-lived process, and this is asked only where a fix depends on it.
-    spec = _declared(ctx, package)
-    if package == "torch":
-        ceiling = _ceiling_of_the_code(ctx)
-        if ceiling is not None:
-            return f"{spec},{ceiling}" if spec else ceiling
-    return spec
-
-
-# torch APIs the code imports that later releases removed: the code runs on a torch before
-# them, whatever the requirement files say (esvit: ``from torch._six import container_abcs``).
-_REMOVED_TORCH_APIS = (
-    (re.compile(rb"\btorch\._six\b[^\n]*\b(?:container_abcs|int_classes)\b"), "<1.9"),
-    (re.compile(rb"\bfrom[ \t]+torch\._six[ \t]+import\b|\bimport[ \t]+torch\._six\b"), "<2.0"),
-)
-
-
-def _ceiling_of_the_code(ctx: "FileContext") -> str | None:
-    """``<X`` where this file, or a file of the project that runs in the same program, uses a
-    torch API removed in X (``torch._six``): the program can only run on an older torch."""
-    source = (getattr(ctx, "source", "") or "").encode()
-    project = getattr(ctx, "project", None)
-    for pattern, ceiling in _REMOVED_TORCH_APIS:
-        if pattern.search(source) or (project is not None and project.runs_with_match(pattern)):
-            return ceiling
-    return None
+    return _declared(ctx, package)
 
 
 def _declared(ctx: "FileContext", package: str) -> str | None:
@@ -164,8 +140,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=)\s*v?|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
+    # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
+    # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
@@ -718,9 +696,13 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         legacy = scalar_loss_indexed(ctx.source)
         if legacy is not None and _version(version) > _version("0.3.1"):
             return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on: it runs torch 0.3"
-        removed = _removed_import(ctx.source)
-        if removed is not None and _version(removed[1]) < _version(version):
-            return f"the file imports `{removed[0]}`, which {removed[2]}: it runs torch {removed[1]} or older"
+        removed = _removed_import(ctx)
+        if removed is not None:
+            name, newest, why, oldest, where = removed
+            if _version(newest) < _version(version):
+                return f"{where} `{name}`, which {why}: it runs torch {newest} or older"
+            if oldest is not None and _version(oldest) < _version(version):
+                return f"{where} `{name}`, which {why}: it runs torch {oldest} to {newest}"
         if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
             return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
     return None
@@ -753,9 +735,14 @@ def runs_no_declared_torch(ctx: "FileContext") -> str | None:
 
 # Imports of modules a later release removed, at the top of a file (not under ``try``): the
 # program runs the old release. pytorch/examples' ``legacy/snli``: ``from torchtext.legacy
-# import data``, gone in torchtext 0.12, whose torch is 1.11.
+# import data``, gone in torchtext 0.12, whose torch is 1.11; it came with torchtext 0.9 (torch
+# 1.8), so the program runs torch 1.8 to 1.10 (bentrevett's sentiment notebooks).
+# (pattern, name, newest torch, why, oldest torch where the module came late)
 _REMOVED_IMPORTS = (
-    (re.compile(r"^(?:from|import)\s+torchtext\.legacy\b", re.M), "torchtext.legacy", "1.10", "torchtext 0.12 (torch 1.11) removed"),
+    (
+        re.compile(r"^(?:from|import)\s+torchtext\.legacy\b", re.M), "torchtext.legacy", "1.10",
+        "torchtext 0.12 (torch 1.11) removed", "1.8",
+    ),
     # NYU-DLSP20: `from torchtext.legacy import data` or `from torchtext import data` by version,
     # then `data.Field(...)`: the Field API either way, which torchtext 0.12 (torch 1.11) removed.
     (
@@ -770,16 +757,28 @@ _REMOVED_IMPORTS = (
         "1.7",
         "torchtext 0.9 (torch 1.8) moved to torchtext.legacy",
     ),
+    # esvit's ``from torch._six import container_abcs``: gone in torch 1.9.
+    (
+        re.compile(r"^from\s+torch\._six\s+import\s+[^\n]*\b(?:container_abcs|int_classes)\b", re.M),
+        "torch._six.container_abcs", "1.8", "torch 1.9 removed",
+    ),
     (re.compile(r"^(?:from\s+torch\._six\s+import|import\s+torch\._six\b)", re.M), "torch._six", "1.13", "torch 2.0 removed"),
     # torchtext's last release, 0.18 (2024), is built for torch 2.3 and fails to load on later ones.
     (re.compile(r"^(?:from|import)\s+torchtext\b", re.M), "torchtext", "2.3", "stopped at 0.18, built for torch 2.3"),
 )
 
 
-def _removed_import(source: str) -> tuple[str, str, str] | None:
-    for pattern, name, newest, why in _REMOVED_IMPORTS:
-        if pattern.search(source):
-            return name, newest, why
+def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str] | None:
+    """(module, newest torch, why, oldest torch or None, where) for the first removed module the
+    file imports, or else a file of the project that runs in the same program (esvit's
+    ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
+    project = getattr(ctx, "project", None)
+    for pattern, name, newest, why, *oldest in _REMOVED_IMPORTS:
+        if pattern.search(ctx.source):
+            return name, newest, why, (oldest or [None])[0], "the file imports"
+    for pattern, name, newest, why, *oldest in _REMOVED_IMPORTS:
+        if project is not None and project.runs_with_match(re.compile(pattern.pattern.encode(), re.M)):
+            return name, newest, why, (oldest or [None])[0], "a module that runs with the file imports"
     return None
 
 

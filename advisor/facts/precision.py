@@ -913,6 +913,19 @@ def runs_fft(ctx: FileContext) -> bool:
     return ctx.memo(runs_fft, find)
 
 
+def runs_cudnn_rnn(ctx: FileContext) -> bool:
+    """The file, or a project module it imports, builds a recurrent layer (``nn.LSTM``,
+    ``nn.GRU``, ``nn.RNN``). Autocast runs cuDNN RNNs in float16 whatever dtype it was given
+    (``_cudnn_rnn_cast_reflatten`` in ATen's ``AutocastRNN.cpp`` casts to half), so bf16 autocast
+    over one is fp16 without the GradScaler bf16 drops. Asked once per file."""
+    def find() -> bool:
+        if _RNN_LAYER.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.imports_match(_RNN_LAYER)
+
+    return ctx.memo(runs_cudnn_rnn, find)
+
+
 def casts_data_to_fp16(ctx: FileContext) -> bool:
     """A project module this file imports casts arrays or tensors to float16 itself
     (``batch[key].astype(np.float16)`` when AMP is on: pydreamer's preprocessing): the program's
@@ -929,6 +942,7 @@ _FP16_CAST = re.compile(
 )
 
 
+_RNN_LAYER = re.compile(rb"\bnn\.(?:LSTM|GRU|RNN)[ \t]*\(")
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
 
 
