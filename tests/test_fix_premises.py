@@ -2778,6 +2778,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     ),
     # EmpatheticDialogues: "- [PyTorch](https://pytorch.org/) (1.0.1.post2)".
     "readme-parenthesised": ({"README.md": "## Dependencies\n- [PyTorch](https://pytorch.org/) (1.0.1.post2)\n"}, "torch>=1.0.1"),
+    # deepcluster: "- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))".
+    "readme-worded": ({"README.md": "## Requirements\n- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, "torch>=0.1.8"),
     # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
     "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
 }

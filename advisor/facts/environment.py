@@ -152,6 +152,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     aside = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\bversions?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
+    # deepcluster: "a PyTorch install version 0.1.8".
+    worded = re.compile(
+        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
     # StudioGAN: "install PyTorch meeting your environment (at least 1.7)".
@@ -169,7 +173,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     below = ceiling.search(text)
     if below is not None:
         return f"<{below.group(1)}"
-    versions = [m.group(1) for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text))]
+    versions = [
+        m.group(1)
+        for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text), *worded.finditer(text))
+    ]
     versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
     if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``
         versions += [m.group(1) for m in _PYTORCH_IMAGE.finditer(text)]
