@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from advisor.apis import DATALOADER
 from advisor.context import MISSING
 from advisor.facts.loaders import batch_target, target_names
 
@@ -248,13 +249,21 @@ class BatchFacts:
         loader to ``exp/exp_main.py``, which copies ``batch_x.float().to(self.device)``)."""
         ctx = self.ctx
         drawing = [(self, scope) for scope in self._scopes_drawing_from(loader)]
-        if not drawing and ctx.project is not None:
-            where = (ctx.path, ctx.position(loader))
+        loaders = ctx.calls(DATALOADER)
+        if not drawing and ctx.project is not None and loader in loaders:
+            # The importer's answer names the loader in its own parse of this file: the same
+            # call is the same one among the file's DataLoader calls (no positions: a file too
+            # deep to regenerate whole still gets an answer).
+            index = loaders.index(loader)
             for other in ctx.project.importer_contexts(_COPIES):
                 batches = other.facts.batches
                 for scope, source in batches.scopes:
                     fed = other.facts.loaders.feeding(source) or ()
-                    if any((owner.ctx.path, owner.ctx.position(call)) == where for owner, call in fed):
+                    if any(
+                        owner.ctx.path == ctx.path and owner.ctx.calls(DATALOADER).index(call) == index
+                        for owner, call in fed
+                        if call in owner.ctx.calls(DATALOADER)
+                    ):
                         drawing.append((batches, scope))
         converted = direct = 0
         for batches, scope in drawing:
