@@ -89,7 +89,8 @@ class DataLoaderPinMemory(Rule):
         (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, Accelerate, Lightning's
         `"auto"`), the fix writes `pin_memory=torch.cuda.is_available()`, so that CPU runs do
         not warn that no accelerator is found; `pin_memory=True` where the script always uses
-        CUDA.
+        CUDA, or where the program sets `CUDA_VISIBLE_DEVICES` itself: CUDA reads it once, when
+        it starts, and an `is_available()` at the loader may run before the assignment.
 
         A `collate_fn` of the project that returns a transformers `BatchEncoding` is pinned
         only where the project's torch is 1.11 or later: earlier versions pin a mapping into a
@@ -556,7 +557,9 @@ class DataLoaderPinMemory(Rule):
             pin = ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"])
             if pin is None or not loaders.pinnable(call):
                 continue
-            if ctx.facts.devices.always_cuda:
+            if ctx.facts.devices.always_cuda or ctx.facts.devices.sets_visible_devices:
+                # Under a ``CUDA_VISIBLE_DEVICES`` the program sets itself, ``is_available()`` at
+                # the loader could start CUDA before that choice (sudo_rm_rf's data modules).
                 pinned, imports = "True", ()
             else:
                 available, imports = ctx.reference("torch.cuda.is_available", call)

@@ -63,6 +63,7 @@ from advisor.facts.precision import (
     scaler_calls,
     small_network_training,
     tf32_configured,
+    tf32_turned_off_in_project,
     tf32_set_elsewhere,
     trained_modules,
     trainer_compiles,
@@ -2380,6 +2381,10 @@ class Tf32Disabled(Rule):
             elsewhere = tf32_set_elsewhere(ctx)
             if elsewhere is not None:
                 finding.as_advice(f"`{elsewhere}` sets TF32 for the project, so the fix is left as advice")
+            else:
+                off = tf32_turned_off_in_project(ctx)
+                if off is not None:
+                    finding.as_advice(f"`{off}` turns TF32 off on purpose, so the fix is left as advice")
         return _unless_small(ctx, finding, "TF32")
 
     def _torch_fix(self, ctx: FileContext):

@@ -2778,6 +2778,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     ),
     # EmpatheticDialogues: "- [PyTorch](https://pytorch.org/) (1.0.1.post2)".
     "readme-parenthesised": ({"README.md": "## Dependencies\n- [PyTorch](https://pytorch.org/) (1.0.1.post2)\n"}, "torch>=1.0.1"),
+    # FedRepo: "  * `torch`: 1.9.0".
+    "readme-colon": ({"README.md": "## Environment\n  * `torch`: 1.9.0\n  * `torchvision`: 0.10.0\n"}, "torch>=1.9.0"),
     # deepcluster: "- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))".
     "readme-worded": ({"README.md": "## Requirements\n- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, "torch>=0.1.8"),
     # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
@@ -3269,3 +3271,72 @@ def test_torchtext_legacy_means_torch_1_8_to_1_10():
     assert autocast.fix_applicability is None and "it runs torch 1.8 to 1.10" in autocast.message, autocast.message
     (tf32,) = [d for d in lint(source, gpu="A100") if d.code == "ADV202"]
     assert tf32.fix_applicability is None and "it runs torch 1.10 or older" in tf32.message, tf32.message
+
+
+def test_tf32_turned_off_elsewhere_in_the_project_leaves_the_fix_as_advice(tmp_path):
+    # edm2: training/training_loop.py sets ``allow_tf32 = False``; its toy_example.py, a
+    # separate script, got TF32 turned on.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "loop.py").write_text(
+        "import torch\ntorch.backends.cudnn.allow_tf32 = False\ntorch.backends.cuda.matmul.allow_tf32 = False\n"
+    )
+    source = textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+
+            def forward(self, x):
+                return self.body(x)
+
+        if __name__ == "__main__":
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    finding = only(source, "ADV202", fresh_script(tmp_path / "toy_example.py", source))
+    assert finding.fix_applicability is None and "turns TF32 off on purpose" in finding.message, finding.message
+
+
+def test_a_program_that_sets_cuda_visible_devices_gets_a_plain_pin(tmp_path):
+    # sudo_rm_rf: the data module builds the loader; run.py sets CUDA_VISIBLE_DEVICES after
+    # calling it. ``pin_memory=torch.cuda.is_available()`` would start CUDA before that choice.
+    (tmp_path / ".git").mkdir()
+    data = textwrap.dedent("""
+        import torch
+
+        def get_loader(dataset):
+            return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, num_workers=4)
+    """)
+    (tmp_path / "data.py").write_text(data)
+    run_py = textwrap.dedent("""
+        import os
+        import torch
+        import data
+
+        if __name__ == "__main__":
+            loader = data.get_loader(dataset)
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(args.cad)
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = torch.nn.DataParallel(Net()).to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+    """)
+    (tmp_path / "run.py").write_text(run_py)
+    forget_projects()
+    fixed = fix(data, codes=["ADV101"], gpu="A100", path=str(tmp_path / "data.py")).fixed.decode()
+    assert "pin_memory=True" in fixed and "is_available" not in fixed, fixed
+    without = run_py.replace('    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(args.cad)\n', "")
+    assert without != run_py
+    (tmp_path / "run.py").write_text(without)
+    forget_projects()
+    fixed = fix(data, codes=["ADV101"], gpu="A100", path=str(tmp_path / "data.py")).fixed.decode()
+    assert "pin_memory=torch.cuda.is_available()" in fixed, fixed

@@ -140,6 +140,11 @@ def _is_flag(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, (cst.Name, cst.Attribute))
 
 
+_SETS_VISIBLE_DEVICES = re.compile(
+    rb"environ\[[ \t]*[\"']CUDA_VISIBLE_DEVICES[\"'][ \t]*\][ \t]*=(?!=)|environ\.setdefault\([ \t]*[\"']CUDA_VISIBLE_DEVICES"
+)
+
+
 class DeviceFacts:
     """Where the work of one file runs."""
 
@@ -819,6 +824,17 @@ class DeviceFacts:
                 if _SEVERAL_PROCESSES.search(ctx.code(ancestor.test)):
                     return True
         return False
+
+    @cached_property
+    def sets_visible_devices(self) -> bool:
+        """The program picks its GPUs by setting ``CUDA_VISIBLE_DEVICES`` in code, in this file or
+        a file that runs with it (sudo_rm_rf's ``run_*.py``, after building the loaders in another
+        module). CUDA reads the variable once, when it starts: a ``torch.cuda.is_available()``
+        that runs before the assignment fixes which GPUs the process sees."""
+        ctx = self.ctx
+        if _SETS_VISIBLE_DEVICES.search(ctx.source.encode("utf-8", "replace")):
+            return True
+        return ctx.project is not None and ctx.project.runs_with_match(_SETS_VISIBLE_DEVICES)
 
     @cached_property
     def may_pick_mps(self) -> bool:

@@ -140,10 +140,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}`?(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*:\s*v?(?=[0-9])|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
-    # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
+    # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)"; FedRepo: "* `torch`: 1.9.0".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".

@@ -900,6 +900,27 @@ def tf32_set_elsewhere(ctx: FileContext) -> str | None:
     return None
 
 
+# TF32 turned off on purpose: ``allow_tf32 = False``, the "highest" fp32 matmul precision.
+_TF32_OFF = re.compile(
+    rb"\ballow_tf32[ \t]*=[ \t]*False\b|set_float32_matmul_precision\([ \t]*[\"']highest[\"']"
+)
+
+
+def tf32_turned_off_in_project(ctx: FileContext) -> str | None:
+    """A Python file of the project that turns TF32 off on purpose (edm2's training loop:
+    ``torch.backends.cuda.matmul.allow_tf32 = False``): the authors chose fp32 matmuls, for
+    numerics a script beside it shares (its toy example's ground-truth scores). Its path,
+    relative to the project's root; it joins the result's dependencies."""
+    view = ctx.project
+    if view is None or not view.member:
+        return None
+    for path in view.project.texts_matching(_TF32_OFF):
+        if path.endswith(".py") and os.path.abspath(path) != os.path.abspath(ctx.path) and not view.project.is_test_code(path):
+            view.consulted.add(path)
+            return os.path.relpath(path, view.project.root)
+    return None
+
+
 def runs_fft(ctx: FileContext) -> bool:
     """The program computes FFTs (``torch.fft.rfft``, ``torch.stft``) in this file or in the
     project modules it imports: cuFFT takes no bf16 input, so bf16 autocast makes them raise
