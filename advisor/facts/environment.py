@@ -257,7 +257,10 @@ def _sibling_check(ctx: "FileContext", package: str) -> str | None:
     """``>=X``, X the oldest version of ``package`` that the version checks of the scripts beside
     this one name, for a script whose own check leaves the package out (machine-learning-book's
     Ignite chapter checks only ``ignite``; its sibling chapters' checks say ``'torch': '1.8'``)."""
-    folder = os.path.dirname(os.path.abspath(getattr(ctx, "path", "") or ""))
+    path = getattr(ctx, "path", "") or ""
+    if not os.path.isfile(path):
+        return None  # an editor buffer or a snippet: no folder of siblings
+    folder = os.path.dirname(os.path.abspath(path))
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))[:32]
     except OSError:
