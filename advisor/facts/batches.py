@@ -297,12 +297,14 @@ def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
     """``expr`` is arithmetic (``+ - * /``, a unary minus) with a part of the batch among its
     operands: a new tensor, made where the batch is."""
     if isinstance(expr, cst.UnaryOperation):
-        return _arithmetic_on(expr.expression, is_batch) or (not isinstance(expr.expression, (cst.BinaryOperation, cst.UnaryOperation)) and is_batch(expr.expression))
-    if not isinstance(expr, cst.BinaryOperation):
+        operands = [expr.expression]
+    elif isinstance(expr, cst.BinaryOperation):
+        operands = [expr.left, expr.right]
+    else:
         return False
     return any(
-        _arithmetic_on(side, is_batch) if isinstance(side, (cst.BinaryOperation, cst.UnaryOperation)) else is_batch(side)
-        for side in (expr.left, expr.right)
+        _arithmetic_on(operand, is_batch) if isinstance(operand, (cst.BinaryOperation, cst.UnaryOperation)) else is_batch(operand)
+        for operand in operands
     )
 
 
