@@ -1899,7 +1899,9 @@ class Tf32Disabled(Rule):
         is found, as in CPU CI that runs the same script. Where a Python file of the project
         that loads modules by name sets TF32 (mammoth's `main.py`, under its `-O` switch, for
         the model modules it imports through `importlib`), the finding is advice: a line at
-        this module's import would override the project's switch for every run that loads it.
+        this module's import would override the project's switch for every run that loads it;
+        so it is where a file of the project turns TF32 off on purpose (`allow_tf32 = False`,
+        the "highest" precision: edm2's training loop), a numerics choice the authors made.
         It is advice too where the file's networks are small dense ones it builds itself (only
         `Linear` and recurrent layers of sizes it gives, under a million parameters, none wider
         than 1024: an MNIST MLP): their steps wait on kernel launches, not on the matmuls.
