@@ -488,7 +488,10 @@ class Fp16OnBf16Gpu(Rule):
         (`batch[key].astype(np.float16)` when AMP is on). So it does, too,
         where the model computes FFTs (`torch.fft.rfft`, `torch.stft`, in the file or a module
         it imports): cuFFT takes no bf16 input, and the first transform of a bf16 activation
-        raises (ADV203's bf16 autocast likewise).
+        raises (ADV203's bf16 autocast likewise); and where it runs cuDNN recurrent layers
+        (`nn.LSTM`, `nn.GRU`, `nn.RNN`), which autocast runs in float16 whatever dtype it is
+        given (ATen's `AutocastRNN.cpp`): bf16 without a GradScaler would leave them in fp16,
+        unscaled (ADV203 likewise).
 
         The fix switches to bf16 and, for `autocast`, removes the GradScaler when its only
         uses are `scale(loss).backward()`, `step(opt)`, `update()` and `unscale_(opt)`; a
