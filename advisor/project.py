@@ -874,6 +874,11 @@ class ProjectView:
         self.consulted.add(path)
         return self.project.context(path)
 
+    def context_of(self, path: str) -> "FileContext | None":
+        """The parsed context of another file of the project (once per process), which joins
+        this file's dependencies."""
+        return self._context(path)
+
     def _defining_context(self, path: str, name: str, needle: "re.Pattern[bytes] | None") -> "FileContext | None":
         """The module at ``path`` (which holds or re-exports ``name``), unless the module that
         defines ``name`` (found from the modules' text) lacks ``needle`` (a training function

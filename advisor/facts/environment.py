@@ -140,10 +140,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}`?(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*:\s*v?(?=[0-9])|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
-    # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)"; FedRepo: "* `torch`: 1.9.0".
+    # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
@@ -151,6 +151,11 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)".
     aside = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\bversions?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+    )
+    # FedRepo: "  * `torch`: 1.9.0", a list of packages and versions (a line of its own, or the
+    # name in backquotes: not a Docker image's ``nvcr.io/nvidia/pytorch:21.11``).
+    listed = re.compile(
+        rf"(?:^[ \t]*[-*]?[ \t]*(?:py)?{name}|`(?:py)?{name}`)[ \t]*:[ \t]*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b", re.I | re.M
     )
     # deepcluster: "a PyTorch install version 0.1.8".
     worded = re.compile(
@@ -175,7 +180,7 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
         return f"<{below.group(1)}"
     versions = [
         m.group(1)
-        for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text), *worded.finditer(text))
+        for m in (*mentioned.finditer(text), *bounded.finditer(text), *aside.finditer(text), *at_least.finditer(text), *worded.finditer(text), *listed.finditer(text))
     ]
     versions += [f"{m.group(1)}.0" for m in major_only.finditer(text)]
     if package == "torch":  # pydreamer's Dockerfile: ``FROM pytorch/pytorch:1.11.0-cuda11.3-cudnn8-devel``

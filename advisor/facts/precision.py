@@ -901,8 +901,10 @@ def tf32_set_elsewhere(ctx: FileContext) -> str | None:
 
 
 # TF32 turned off on purpose: ``allow_tf32 = False``, the "highest" fp32 matmul precision.
+# A statement of its own, not a mention in a docstring or a string.
 _TF32_OFF = re.compile(
-    rb"\ballow_tf32[ \t]*=[ \t]*False\b|set_float32_matmul_precision\([ \t]*[\"']highest[\"']"
+    rb"^[ \t]*[\w.]*\ballow_tf32[ \t]*=[ \t]*False\b|^[ \t]*[\w.]*set_float32_matmul_precision\([ \t]*[\"']highest[\"']",
+    re.M,
 )
 
 
@@ -915,10 +917,23 @@ def tf32_turned_off_in_project(ctx: FileContext) -> str | None:
     if view is None or not view.member:
         return None
     for path in view.project.texts_matching(_TF32_OFF):
-        if path.endswith(".py") and os.path.abspath(path) != os.path.abspath(ctx.path) and not view.project.is_test_code(path):
-            view.consulted.add(path)
+        if not path.endswith(".py") or os.path.abspath(path) == os.path.abspath(ctx.path) or view.project.is_test_code(path):
+            continue
+        other = view.context_of(path)  # the text matched; the code must say it (not a docstring's example)
+        if other is not None and _turns_tf32_off(other):
             return os.path.relpath(path, view.project.root)
     return None
+
+
+def _turns_tf32_off(ctx: FileContext) -> bool:
+    for assign in ctx.nodes(cst.Assign):
+        if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "allow_tf32" for t in assign.targets):
+            if isinstance(assign.value, cst.Name) and assign.value.value == "False":
+                return True
+    for call in ctx.method_calls("set_float32_matmul_precision"):
+        if call.args and isinstance(call.args[0].value, cst.SimpleString) and string_value(call.args[0].value) == "highest":
+            return True
+    return False
 
 
 def runs_fft(ctx: FileContext) -> bool:
