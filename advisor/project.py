@@ -1243,10 +1243,16 @@ class ProjectView:
         if not matched:
             return False
         self.asked_importers = True
-        mine = {self.path, *project._importer_closure(self.path)}
+
+        def runs_with(path: str) -> set[str]:  # a test importing two modules is not their program
+            return {path} | {p for p in project._importer_closure(path) if not project.is_test_code(p)}
+
+        mine = runs_with(self.path)
         for path in matched:
+            if project.is_test_code(path):
+                continue
             self.consulted.add(path)
-            if path == self.path or mine & {path, *project._importer_closure(path)}:
+            if path == self.path or mine & runs_with(path):
                 return True
         return False
 

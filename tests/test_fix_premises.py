@@ -3340,3 +3340,18 @@ def test_a_program_that_sets_cuda_visible_devices_gets_a_plain_pin(tmp_path):
     forget_projects()
     fixed = fix(data, codes=["ADV101"], gpu="A100", path=str(tmp_path / "data.py")).fixed.decode()
     assert "pin_memory=torch.cuda.is_available()" in fixed, fixed
+
+
+def test_a_test_that_imports_two_modules_does_not_make_them_one_program(tmp_path):
+    # A repository's tests import its legacy module (torch._six) beside the modern one; the
+    # modern module's own scripts never load the legacy one.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "legacy.py").write_text("from torch._six import container_abcs\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_all.py").write_text("import legacy\nimport modern\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "modern.py", source))
+    assert "torch._six" not in finding.message, finding.message
+    (tmp_path / "run.py").write_text("import legacy\nimport modern\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "modern.py", source))
+    assert "torch._six" in finding.message, finding.message
