@@ -150,7 +150,9 @@ class DataLoaderPinMemory(Rule):
         - the loader is only counted (`len(loader)`), or every loop over it keeps its
           batches on the host: it measures them (`img.shape`, `len(x)`), reduces them there
           (`mean[i] += inputs[:, i].mean()`, a data set's statistics) or appends them to a
-          list (a data set loaded into memory once): pinning would copy each batch into
+          list (a data set loaded into memory once), or hands its parts to a function of the
+          project that makes NumPy arrays of them first (TransUNet's `test_single_volume`,
+          copied into many segmentation repositories): pinning would copy each batch into
           page-locked memory for nothing; or nothing reads the name it is bound to, beside a
           loader the file does read (a `train_loader` built per data set where only the
           `test_loader` is drawn from), and, at module level, no other file names it.

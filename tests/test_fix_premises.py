@@ -3355,3 +3355,47 @@ def test_a_test_that_imports_two_modules_does_not_make_them_one_program(tmp_path
     (tmp_path / "run.py").write_text("import legacy\nimport modern\n")
     finding = only(source, "ADV601", fresh_script(tmp_path / "modern.py", source))
     assert "torch._six" in finding.message, finding.message
+
+
+def test_a_loader_whose_batches_a_helper_turns_into_numpy_is_not_pinned(tmp_path):
+    # TransUNet's test_single_volume (copied into SSL4MIS, Swin-Unet, SAMed): the batch goes to
+    # NumPy first, then each slice is uploaded anew; pinning reaches no copy.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "val_2D.py").write_text(textwrap.dedent("""
+        import numpy as np
+        import torch
+
+        def test_single_volume(image, label, net, classes, test_save_path=None, case=None):
+            image, label = image.squeeze(0).cpu().detach().numpy(), label.squeeze(0).cpu().detach().numpy()
+            prediction = np.zeros_like(label)
+            for ind in range(image.shape[0]):
+                slice = torch.from_numpy(image[ind]).unsqueeze(0).unsqueeze(0).float().cuda()
+                prediction[ind] = net(slice).argmax(1).cpu().numpy()
+            if test_save_path is not None:
+                np.save(test_save_path + "/" + case + "_pred.npy", prediction)
+            return [(prediction == label).mean()]
+    """))
+    source = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        from val_2D import test_single_volume
+
+        def main():
+            model = Net().cuda()
+            trainloader = DataLoader(db_train, batch_size=24, shuffle=True, num_workers=8)
+            valloader = DataLoader(db_val, batch_size=1, shuffle=False, num_workers=1)
+            for sampled_batch in trainloader:
+                loss = model(sampled_batch["image"].cuda()).mean()
+                loss.backward()
+            for sampled_batch in valloader:
+                metric = test_single_volume(sampled_batch["image"], sampled_batch["label"], model, 4, case=sampled_batch["case"][0])
+
+        if __name__ == "__main__":
+            main()
+    """)
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV101"]
+    assert [f.line for f in findings] == [8], findings
+    # A helper that moves its argument as it comes is no such helper.
+    (tmp_path / "val_2D.py").write_text("def test_single_volume(image, label, net, classes, case=None):\n    return net(image.cuda())\n")
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV101"]
+    assert [f.line for f in findings] == [8, 9], findings

@@ -10,6 +10,7 @@ indexing, views of the same storage and the file's helper functions the loop han
 from __future__ import annotations
 
 import re
+import sys
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
@@ -271,6 +272,42 @@ class BatchFacts:
             converted, direct = converted + found[0], direct + found[1]
         return converted > 0 and direct == 0
 
+    def handed_to_numpy(self, loader: cst.Call) -> bool:
+        """Every loop of the file over ``loader`` copies nothing of its batch to a device and hands
+        the parts it passes on to functions of the project that make NumPy arrays of them first
+        (TransUNet's ``test_single_volume``, copied into SSL4MIS, Swin-Unet and SAMed:
+        ``image = image.squeeze(0).cpu().detach().numpy()``, then each slice is uploaded anew).
+        Pinning the batch reaches no copy."""
+        ctx = self.ctx
+        scopes = self._scopes_drawing_from(loader)
+        if not scopes:
+            return False
+        handed = 0
+        for scope in scopes:
+            if self._conversions(scope) != (0, 0):
+                return False  # a part of the batch is copied here, as it comes or converted
+            for call in ctx.walk(scope.loop.body, cst.Call):
+                if scope.outside(call):
+                    continue
+                parts = [(i, arg) for i, arg in enumerate(call.args) if not arg.star and scope.holds_batch(arg.value, call)]
+                if not parts:
+                    continue
+                if (ctx.qualname(call.func) or "").split(".")[0] in sys.stdlib_module_names:
+                    continue  # ``os.path.split(case_name)``: the standard library moves nothing to a GPU
+                if not isinstance(call.func, cst.Name):
+                    return False  # ``model(images)``, a method: where the part goes is not seen
+                found = ctx.facts.loaders.function_named(call.func)
+                if found is None:
+                    return False
+                owner, function = found
+                made = _made_numpy(owner, function)
+                for index, arg in parts:
+                    param = _parameter_for(function, index, arg)
+                    if param is None or not (param in made or _left_on_host(owner, function, param)):
+                        return False
+                handed += 1
+        return handed > 0
+
     def _conversions(self, scope: "BatchScope") -> tuple[int, int]:
         """(copies of the batch converted on the host first, copies of it as it comes) in ``scope``."""
         ctx = self.ctx
@@ -291,6 +328,64 @@ class BatchFacts:
             ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)):
                 converted += 1
         return converted, direct
+
+
+def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg) -> str | None:
+    """The name of ``function``'s parameter that ``arg`` (the ``index``-th argument) binds."""
+    if arg.keyword is not None:
+        names = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    positional = [*function.params.posonly_params, *function.params.params]
+    return positional[index].name.value if index < len(positional) else None
+
+
+def _made_numpy(ctx: "FileContext", function: cst.FunctionDef) -> set[str]:
+    """Parameters ``function`` rebinds, in a statement of its own body, to a NumPy array made
+    from themselves (``image, label = image.squeeze(0).cpu().detach().numpy(), ...``)."""
+    made: set[str] = set()
+    for statement in function.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for assign in statement.body:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target, value = assign.targets[0].target, assign.value
+            pairs = (
+                list(zip(target.elements, value.elements))
+                if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements)
+                else [(target, value)]
+            )
+            for name, expr in pairs:
+                name = getattr(name, "value", name)
+                expr = getattr(expr, "value", expr)
+                if isinstance(name, cst.Name) and _numpy_of(expr) == name.value:
+                    made.add(name.value)
+    return made
+
+
+def _numpy_of(expr: cst.BaseExpression) -> str | None:
+    """``x`` for a chain of method calls on ``x`` with ``.numpy()`` in it
+    (``x.squeeze(0).cpu().detach().numpy()``, then NumPy's own ``.squeeze(0)``)."""
+    numpy = False
+    node: cst.BaseExpression = expr
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        numpy = numpy or node.func.attr.value == "numpy"
+        node = node.func.value
+    return node.value if numpy and isinstance(node, cst.Name) else None
+
+
+def _left_on_host(ctx: "FileContext", function: cst.FunctionDef, param: str) -> bool:
+    """``param`` is never moved (``.to()``, ``.cuda()``) nor handed to another call as it is in
+    ``function``: a case name used in a file name (``test_save_path + '/' + case``)."""
+    for name in ctx.walk(function.body, cst.Name):
+        if name.value != param or not ctx.is_read(name):
+            continue
+        holder = ctx.parent.get(name)
+        if isinstance(holder, cst.Arg):
+            return False
+        if isinstance(holder, cst.Attribute) and holder.value is name and holder.attr.value in ("to", "cuda", "pin_memory"):
+            return False
+    return True
 
 
 def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:

@@ -662,6 +662,8 @@ class LoaderFacts:
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
         if self.only_counted(call) or self.batches_stay_on_host(call) or self.never_read(call):
             return False
+        if self.ctx.facts.batches.handed_to_numpy(call):
+            return False  # a helper of the project makes NumPy arrays of the batch (TransUNet's test_single_volume)
         return self.runs_for_training(call)
 
     def never_read(self, call: cst.Call) -> bool:
