@@ -1478,7 +1478,7 @@ class BlockingHostToDeviceCopy(Rule):
                 reported.add(call)
                 copy = f"`.{func.attr.value}()`"
                 requires = [("torch", "0.4")]  # ``async=True`` before 0.4
-                if ctx.facts.loaders.may_yield_batch_encoding(source, func.value):
+                if ctx.facts.loaders.may_yield_batch_encoding(source, scope.loop, func.value):
                     # The batch may be a tokenizer's ``BatchEncoding``, whose ``.to()`` takes
                     # ``non_blocking`` from transformers 4.48 on (contrastors pins 4.45.2).
                     requires.append(("transformers", "4.48"))

@@ -3243,6 +3243,18 @@ def test_bf16_autocast_over_a_recurrent_layer_is_advice():
     assert "cuDNN recurrent layers" not in finding.message
 
 
+# A network large enough that precision fixes are not held back as a small one's.
+DENSE_NET = textwrap.dedent("""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
+
+        def forward(self, x):
+            return self.body(x)
+""")
+
+
 def test_torchtext_legacy_means_torch_1_8_to_1_10():
     # bentrevett's legacy notebooks: ``from torchtext.legacy import data`` exists in torchtext
     # 0.9 to 0.11 (torch 1.8 to 1.10); torch.autocast came with 1.10, TF32's setting with 1.12.
@@ -3250,15 +3262,7 @@ def test_torchtext_legacy_means_torch_1_8_to_1_10():
         import torch
         from torch import nn
         from torchtext.legacy import data
-
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.body = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
-
-            def forward(self, x):
-                return self.body(x)
-
+    """) + DENSE_NET + textwrap.dedent("""
         model = Net().cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in loader:
@@ -3281,18 +3285,7 @@ def test_tf32_turned_off_elsewhere_in_the_project_leaves_the_fix_as_advice(tmp_p
     (tmp_path / "training" / "loop.py").write_text(
         "import torch\ntorch.backends.cudnn.allow_tf32 = False\ntorch.backends.cuda.matmul.allow_tf32 = False\n"
     )
-    source = textwrap.dedent("""
-        import torch
-        from torch import nn
-
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.body = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096))
-
-            def forward(self, x):
-                return self.body(x)
-
+    source = "import torch\nfrom torch import nn\n" + DENSE_NET + textwrap.dedent("""
         if __name__ == "__main__":
             model = Net().cuda()
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

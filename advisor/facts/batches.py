@@ -18,7 +18,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER
 from advisor.context import MISSING
-from advisor.facts.loaders import batch_target, target_names
+from advisor.facts.loaders import LoaderFacts, batch_target, target_names
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
@@ -256,15 +256,15 @@ class BatchFacts:
             # call is the same one among the file's DataLoader calls (no positions: a file too
             # deep to regenerate whole still gets an answer).
             index = loaders.index(loader)
+
+            def is_this_loader(owner: LoaderFacts, call: cst.Call) -> bool:
+                theirs = owner.ctx.calls(DATALOADER)
+                return owner.ctx.path == ctx.path and call in theirs and theirs.index(call) == index
+
             for other in ctx.project.importer_contexts(_COPIES):
                 batches = other.facts.batches
                 for scope, source in batches.scopes:
-                    fed = other.facts.loaders.feeding(source) or ()
-                    if any(
-                        owner.ctx.path == ctx.path and owner.ctx.calls(DATALOADER).index(call) == index
-                        for owner, call in fed
-                        if call in owner.ctx.calls(DATALOADER)
-                    ):
+                    if any(is_this_loader(owner, call) for owner, call in other.facts.loaders.feeding(source) or ()):
                         drawing.append((batches, scope))
         converted = direct = 0
         for batches, scope in drawing:

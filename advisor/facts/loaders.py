@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
 
@@ -909,8 +909,8 @@ class LoaderFacts:
             arg.keyword is not None and arg.keyword.value == "return_tensors" for arg in self.ctx.nodes(cst.Arg)
         )
 
-    def may_yield_batch_encoding(self, source: cst.BaseExpression, moved: cst.BaseExpression) -> bool:
-        """``moved``, a name the loop over ``source`` unpacks, may be a tokenizer's
+    def may_yield_batch_encoding(self, source: cst.BaseExpression, loop: cst.CSTNode, moved: cst.BaseExpression) -> bool:
+        """``moved``, a name ``loop`` (drawing from ``source``) unpacks, may be a tokenizer's
         ``BatchEncoding``: the file tokenizes to tensors and every loader behind ``source`` has
         a ``collate_fn`` of its own, which may hand items on as they are (contrastors' WinoGAViL
         loader: ``collate_fn=lambda batch: batch[0]`` over items whose text is
@@ -918,9 +918,6 @@ class LoaderFacts:
         ctx = self.ctx
         if not isinstance(moved, cst.Name) or not self.tokenizes_to_tensors:
             return False
-        loop = ctx.enclosing(moved, cst.For)
-        while isinstance(loop, cst.For) and not _iterates_source(loop.iter, source):
-            loop = ctx.enclosing(loop, cst.For)
         if not isinstance(loop, cst.For) or moved.value not in target_names(loop.target):
             return False
         loaders = self.feeding(source)
@@ -1404,14 +1401,6 @@ def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
     )
 
 
-def _iterates_source(expr: cst.BaseExpression, source: cst.BaseExpression) -> bool:
-    """``for ... in <source>`` (through ``enumerate`` / ``tqdm``)."""
-    spelling = dotted_name(source)
-    while isinstance(expr, cst.Call) and expr.args and (dotted_name(expr.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm"):
-        expr = expr.args[0].value
-    return expr is source or (spelling is not None and dotted_name(expr) == spelling)
-
-
 def _iterates(expr: cst.BaseExpression, name: str) -> bool:
     """``for ... in name`` / ``enumerate(name)`` / ``tqdm(name)``."""
     if isinstance(expr, cst.Name):
@@ -1513,6 +1502,17 @@ def _returned_inner_function(factory: cst.FunctionDef) -> cst.FunctionDef | None
     return None
 
 
+def _names_bound_to(ctx: "FileContext", function: cst.FunctionDef, made: Callable[[cst.BaseExpression], bool]) -> set[str]:
+    """The plain names ``function`` assigns a value ``made`` accepts to (``x = dgl.batch(...)``)."""
+    return {
+        target.target.value
+        for assign in ctx.walk(function, cst.Assign)
+        if made(assign.value)
+        for target in assign.targets
+        if isinstance(target.target, cst.Name)
+    }
+
+
 def _returns_batch_encoding(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     """Every ``return`` of ``function`` hands back a ``BatchEncoding(...)`` it builds, directly
     or through a name bound to one."""
@@ -1520,13 +1520,7 @@ def _returns_batch_encoding(ctx: "FileContext", function: cst.FunctionDef) -> bo
     def built(expr: cst.BaseExpression | None) -> bool:
         return isinstance(expr, cst.Call) and (dotted_name(expr.func) or "").rsplit(".", 1)[-1] == "BatchEncoding"
 
-    encodings = {
-        target.target.value
-        for assign in ctx.walk(function, cst.Assign)
-        if built(assign.value)
-        for target in assign.targets
-        if isinstance(target.target, cst.Name)
-    }
+    encodings = _names_bound_to(ctx, function, built)
     returns = [r.value for r in ctx.walk(function, cst.Return)]
     return bool(returns) and all(
         built(value) or (isinstance(value, cst.Name) and value.value in encodings) for value in returns
@@ -1544,13 +1538,7 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
     def graph_call(expr: cst.BaseExpression) -> bool:
         return isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").startswith(_GRAPH_LIBRARIES)
 
-    graphs = {
-        target.target.value
-        for assign in ctx.walk(function, cst.Assign)
-        if graph_call(assign.value)
-        for target in assign.targets
-        if isinstance(target.target, cst.Name)
-    }
+    graphs = _names_bound_to(ctx, function, graph_call)
     for assign in ctx.walk(function, cst.Assign):  # ``graph_q, graph_k = dgl.batch(graph_q), dgl.batch(graph_k)``
         if isinstance(assign.value, cst.Tuple) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Tuple):
             for name, value in zip(assign.targets[0].target.elements, assign.value.elements):

@@ -941,12 +941,7 @@ def runs_fft(ctx: FileContext) -> bool:
     project modules it imports: cuFFT takes no bf16 input, so bf16 autocast makes them raise
     ("Unsupported dtype BFloat16"), where fp16 and fp32 run (FEDformer's Fourier blocks).
     Asked once per file however many findings ask it."""
-    def find() -> bool:
-        if _FFT_CALL.search(ctx.source.encode("utf-8", "replace")):
-            return True
-        return ctx.project is not None and ctx.project.imports_match(_FFT_CALL)
-
-    return ctx.memo(runs_fft, find)
+    return ctx.memo(runs_fft, lambda: _in_file_or_imports(ctx, _FFT_CALL))
 
 
 def runs_cudnn_rnn(ctx: FileContext) -> bool:
@@ -954,12 +949,14 @@ def runs_cudnn_rnn(ctx: FileContext) -> bool:
     ``nn.GRU``, ``nn.RNN``). Autocast runs cuDNN RNNs in float16 whatever dtype it was given
     (``_cudnn_rnn_cast_reflatten`` in ATen's ``AutocastRNN.cpp`` casts to half), so bf16 autocast
     over one is fp16 without the GradScaler bf16 drops. Asked once per file."""
-    def find() -> bool:
-        if _RNN_LAYER.search(ctx.source.encode("utf-8", "replace")):
-            return True
-        return ctx.project is not None and ctx.project.imports_match(_RNN_LAYER)
+    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER))
 
-    return ctx.memo(runs_cudnn_rnn, find)
+
+def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]") -> bool:
+    """``pattern`` is in this file's text or in a project module it imports."""
+    if pattern.search(ctx.source.encode("utf-8", "replace")):
+        return True
+    return ctx.project is not None and ctx.project.imports_match(pattern)
 
 
 def casts_data_to_fp16(ctx: FileContext) -> bool:
