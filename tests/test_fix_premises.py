@@ -3392,3 +3392,20 @@ def test_a_loader_whose_batches_a_helper_turns_into_numpy_is_not_pinned(tmp_path
     (tmp_path / "val_2D.py").write_text("def test_single_volume(image, label, net, classes, case=None):\n    return net(image.cuda())\n")
     findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV101"]
     assert [f.line for f in findings] == [8, 9], findings
+
+
+def test_batches_drawn_by_next_and_kept_as_numpy_are_not_pinned():
+    # mmt's ``evaluate.py``: ``batch = next(test_iter)`` keeps only ``batch["seq"].numpy()`` as
+    # the ground truth; generation starts from tokens made on the device.
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(data, num_workers=4)\n"
+        "n = len(loader)\ntest_iter = iter(loader)\n"
+        "for idx in range(n):\n"
+        "    batch = next(test_iter)\n"
+        "    truth = batch['seq'].numpy()\n"
+        "    out = model.generate(torch.zeros((1, 1, 6), device='cuda'))\n"
+    )
+    assert "ADV101" not in codes(source)
+    copied = source.replace("truth = batch['seq'].numpy()", "truth = batch['seq'].cuda()")
+    assert "ADV101" in codes(copied)

@@ -738,28 +738,68 @@ class LoaderFacts:
         each image to read its height and width) or keeps them in a host list
         (``self.materialized.append(batch)``: STEGO's ``MaterializedDataset`` loads a data set
         into memory once) or reduces them there (``mean[i] += inputs[:, i].mean()``: the
-        ``get_mean_and_std`` of many CIFAR repositories). Nothing goes to a GPU; pinning copies
-        every batch once more, into page-locked memory, for nothing."""
+        ``get_mean_and_std`` of many CIFAR repositories). Batches drawn by ``next()`` from an
+        ``iter(loader)`` count too (mmt's ``evaluate.py`` keeps only ``batch["seq"].numpy()``
+        as the ground truth and generates from tokens made on the device). Nothing goes to a
+        GPU; pinning copies every batch once more, into page-locked memory, for nothing."""
         ctx = self.ctx
         bound = self._plain_name_reads(call)
         if bound is None:
             return False
         names, reads = bound
-        loops = [loop for loop in ctx.nodes(cst.For) if any(_iterates(loop.iter, name) for name in names)]
-        if not loops or len(loops) != len(reads):
-            return False  # also handed elsewhere, or not iterated here
-        for loop in loops:
-            batch = target_names(loop.target)
-            if not batch:
-                return False
-            for use in ctx.walk(loop.body, cst.Name):
-                if use.value not in batch or not ctx.is_read(use):
-                    continue
-                holder = ctx.parent.get(use)
-                if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
-                    continue
-                if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
+        drawn = 0
+        for read in reads:
+            if _argument_of_builtin(ctx, read, ("len",)):
+                continue
+            batches = self._drawn_by_next(read, names)
+            if batches is None:
+                return False  # also handed elsewhere, or drawn from in a way not followed here
+            for batch, body in batches:
+                drawn += 1
+                if not batch or not self._only_read_on_host(body, batch):
                     return False
+        return drawn > 0
+
+    def _drawn_by_next(self, read: cst.Name, names: frozenset[str]) -> "list[tuple[set[str], cst.CSTNode]] | None":
+        """The batch names a read of the loader binds and where they are used: the target of
+        ``for batch in loader`` (its body), or the names ``batch = next(it)`` binds from an
+        ``it = iter(loader)`` (the function around it); None for any other read."""
+        ctx = self.ctx
+        for loop in ctx.nodes(cst.For):
+            if any(_iterates(loop.iter, name) for name in names) and (read is loop.iter or ctx.is_descendant(read, loop.iter)):
+                return [(target_names(loop.target), loop.body)]
+        arg = ctx.parent.get(read)
+        made = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+        if not (_argument_of_builtin(ctx, read, ("iter",)) and len(made.args) == 1):  # type: ignore[union-attr]
+            return None
+        bound = ctx.parent.get(made)
+        if not (isinstance(bound, cst.Assign) and len(bound.targets) == 1 and isinstance(bound.targets[0].target, cst.Name)):
+            return None
+        iterator = bound.targets[0].target.value
+        body = ctx.enclosing(bound, cst.FunctionDef) or ctx.module
+        found: list[tuple[set[str], cst.CSTNode]] = []
+        for use in ctx.walk(body, cst.Name):
+            if use.value != iterator or use is bound.targets[0].target or not ctx.is_read(use):
+                continue
+            if not _argument_of_builtin(ctx, use, ("next",)):
+                return None
+            step = ctx.parent.get(ctx.parent.get(ctx.parent.get(use)))
+            if not (isinstance(step, cst.Assign) and len(step.targets) == 1):
+                return None
+            found.append((target_names(step.targets[0].target), body))
+        return found or None
+
+    def _only_read_on_host(self, body: cst.CSTNode, batch: set[str]) -> bool:
+        """Every read of the ``batch`` names in ``body`` measures, keeps or reduces it on the host."""
+        ctx = self.ctx
+        for use in ctx.walk(body, cst.Name):
+            if use.value not in batch or not ctx.is_read(use):
+                continue
+            holder = ctx.parent.get(use)
+            if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
+                continue
+            if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
+                return False
         return True
 
     def only_counted(self, call: cst.Call) -> bool:
