@@ -12,6 +12,7 @@ from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.batches import blocking_copy
+from advisor.facts.environment import declares_at_least
 from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
@@ -579,7 +580,16 @@ class DataLoaderPinMemory(Rule):
                 else:
                     fix = self.fix(f"Set `pin_memory={pinned}`", edit, imports=imports)
                 finding = self.report(call, message + " (guide: Data preloading)", fix)
-                if _commented_in(ctx, call, _COMMENTED_PIN):
+                tuples = loaders.collates_tuples(call)
+                if tuples is not None and not declares_at_least(ctx, "torch", "2.10"):
+                    # ImageReward's SDXL trainers (from diffusers' script): ``batch["original_sizes"]``
+                    # holds ``(height, width)`` tuples that the step adds to a tuple.
+                    finding = finding.as_advice(
+                        f"its `collate_fn` hands on the items' `{tuples}` tuples as they are, and before torch 2.10 "
+                        "pinning rebuilds every tuple of a batch as a list, so code that adds them to a tuple "
+                        "raises; the project does not require torch >= 2.10"
+                    )
+                elif _commented_in(ctx, call, _COMMENTED_PIN):
                     # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
                     finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
                 elif ctx.facts.batches.converted_before_every_copy(call):

@@ -3409,3 +3409,50 @@ def test_batches_drawn_by_next_and_kept_as_numpy_are_not_pinned():
     assert "ADV101" not in codes(source)
     copied = source.replace("truth = batch['seq'].numpy()", "truth = batch['seq'].cuda()")
     assert "ADV101" in codes(copied)
+
+
+def test_a_collator_chosen_from_a_dict_that_moves_batches_to_the_gpu_is_not_pinned():
+    # grit's ``collate_fn=collators['train']`` over ``{'train': PairedCollator(field, device=device)}``:
+    # the collator returns CUDA tensors, and pinning one raises "cannot pin 'torch.cuda.LongTensor'".
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "class PairedCollator:\n"
+        "    def __init__(self, device='cpu'):\n        self.device = device\n"
+        "    def __call__(self, batch):\n        return torch.stack(batch).to(self.device)\n\n"
+        "def build(data, device):\n"
+        "    collators = {'train': PairedCollator(device=device), 'valid': PairedCollator(device=device)}\n"
+        "    return DataLoader(data, batch_size=8, num_workers=4, collate_fn=collators['train'])\n\n"
+        "model = Net().cuda()\nfor x in build(data, 'cuda'):\n    model(x)\n"
+    )
+    assert "ADV101" not in codes(source)
+    on_host = source.replace("return torch.stack(batch).to(self.device)", "return torch.stack(batch)")
+    assert "ADV101" in codes(on_host)
+
+
+def test_a_collator_handing_on_tuples_is_pinned_only_from_torch_2_10(tmp_path):
+    # ImageReward's SDXL trainers (diffusers' script): ``batch["original_sizes"]`` holds
+    # ``(height, width)`` tuples; before torch 2.10 pinning made them lists, and
+    # ``original_size + crops_coords_top_left + target_size`` raised TypeError.
+    source = (
+        "import torch\n\n"
+        "def preprocess(examples):\n"
+        "    sizes = []\n"
+        "    for image in examples['image']:\n        sizes.append((image.height, image.width))\n"
+        "    examples['original_sizes'] = sizes\n    return examples\n\n"
+        "def collate_fn(examples):\n"
+        "    pixels = torch.stack([e['pixel_values'] for e in examples])\n"
+        "    sizes = [e['original_sizes'] for e in examples]\n"
+        "    return {'pixel_values': pixels, 'original_sizes': sizes}\n\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=4, collate_fn=collate_fn)\n"
+        "model = Net().cuda()\n"
+        "for batch in loader:\n    model(batch['pixel_values'].cuda(), batch['original_sizes'])\n"
+    )
+    (tmp_path / ".git").mkdir()
+    script = fresh_script(tmp_path / "train.py", source)
+    finding = only(source, "ADV101", script)
+    assert finding.fix_applicability is None and "before torch 2.10" in finding.message, finding.message
+    (tmp_path / "requirements.txt").write_text("torch>=2.10\n")
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train2.py", source))
+    assert finding.fix_applicability is not None, finding.message
+    plain = source.replace("sizes.append((image.height, image.width))", "sizes.append(image.height)")
+    assert only(plain, "ADV101", fresh_script(tmp_path / "train3.py", plain)).fix_applicability is not None

@@ -868,6 +868,17 @@ def _cuda_cap(ctx: "FileContext") -> tuple[str, str] | None:
     return None
 
 
+def declares_at_least(ctx: "FileContext", package: str, version: str) -> bool:
+    """Whether the project itself keeps ``package`` at ``version`` or newer: a declared floor
+    (``torch>=2.10``) or ``[tool.advisor] torch-version``. Unlike :func:`older_allowed`, a bare
+    or missing requirement does not count: it installs the current release only in a fresh
+    environment, and for a fix that would raise on an older one that is not enough."""
+    if package == "torch" and getattr(ctx.target, "torch_version", None):
+        return _version(ctx.target.torch_version) >= _version(version)
+    spec = declared(ctx, package)
+    return bool(spec and spec.strip()) and admits_below(spec, version) is False
+
+
 def admits_below(spec: str | None, version: str) -> bool | None:
     """Whether a project declaring ``spec`` may run a version older than ``version``: None
     when nothing is declared; a bare name (``torch``) installs the current release: False."""

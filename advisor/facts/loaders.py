@@ -975,6 +975,30 @@ class LoaderFacts:
         # makes a ``BatchEncoding`` is enough to hold the fix to its version.
         return bool(functions) and any(_returns_batch_encoding(owner, function) for owner, function in functions)
 
+    def collates_tuples(self, call: cst.Call) -> str | None:
+        """The batch entry (``"original_sizes"``) a ``collate_fn`` of the project gathers from
+        its items as they are (``[example["original_sizes"] for example in examples]``) where
+        the file stores tuples under that key (diffusers' SDXL scripts, copied into ImageReward:
+        ``original_sizes.append((image.height, image.width))``). Before torch 2.10 pinning
+        rebuilt every tuple of a batch as a list (pytorch#48419), and the step's
+        ``original_size + crops_coords_top_left + target_size`` raises; None where none is seen."""
+        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        for owner, function in functions or ():
+            held = _keys_holding_tuples(owner)
+            if not held:
+                continue
+            for comp in owner.walk(function, cst.ListComp):
+                item = comp.elt
+                if not (isinstance(item, cst.Subscript) and isinstance(item.value, cst.Name)):
+                    continue
+                if item.value.value not in target_names(comp.for_in.target):
+                    continue
+                key = _string_key(owner, item)
+                if key in held:
+                    return key
+        return None
+
     def _collate_functions(self, collate: cst.BaseExpression) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
         """The functions a ``collate_fn`` argument can be: a function of the project, a method of
         that name, ``functools.partial`` of one, either branch of a conditional, or the inner
@@ -1328,10 +1352,14 @@ class LoaderFacts:
                 if device is not None and ctx.facts.devices.where(device.value) is not Where.CPU:
                     return True  # ``partial(collate, device=device)``: it is told where to put the batch
                 return self.callable_moves_to_device(expr.args[0].value, depth + 1)
-            cls = local_class(ctx, expr.func)
-            return cls is not None and any(
-                self.runs_device_move(m) for m in class_methods(ctx, cls, ("__call__",))
-            )
+            # A collator class of this file, or one imported from the project (grit's
+            # ``collate_fn=NoCapsCollator(device)``, whose ``__call__`` moves the samples).
+            found = defining_class(ctx, expr.func)
+            if found is None:
+                return False
+            owner, cls = found
+            facts = self if owner is ctx else owner.facts.loaders
+            return any(facts.runs_device_move(m) for m in class_methods(owner, cls, ("__call__",)))
         if isinstance(expr, cst.Name):
             bindings = ctx.lookup(expr.value, expr)
             if len(bindings) > 1:  # chosen in branches: every choice moves the batch
@@ -1357,6 +1385,20 @@ class LoaderFacts:
             assignments = ctx.attribute_assignments.get(dotted_name(expr) or "", [])
             values = [a.value for a in assignments if isinstance(a, cst.Assign)]
             return any(self.callable_moves_to_device(v, depth + 1) for v in values)
+        if isinstance(expr, cst.Subscript):
+            # grit's ``collate_fn=collators['train']`` from ``collators = {'train':
+            # PairedCollator(field, device=device), ...}``: the entry named, or every entry.
+            table = ctx.single_assignment(expr.value) if isinstance(expr.value, cst.Name) else None
+            if not isinstance(table, cst.Dict) or not table.elements:
+                return False
+            key = ctx.values.resolve(expr.slice[0].slice.value) if isinstance(expr.slice[0].slice, cst.Index) else None
+            entries = [e for e in table.elements if isinstance(e, cst.DictElement)]
+            if len(entries) != len(table.elements):
+                return False  # ``**others``: entries not seen
+            if key is not None:
+                named = [e for e in entries if (v := ctx.values.resolve(e.key)) is not None and v.value == key.value]
+                entries = named or entries
+            return all(self.callable_moves_to_device(e.value, depth + 1) for e in entries)
         return False
 
     def runs_device_move(self, root: cst.CSTNode, depth: int = 0) -> bool:
@@ -1551,6 +1593,41 @@ def _names_bound_to(ctx: "FileContext", function: cst.FunctionDef, made: Callabl
         for target in assign.targets
         if isinstance(target.target, cst.Name)
     }
+
+
+def _string_key(ctx: "FileContext", subscript: cst.Subscript) -> str | None:
+    """The string ``key`` of ``x[key]``; None for any other subscript."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    value = ctx.values.resolve(subscript.slice[0].slice.value)
+    return value.value if value is not None and isinstance(value.value, str) else None
+
+
+def _keys_holding_tuples(ctx: "FileContext") -> set[str]:
+    """The keys the file stores tuples under: ``x[key] = (a, b)``, or ``x[key] = sizes`` where
+    ``sizes.append((h, w))`` (or a name bound to a tuple) fills the list."""
+    def is_tuple(value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Name):
+            value = ctx.single_assignment(value)
+        return isinstance(value, cst.Tuple)
+
+    filled = {
+        call.func.value.value
+        for call in ctx.nodes(cst.Call)
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" and isinstance(call.func.value, cst.Name)
+        and len(call.args) == 1 and is_tuple(call.args[0].value)
+    }
+    keys: set[str] = set()
+    for assign in ctx.nodes(cst.Assign):
+        value = assign.value
+        if not (isinstance(value, cst.Tuple) or (isinstance(value, cst.Name) and value.value in filled)):
+            continue
+        for target in assign.targets:
+            if isinstance(target.target, cst.Subscript):
+                key = _string_key(ctx, target.target)
+                if key is not None:
+                    keys.add(key)
+    return keys
 
 
 def _returns_batch_encoding(ctx: "FileContext", function: cst.FunctionDef) -> bool:
