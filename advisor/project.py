@@ -107,6 +107,9 @@ _CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w
 # A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
 _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# A ``def`` or ``class`` statement's name: the name defined, not a use of it (Point-MAE's two
+# ``random_dropping``, one in ``utils/misc.py`` and a copy in ``segmentation/misc.py``, neither called).
+_DEFINITION = re.compile(rb"\b(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 # Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
@@ -298,6 +301,7 @@ class Project:
         self._texts: dict[str, bytes] = {}
         self._closures: dict[str, list[str]] = {}
         self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
+        self._file_definitions: dict[str, "collections.Counter[bytes]"] = {}
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
@@ -552,32 +556,53 @@ class Project:
         return frozenset(reached), by_name
 
     def called(self, name: str, first: str | None = None) -> bool:
-        """Whether the project's code names ``name`` more than once (its ``def`` and a use), in
-        any Python file or notebook: a module-level function or class named only where it is
-        defined is code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``).
-        ``first``, the defining module, is where a use is likeliest: it is read alone first."""
+        """Whether the project's code names ``name`` beyond its ``def``s (a use), in any Python
+        file or notebook: a module-level function or class named only where it is defined is
+        code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``), and so
+        is one whose copies in other modules are not called either. ``first``, the defining
+        module, is where a use is likeliest: it is read alone first."""
         key = name.encode()
         if self._reached is None:
             # A library (no entry point): its re-exports are its interface, and count.
             if first is not None and first in self._file_set and _count_of(key, self._peek(first)) > 1:
                 return True
-            return self._identifiers.get(key, 0) > 1
+            return self._identifiers.get(key, 0) - self._definitions.get(key, 0) > 0
         # With entry points, a name that only imports, ``__all__`` or comments repeat is not
         # called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run by nothing).
         if first is None or first not in self._file_set:
-            return self._used_identifiers.get(key, 0) > 1
+            return self._used_identifiers.get(key, 0) - self._definitions.get(key, 0) > 0
         own = self._used_identifiers_of(first).get(key, 0)
         return own > 1 or own + self.mentions_outside(name, first) > 1
 
     def mentions_outside(self, name: str, path: str) -> int:
         """How often the project's code outside the file ``path`` names ``name`` where it may
         use it: in the files that import it, directly or through others, where what runs is
-        known (a project with entry points, none importing by name); else in every file."""
+        known (a project with entry points, none importing by name); else in every file. A
+        ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted."""
         key = name.encode()
         if self._reached is not None and not self._reached[1] and path in self._reached[0]:
             found = _count_of(key, self._entry_declarations)
-            return found + sum(self._used_identifiers_of(p).get(key, 0) for p in self._importer_closure(path))
-        return self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
+            return found + sum(
+                self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0)
+                for p in self._importer_closure(path)
+            )
+        used = self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
+        return used - (self._definitions.get(key, 0) - self._definitions_of(path).get(key, 0))
+
+    def _definitions_of(self, path: str) -> "collections.Counter[bytes]":
+        found = self._file_definitions.get(path)
+        if found is None:
+            found = self._file_definitions[path] = collections.Counter(
+                _DEFINITION.findall(self._without_non_uses(path, self._peek(path)))
+            )
+        return found
+
+    @cached_property
+    def _definitions(self) -> "collections.Counter[bytes]":
+        counts: collections.Counter[bytes] = collections.Counter()
+        for path in (*self.files, *self._walk[1]):
+            counts.update(self._definitions_of(path))
+        return counts
 
     def _importer_closure(self, path: str) -> list[str]:
         """Every project file and notebook that imports ``path``, directly or through others."""

@@ -1375,7 +1375,9 @@ def test_code_a_run_copied_beside_its_logs_gets_advice(tmp_path):
     for folder in ("models", "log/classification/run1"):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "pointnet2_utils.py").write_text(utils)
-        (tmp_path / folder / "pointnet2_cls.py").write_text("from pointnet2_utils import farthest_point_sample\n")
+        (tmp_path / folder / "pointnet2_cls.py").write_text(
+            "from pointnet2_utils import farthest_point_sample\n\ndef forward(xyz):\n    return farthest_point_sample(xyz, 512)\n"
+        )
 
     def fixable(folder: str) -> bool:
         forget_projects()
@@ -3456,3 +3458,38 @@ def test_a_collator_handing_on_tuples_is_pinned_only_from_torch_2_10(tmp_path):
     assert finding.fix_applicability is not None, finding.message
     plain = source.replace("sizes.append((image.height, image.width))", "sizes.append(image.height)")
     assert only(plain, "ADV101", fresh_script(tmp_path / "train3.py", plain)).fix_applicability is not None
+
+
+def test_an_optimizer_over_a_tensor_made_on_the_spot_is_not_fused():
+    # FlowSite: ``Adam([torch.tensor([1], dtype=torch.float)], lr=1)`` only drives a schedule;
+    # its one parameter is a CPU tensor, and ``fused=True`` raises there under torch 2.1.
+    source = (
+        "import torch\nimport lightning as L\n\n"
+        "class Module(L.LightningModule):\n"
+        "    def __init__(self, model):\n        super().__init__()\n        self.model = model\n"
+        "        self.storage = torch.optim.Adam([torch.tensor([1], dtype=torch.float)], lr=1)\n"
+        "    def configure_optimizers(self):\n        return torch.optim.Adam(self.model.parameters(), lr=1e-3)\n\n"
+        "L.Trainer(accelerator='gpu').fit(Module(Net()))\n"
+    )
+    lines = [d.line for d in lint(source, gpu="A100") if d.code == "ADV601"]
+    assert 8 not in lines, lines
+
+
+def test_a_loss_read_as_data_0_in_a_module_of_the_program_means_torch_0_3(tmp_path):
+    # AttnGAN's pretrain_DAMSM.py imports miscc/losses.py, which logs ``g_loss.data[0]``
+    # (raises from torch 0.4 on): no ``@torch.no_grad()`` (0.4.1), no fused Adam there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "losses.py").write_text(
+        "def words_loss(g_loss, logs):\n    # err = errG_total.data[0]\n    logs += '%.2f' % g_loss.data[0]\n    return logs\n"
+    )
+    source = (
+        "import torch\nfrom losses import words_loss\n"
+        "if __name__ == '__main__':\n    model = Net().cuda()\n"
+        "    optimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "pretrain.py", source))
+    assert finding.fix_applicability is None and "torch 0.3" in finding.message, finding.message
+    forget_projects()
+    (tmp_path / "losses.py").write_text("def words_loss(g_loss, logs):\n    # logs += '%.2f' % g_loss.data[0]\n    return logs\n")
+    finding = only(source, "ADV601", fresh_script(tmp_path / "pretrain2.py", source))
+    assert finding.fix_applicability is not None, finding.message
