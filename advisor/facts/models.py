@@ -65,11 +65,26 @@ def _framework_device(ctx: FileContext, framework: str) -> Where | None:
     return kind if kind.decided else None
 
 
+# Factories that make a fresh tensor on the CPU unless given a ``device=``.
+_TENSOR_FACTORIES = frozenset({
+    "torch.tensor", "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.rand", "torch.randn",
+    "torch.Tensor", "torch.FloatTensor",
+})
+
+
 def params_clearly_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
-    """The optimizer's ``model.parameters()`` belong to a model only ever moved to the CPU."""
+    """The optimizer's ``model.parameters()`` belong to a model only ever moved to the CPU, or
+    its parameters are tensors made on the spot on the CPU (FlowSite's ``Adam([torch.tensor([1.0])],
+    lr=1)``, an optimizer kept only to drive a learning-rate schedule)."""
     params = ctx.argument(call, "params", PARAMS_POSITION)
     if params is None or params is MISSING:
         return False
+    if isinstance(params, (cst.List, cst.Tuple)) and params.elements and all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Call) and ctx.qualname(e.value.func) in _TENSOR_FACTORIES
+        and ctx.keyword_arg(e.value, "device") is None
+        for e in params.elements
+    ):
+        return True
     owners = []
     for inner in ctx.walk(params, cst.Call):
         func = inner.func
