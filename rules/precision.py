@@ -1396,6 +1396,19 @@ class DeprecatedAmpApi(Rule):
         Valid(
             """
             import torch
+            try:
+                from torch.amp import GradScaler, autocast
+            except ImportError:
+                from torch.cuda.amp import GradScaler, autocast
+
+            with autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x)
+            """,
+            note="the new API imported where it exists, the old one only as the fallback (the CryoET winners' train.py)",
+        ),
+        Valid(
+            """
+            import torch
             scaler = torch.amp.GradScaler("cuda")
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(x)
@@ -1545,6 +1558,14 @@ class DeprecatedAmpApi(Rule):
                     return True
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
+        if isinstance(call.func, cst.Name):
+            # ``try: from torch.amp import autocast / except: from torch.cuda.amp import autocast``
+            # (the CryoET winners' train.py): the name is the new API wherever it exists, and
+            # ``autocast('cuda')`` already passes the device.
+            imports = [b.node for b in ctx.lookup(call.func.value, call) if isinstance(b.node, cst.ImportFrom)]
+            modules = {dotted_name(node.module) for node in imports if node.module is not None}
+            if len(imports) > 1 and modules - {"torch.cuda.amp", "torch.cuda.amp.autocast_mode", "torch.cuda.amp.grad_scaler"}:
+                return True
         return False
 
     def _autocast_fix(self, ctx: FileContext, call: cst.Call):
