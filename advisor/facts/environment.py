@@ -711,6 +711,10 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         legacy = scalar_loss_indexed(ctx.source)
         if legacy is not None and _version(version) > _version("0.3.1"):
             return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on: it runs torch 0.3"
+        project = getattr(ctx, "project", None)
+        if _version(version) > _version("0.3.1") and project is not None and project.runs_with_match(_LOSS_INDEXED_LINE):
+            # AttnGAN's pretrain_DAMSM.py imports miscc/losses.py, which logs ``g_loss.data[0]``.
+            return "a module that runs with the file reads a loss as `loss.data[0]`, which raises from torch 0.4 on: it runs torch 0.3"
         removed = _removed_import(ctx)
         if removed is not None:
             name, newest, why, oldest, where = removed
@@ -726,6 +730,8 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
 # PyTorch 0.3's way to read a scalar loss. From 0.4 a loss is a 0-dim tensor and indexing it
 # raises ("invalid index of a 0-dim tensor. Use tensor.item()"): pytorch-beginner's scripts.
 _SCALAR_LOSS_INDEXED = re.compile(r"\b(\w*loss\w*)\.data\[0\]")
+# The same on a line of code (not a comment), in a project file's bytes.
+_LOSS_INDEXED_LINE = re.compile(rb"^[^#\n]*\b\w*loss\w*\.data\[0\]", re.M)
 
 
 def scalar_loss_indexed(source: str) -> str | None:
