@@ -1739,6 +1739,13 @@ _SET_GRAD_ENABLED = (
 )
 # Code that needs gradients in an evaluation pass: attribution, adversarial examples.
 _GRADIENT_CALLS = ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.backward")
+# Method names too common to say what an object is: a trainer's ``step`` takes gradients, a
+# metric's ``update`` does not.
+_GENERIC_METHODS = frozenset({
+    "forward", "__call__", "step", "update", "train", "eval", "append", "add", "extend", "log", "compute", "reset",
+    "to", "cuda", "cpu", "item", "run", "predict", "evaluate", "test", "generate", "sample", "encode", "decode",
+    "backward", "zero_grad", "save", "load", "print", "write", "format", "get", "set", "apply", "detach",
+})
 
 
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
@@ -1757,6 +1764,14 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
                     return True
                 if _calls_gradient_helper(other, function, depth + 1):
                     return True
+            elif found is None and isinstance(call.func, cst.Attribute) and call.func.attr.value not in _GENERIC_METHODS:
+                # DM-Improves-AT's ``self.eval_attack.perturb(x, y)``: an object the file cannot
+                # type, whose project classes' ``perturb`` runs PGD (``loss.backward()``).
+                for other, method in ctx.project.methods_named(call.func.attr.value):
+                    if other.within(method, other.calls(*_GRADIENT_CALLS)) or other.within(method, other.method_calls("backward")):
+                        return True
+                    if _calls_gradient_helper(other, method, depth + 1):
+                        return True
     gradient_calls = ctx.calls(*_GRADIENT_CALLS)
     backwards = ctx.method_calls("backward")
     if not gradient_calls and not backwards:

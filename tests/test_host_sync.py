@@ -971,3 +971,48 @@ def test_a_no_grad_decorator_imports_torch_where_the_def_is():
     namespace: dict = {}
     exec(compile(fixed, "misc.py", "exec"), namespace)  # importing the module must not raise NameError
     assert callable(namespace["eval_model"])
+
+
+def test_an_evaluation_loop_that_calls_an_attack_object_of_the_project_keeps_autograd(tmp_path):
+    # DM-Improves-AT: Trainer.eval runs ``self.eval_attack.perturb(x, y)`` when ``adversarial``;
+    # the attack classes' ``perturb`` runs PGD, whose loop calls ``loss.backward()``.
+    from advisor.project import forget_projects
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "attacks.py").write_text(
+        "def perturb_iterative(x, y, predict, loss_fn):\n"
+        "    loss = loss_fn(predict(x), y)\n    loss.backward()\n    return x + x.grad.sign()\n\n"
+        "class PGD:\n    def __init__(self, predict, loss_fn):\n        self.predict, self.loss_fn = predict, loss_fn\n"
+        "    def perturb(self, x, y):\n        return perturb_iterative(x, y, self.predict, self.loss_fn)\n"
+    )
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(textwrap.dedent("""
+        import torch
+        from attacks import PGD
+
+        class Trainer:
+            def __init__(self, model, criterion):
+                self.model = model.cuda()
+                self.eval_attack = PGD(self.model, criterion)
+
+            def eval(self, loader, adversarial=False):
+                self.model.eval()
+                acc = 0.0
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    if adversarial:
+                        x = self.eval_attack.perturb(x, y)
+                    acc += (self.model(x).argmax(1) == y).float().mean()
+                return acc
+
+        if __name__ == "__main__":
+            Trainer(Net(), torch.nn.CrossEntropyLoss()).eval(loader, adversarial=True)
+    """))
+    forget_projects()
+    assert "ADV705" not in [d.code for d in lint(trainer.read_text(), gpu="A100", path=str(trainer))]
+    (tmp_path / "attacks.py").write_text(
+        "class PGD:\n    def __init__(self, predict, loss_fn):\n        self.predict = predict\n"
+        "    def perturb(self, x, y):\n        return x + 0.01 * x.sign()\n"
+    )
+    forget_projects()
+    assert "ADV705" in [d.code for d in lint(trainer.read_text(), gpu="A100", path=str(trainer))]
