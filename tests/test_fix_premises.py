@@ -3493,3 +3493,20 @@ def test_a_loss_read_as_data_0_in_a_module_of_the_program_means_torch_0_3(tmp_pa
     (tmp_path / "losses.py").write_text("def words_loss(g_loss, logs):\n    # logs += '%.2f' % g_loss.data[0]\n    return logs\n")
     finding = only(source, "ADV601", fresh_script(tmp_path / "pretrain2.py", source))
     assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_loader_name_local_to_a_function_is_read_only_there():
+    # AWP's misc.py: get_mean_and_std reduces its batches on the host; another function of the
+    # file binds its own ``dataloader`` and copies the batches to the GPU.
+    source = (
+        "import torch\n\n"
+        "def get_mean_and_std(dataset):\n"
+        "    dataloader = torch.utils.data.DataLoader(dataset, batch_size=1, num_workers=2)\n"
+        "    mean = torch.zeros(3)\n"
+        "    for inputs, targets in dataloader:\n        for i in range(3):\n            mean[i] += inputs[:, i, :, :].mean()\n"
+        "    return mean\n\n"
+        "def train(model, dataset):\n"
+        "    dataloader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=4)\n"
+        "    for inputs, targets in dataloader:\n        model(inputs.cuda())\n"
+    )
+    assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV101"] == [12]

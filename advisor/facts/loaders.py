@@ -747,6 +747,11 @@ class LoaderFacts:
         if bound is None:
             return False
         names, reads = bound
+        scope = ctx.enclosing(call, cst.FunctionDef)
+        if scope is not None:
+            # A local name: another function's ``dataloader`` is another loader (AWP's misc.py
+            # has ``get_mean_and_std`` and ``get_mean_and_std_modified``, each with its own).
+            reads = [read for read in reads if ctx.is_descendant(read, scope)]
         drawn = 0
         for read in reads:
             if _argument_of_builtin(ctx, read, ("len",)):
