@@ -1264,12 +1264,20 @@ class Fp16OnBf16Gpu(Rule):
             if _evaluation_only_trainer(ctx, call):
                 continue
             replacement = LIGHTNING_BF16[value.value]
+            # ``precision="bf16"`` came with pytorch-lightning 1.5 (1.3.8 raises NotImplementedError:
+            # VideoTransformer), "bf16-mixed" with 2.0; ``lightning`` has both from its first release.
+            since = "2.0" if replacement == "bf16-mixed" else "1.5"
+            requires = [("pytorch-lightning", since), ("pytorch_lightning", since)]
             fix = None
             if isinstance(value.node, cst.SimpleString):
-                fix = self.fix(f'Use `precision="{replacement}"`', Edit(value.node, string_like(value.node, replacement)))
+                fix = self.fix(
+                    f'Use `precision="{replacement}"`', Edit(value.node, string_like(value.node, replacement)), requires=requires
+                )
             elif isinstance(value.node, cst.Integer) and value.origin != "argparse default":
                 # An argparse default would go through ``type=int``: a string there breaks the parser.
-                fix = self.fix(f'Use `precision="{replacement}"`', Edit(value.node, cst.SimpleString(f'"{replacement}"')))
+                fix = self.fix(
+                    f'Use `precision="{replacement}"`', Edit(value.node, cst.SimpleString(f'"{replacement}"')), requires=requires
+                )
             message = f"`precision={ctx.code(value.node)}` is fp16 on a bf16-capable GPU ({self._gpu(ctx)}): use `\"{replacement}\"`"
             kept = _fp16_kept_elsewhere(ctx, fix)
             if kept is not None:

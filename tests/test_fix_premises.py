@@ -3510,3 +3510,27 @@ def test_a_loader_name_local_to_a_function_is_read_only_there():
         "    for inputs, targets in dataloader:\n        model(inputs.cuda())\n"
     )
     assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV101"] == [12]
+
+
+def test_an_old_pytorch_lightning_pin_holds_bf16_precision_and_torch_2_fixes(tmp_path):
+    # VideoTransformer pins pytorch-lightning==1.3.8: precision="bf16" came with 1.5
+    # (NotImplementedError before), and before 1.9 Lightning rejects torch 2's schedulers, so
+    # the project runs torch 1.13 at most: no fused AdamW.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning==1.3.8\n")
+    source = (
+        "import torch\nimport pytorch_lightning as pl\n\n"
+        "class Model(pl.LightningModule):\n"
+        "    def configure_optimizers(self):\n"
+        "        optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)\n"
+        "        return [optimizer], [torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1.0)]\n\n"
+        "trainer = pl.Trainer(gpus=1, precision=16)\ntrainer.fit(Model())\n"
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    precision = only(source, "ADV201", script)
+    assert precision.fix_applicability is None and "pytorch-lightning >= 1.5" in precision.message, precision.message
+    fused = only(source, "ADV601", script)
+    assert fused.fix_applicability is None and "torch 1.13 or older" in fused.message, fused.message
+    (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning==1.9.5\n")
+    forget_projects()
+    assert only(source, "ADV201", fresh_script(tmp_path / "train2.py", source)).fix_applicability is not None

@@ -705,6 +705,12 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         python = _python_cap(ctx)
         if python is not None and _version(python[1]) < _version(version):
             return f"the project's environment pins Python {python[0]}, whose newest torch is {python[1]}"
+        lightning = _lightning_cap(ctx)
+        if lightning is not None and _version(lightning[1]) < _version(version):
+            return (
+                f"the project pins pytorch-lightning {lightning[0]}, which rejects torch 2's learning-rate "
+                f"schedulers: it runs torch {lightning[1]} or older"
+            )
         major = _asserted_torch_major(ctx.source)
         if major is not None and major < _version(version)[0]:
             return f"the file asserts torch {major}.x"
@@ -941,6 +947,31 @@ _PYTHON_PIN = re.compile(
     r"|\b(?:code|it) is (?:written )?in python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))",
     re.I,
 )
+
+
+def _lightning_cap(ctx: "FileContext") -> tuple[str, str] | None:
+    """The pytorch-lightning the project holds below 1.9, and the newest torch it runs (1.13):
+    before 1.9 Lightning checks schedulers against ``_LRScheduler``, which torch 2's schedulers
+    no longer derive from, and ``configure_optimizers`` returning one raises (VideoTransformer
+    pins ``pytorch-lightning==1.3.8``)."""
+    for package in ("pytorch-lightning", "pytorch_lightning"):
+        spec = declared(ctx, package)
+        if not spec or spec.startswith("@"):
+            continue
+        ceiling = _ceiling(spec)
+        if ceiling is not None and ceiling < _version("1.9"):
+            return ".".join(str(part) for part in ceiling), "1.13"
+    return None
+
+
+def _ceiling(spec: str) -> tuple[int, ...] | None:
+    """The newest version a specifier admits, where it says (``==1.3.8``, ``<1.6``, ``<=1.5.10``)."""
+    found: tuple[int, ...] | None = None
+    for operator, text in _CLAUSE.findall(spec):
+        if operator in ("==", "<=", "<", "~=") and "*" not in text:
+            value = _version(text)
+            found = value if found is None or value < found else found
+    return found
 
 
 def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
