@@ -27,6 +27,19 @@ LONG_ACCUMULATION = 8  # ...and this many micro-steps per optimizer step make it
 PREFERRED_BATCH = 4  # the guide's example: 1 x 64 -> 4 x 16
 # How scripts that draw their own batches (nanoGPT's ``get_batch``) name the per-step batch.
 _STEP_BATCH_NAME = re.compile(r"^(micro_?)?batch_size$|^(per_device_)?train_batch_size$|^batch_size_per_(gpu|device)$")
+# ``labels = torch.arange(logits.size(0))``: the targets of an in-batch contrastive loss
+# (CLIP, SimCLR, InfoNCE), where every other sample of the micro-batch is a negative.
+_IN_BATCH_TARGETS = re.compile(r"^[^#\n]*\b(?:labels?|targets?)\s*=\s*torch\.arange\(", re.M)
+
+
+def _compares_within_batch(ctx: FileContext) -> bool:
+    """The file, or a module that runs in the same program, builds in-batch contrastive targets."""
+    if _IN_BATCH_TARGETS.search(ctx.source):
+        return True
+    project = ctx.project
+    return project is not None and project.runs_with_match(re.compile(_IN_BATCH_TARGETS.pattern.encode(), re.M))
+
+
 @dataclass(frozen=True)
 class Split:
     """A per-device batch and the accumulation steps it is paired with."""
@@ -632,6 +645,15 @@ class AccumulationSplit(Rule):
                 " (guide: ",
                 "; the script already recomputes activations to save memory (gradient checkpointing), so the "
                 "batch is likely memory's choice and the fix is left as advice (guide: ",
+                1,
+            )
+        elif edits and _compares_within_batch(ctx):
+            # RecFormer: its contrastive loss scores each sample against the others of its
+            # micro-batch (``labels = torch.arange(cos_sim.size(0))``); 4 x 4 is not 2 x 8 there.
+            message = message.replace(
+                " (guide: ",
+                "; the program's loss compares the samples of a batch with each other (`labels = torch.arange(...)`, "
+                "in-batch negatives), so a larger batch changes the objective and the fix is left as advice (guide: ",
                 1,
             )
         elif edits:

@@ -3534,3 +3534,21 @@ def test_an_old_pytorch_lightning_pin_holds_bf16_precision_and_torch_2_fixes(tmp
     (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning==1.9.5\n")
     forget_projects()
     assert only(source, "ADV201", fresh_script(tmp_path / "train2.py", source)).fix_applicability is not None
+
+
+def test_rebalancing_a_batch_whose_loss_compares_its_samples_is_advice(tmp_path):
+    # RecFormer: its contrastive loss scores each sample against the others of its micro-batch
+    # (``labels = torch.arange(cos_sim.size(0))``): 4 x 4 trains on another objective than 2 x 8.
+    source = (
+        "import torch\nfrom transformers import Trainer, TrainingArguments\n\n"
+        "def contrastive(z1, z2):\n"
+        "    cos_sim = z1 @ z2.T\n    labels = torch.arange(cos_sim.size(0)).to(cos_sim.device)\n"
+        "    return torch.nn.functional.cross_entropy(cos_sim, labels)\n\n"
+        "args = TrainingArguments('out', per_device_train_batch_size=2, gradient_accumulation_steps=8, bf16=True)\n"
+        "Trainer(model=model, args=args, train_dataset=data).train()\n"
+    )
+    (tmp_path / ".git").mkdir()
+    finding = only(source, "ADV401", fresh_script(tmp_path / "pretrain.py", source))
+    assert finding.fix_applicability is None and "in-batch negatives" in finding.message, finding.message
+    plain = source.replace("labels = torch.arange(cos_sim.size(0)).to(cos_sim.device)", "labels = batch_labels")
+    assert only(plain, "ADV401", fresh_script(tmp_path / "plain.py", plain)).fix_applicability is not None
