@@ -3552,3 +3552,20 @@ def test_rebalancing_a_batch_whose_loss_compares_its_samples_is_advice(tmp_path)
     assert finding.fix_applicability is None and "in-batch negatives" in finding.message, finding.message
     plain = source.replace("labels = torch.arange(cos_sim.size(0)).to(cos_sim.device)", "labels = batch_labels")
     assert only(plain, "ADV401", fresh_script(tmp_path / "plain.py", plain)).fix_applicability is not None
+
+
+def test_a_loader_whose_workers_come_from_a_parameter_defaulting_to_zero_pins_in_the_training_process():
+    # torch-rechub's ``generate_dataloader(self, batch_size=32, num_workers=0, ...)``: its callers
+    # keep the default, so each small token batch would be pinned in the training process.
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\nmodel = Net().cuda()\n\n"
+        "class Generator:\n"
+        "    def generate_dataloader(self, batch_size=32, num_workers=0):\n"
+        "        return DataLoader(self.dataset, batch_size=batch_size, num_workers=num_workers)\n\n"
+        "for x in Generator().generate_dataloader():\n    model(x.cuda())\n"
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "without worker processes" in finding.message, finding.message
+    four = source.replace("num_workers=0):", "num_workers=4):")
+    (finding,) = [d for d in lint(four, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is not None

@@ -699,6 +699,12 @@ class LoaderFacts:
         if workers is MISSING:
             return True
         value = self.ctx.values.resolve(workers)
+        if value is None and isinstance(workers, cst.Name):
+            # torch-rechub's ``generate_dataloader(self, batch_size=32, num_workers=0, ...)``: a
+            # library method whose callers keep its default; the default is what runs unless told.
+            bound = self.ctx.parameter_of(workers)
+            default = bound[0].default if bound is not None else None
+            value = self.ctx.values.resolve(default) if default is not None else None
         return value is not None and type(value.value) is int and value.value == 0
 
     def decodes_images(self, call: cst.Call) -> bool:
