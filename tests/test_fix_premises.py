@@ -3569,3 +3569,20 @@ def test_a_loader_whose_workers_come_from_a_parameter_defaulting_to_zero_pins_in
     four = source.replace("num_workers=0):", "num_workers=4):")
     (finding,) = [d for d in lint(four, gpu="A100") if d.code == "ADV101"]
     assert finding.fix_applicability is not None
+
+
+def test_a_loader_read_for_one_batch_is_not_pinned():
+    # DG-Net's figure scripts: ``next(iter(dataloader_structure))`` once, and a content loop that
+    # breaks after its first batch. Pinning one batch costs what it saves.
+    source = (
+        "import torch\nmodel = Net().cuda()\n\n"
+        "def main():\n"
+        "    structure = torch.utils.data.DataLoader(data_a, batch_size=1, num_workers=1)\n"
+        "    content = torch.utils.data.DataLoader(data_b, batch_size=1, num_workers=1)\n"
+        "    s = next(iter(structure)).cuda()\n"
+        "    for x in content:\n        model(x.cuda(), s)\n        break\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    assert "ADV101" not in codes(source)
+    looped = source.replace("        break\n", "")
+    assert [d.line for d in lint(looped, gpu="A100") if d.code == "ADV101"] == [6]

@@ -660,7 +660,7 @@ class LoaderFacts:
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
-        if self.only_counted(call) or self.batches_stay_on_host(call) or self.never_read(call):
+        if self.only_counted(call) or self.batches_stay_on_host(call) or self.never_read(call) or self.reads_one_batch(call):
             return False
         if self.ctx.facts.batches.handed_to_numpy(call):
             return False  # a helper of the project makes NumPy arrays of the batch (TransUNet's test_single_volume)
@@ -812,6 +812,38 @@ class LoaderFacts:
             if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
                 return False
         return True
+
+    def reads_one_batch(self, call: cst.Call) -> bool:
+        """Every read of the loader draws one batch: ``next(iter(loader))`` outside a loop, or a
+        ``for`` loop over it whose body ends in a ``break`` it cannot skip (DG-Net's figure
+        scripts read their structure loader so, and break out of the content loop after the
+        first batch). Pinning one batch costs what it saves."""
+        ctx = self.ctx
+        bound = self._plain_name_reads(call)
+        if bound is None:
+            return False
+        names, reads = bound
+        scope = ctx.enclosing(call, cst.FunctionDef)
+        if scope is not None:
+            reads = [read for read in reads if ctx.is_descendant(read, scope)]
+        drawn = 0
+        for read in reads:
+            if _argument_of_builtin(ctx, read, ("len",)):
+                continue
+            loop = next((l for l in ctx.nodes(cst.For) if read is l.iter or ctx.is_descendant(read, l.iter)), None)
+            if loop is not None:
+                if not any(_iterates(loop.iter, name) for name in names) or not _breaks_after_first(ctx, loop):
+                    return False
+                drawn += 1
+                continue
+            arg = ctx.parent.get(read)
+            made = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+            if not (_argument_of_builtin(ctx, read, ("iter",)) and _argument_of_builtin(ctx, made, ("next",))):
+                return False
+            if ctx.enclosing(made, cst.For, cst.While, cst.FunctionDef) is not scope:
+                return False  # drawn again on every pass of a loop
+            drawn += 1
+        return drawn > 0
 
     def only_counted(self, call: cst.Call) -> bool:
         """The loader is bound to a name the file only hands to ``len()``: it is never iterated
@@ -1492,6 +1524,17 @@ def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
         and ctx.parent.get(call) is not None
         and isinstance(ctx.parent.get(call), cst.Expr)
     )
+
+
+def _breaks_after_first(ctx: "FileContext", loop: cst.For) -> bool:
+    """The loop's body ends in a ``break`` and has no ``continue`` of its own: one pass."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    if not body or not isinstance(body[-1], cst.SimpleStatementLine) or not any(isinstance(s, cst.Break) for s in body[-1].body):
+        return False
+    for node in ctx.walk(loop.body, cst.Continue):
+        if ctx.enclosing(node, cst.For, cst.While) is loop:
+            return False
+    return True
 
 
 def _iterates(expr: cst.BaseExpression, name: str) -> bool:
