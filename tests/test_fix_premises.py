@@ -1835,6 +1835,8 @@ def _code_cell(source: str, outputs: list | None = None) -> dict:
         # pytorch_geometric_temporal's A3T-GCN notebook printed its torch: 1.6.0 (no TF32 API).
         ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "1.6.0\n"}])], None, False),
         ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "2.3.1+cu121\n"}])], None, True),
+        # rasbt's stat453 notebooks: ``%watermark -p torch`` printed the torch they ran.
+        ([_code_cell("%load_ext watermark\n%watermark -a 'S' -v -p torch", [{"output_type": "stream", "name": "stdout", "text": "Python implementation: CPython\n\ntorch: 1.9.0a0+d819a21\n"}])], None, False),
         # PyTorch Geometric's wheel index names the torch it was built for.
         ([_code_cell("!pip install torch-scatter -f https://pytorch-geometric.com/whl/torch-1.6.0.html")], None, False),
         # The kernel's Python: 3.7 ran torch 1.13 at most, which has set_float32_matmul_precision (1.12).
@@ -3586,3 +3588,21 @@ def test_a_loader_read_for_one_batch_is_not_pinned():
     assert "ADV101" not in codes(source)
     looped = source.replace("        break\n", "")
     assert [d.line for d in lint(looped, gpu="A100") if d.code == "ADV101"] == [6]
+
+
+def test_a_requirement_txt_without_the_s_is_a_requirements_file(tmp_path):
+    # named_entity_recognition's ``requirement.txt`` pins torch==1.0.1.post2.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirement.txt").write_text("numpy==1.16.2\ntorch==1.0.1.post2\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch==1.0.1.post2" in finding.message, finding.message
+
+
+def test_a_readme_showing_a_scripts_printed_torch_version_names_its_torch(tmp_path):
+    # stat453's L01/code/README.md shows simple_cnn.py's output: "PyTorch version: 1.7.0".
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("Output:\n\n```\n$ python simple_cnn.py\nPyTorch version: 1.7.0\nUsing cuda:0\n```\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "simple_cnn.py", source))
+    assert finding.fix_applicability is None and "1.7.0" in finding.message, finding.message

@@ -29,7 +29,7 @@ _LOCKED_PACKAGE = re.compile(r'^\[\[package\]\]\s*\nname\s*=\s*"([^"]+)"\s*\nver
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*)\.ya?ml$", re.I)
 # ``requirements.lock`` too: muzero-general's README installs with ``pip install -r requirements.lock``.
-_REQUIREMENTS = re.compile(r"^requirements[\w.-]*\.(txt|in|lock)$")
+_REQUIREMENTS = re.compile(r"^requirements?[\w.-]*\.(txt|in|lock)$")
 # ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
 # and ``conda list --export`` (``pytorch=1.8.0=py3.8_0``): the environment the authors ran.
 _CONDA_SPEC = re.compile(r"^(?:spec|[\w.-]*[-_]spec|spec[-_][\w.-]*|conda[\w.-]*)\.txt$", re.I)
@@ -157,9 +157,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     listed = re.compile(
         rf"(?:^[ \t]*[-*]?[ \t]*(?:py)?{name}|`(?:py)?{name}`)[ \t]*:[ \t]*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b", re.I | re.M
     )
-    # deepcluster: "a PyTorch install version 0.1.8".
+    # deepcluster: "a PyTorch install version 0.1.8"; stat453's README shows its script's output,
+    # "PyTorch version: 1.7.0".
     worded = re.compile(
-        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion\s*:?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
@@ -213,7 +214,7 @@ def _ci_tested(ctx: "FileContext", package: str) -> str | None:
     return ">=" + min(versions, key=_version) if versions else None
 
 
-_PRIMARY = re.compile(r"^(?:requirements[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini|poetry\.lock|uv\.lock)$")
+_PRIMARY = re.compile(r"^(?:requirements?[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini|poetry\.lock|uv\.lock)$")
 
 
 def _install_pins(text: str, package: str) -> list[str]:
@@ -913,6 +914,7 @@ def admits_below(spec: str | None, version: str) -> bool | None:
 # A notebook keeps the evidence of its last run: the cells' outputs (``print(torch.__version__)``
 # gave ``1.6.0``), the wheels it installed (PyG's index for ``torch-1.6.0``), the kernel's
 # Python (3.7.6), and on Colab the GPU it ran on (``"gpuType": "T4"``).
+_WATERMARK_OUTPUT = re.compile(r"^torch\s*:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.M)
 _VERSION_OUTPUT = re.compile(r"^\s*'?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:[+a-z][\w.+]*)?'?\s*$", re.M)
 _PYG_WHEELS = re.compile(r"(?:pytorch-geometric\.com|data\.pyg\.org)/whl/torch-([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 # The newest torch for a Python: 1.10 was the last for 3.6, 1.13 the last for 3.7.
@@ -1021,14 +1023,16 @@ def _notebook_torch(notebook: dict) -> tuple[str, str] | None:
         wheels = _PYG_WHEELS.search(source)
         if wheels is not None:
             found.append((wheels.group(1), f"the notebook installs PyTorch Geometric's wheels for torch {wheels.group(1)}"))
-        if "torch.__version__" not in source:
+        watermark = "%watermark" in source and "torch" in source
+        if "torch.__version__" not in source and not watermark:
             continue
         for output in cell.get("outputs") or ():
             if not isinstance(output, dict):
                 continue
             data = output.get("data")
             text = _cell_text(output.get("text")) or (_cell_text(data.get("text/plain")) if isinstance(data, dict) else "")
-            printed = _VERSION_OUTPUT.search(text)
+            # ``%watermark -p torch`` prints ``torch: 1.9.0a0+d819a21`` (rasbt's course notebooks).
+            printed = _WATERMARK_OUTPUT.search(text) if watermark else _VERSION_OUTPUT.search(text)
             if printed is not None:
                 found.append((printed.group(1), f"the notebook's saved output shows torch {printed.group(1)}"))
                 break

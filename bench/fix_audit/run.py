@@ -47,7 +47,7 @@ CONTEXT_LINES = 6
 # What a checkout has that fixes read: the code and notebooks, the declared requirements and install
 # instructions (version-dependent fixes), DeepSpeed and Accelerate configs.
 PROJECT_FILES = (
-    "*.py", "*requirements*.txt", "*requirements*.lock", "pyproject*.toml", "setup.cfg", "settings.ini", "*.yml", "*.json", "*.yaml",
+    "*.py", "*requirement*.txt", "*requirements*.lock", "pyproject*.toml", "setup.cfg", "settings.ini", "*.yml", "*.json", "*.yaml",
     "README*", "INSTALL*", "get_started*", "getting_started*", "Dockerfile*", "*.ipynb", "*spec*.txt", "conda*.txt", "*.sh",
     "poetry.lock", "uv.lock",
 )
