@@ -3606,3 +3606,19 @@ def test_a_readme_showing_a_scripts_printed_torch_version_names_its_torch(tmp_pa
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(tmp_path / "simple_cnn.py", source))
     assert finding.fix_applicability is None and "1.7.0" in finding.message, finding.message
+
+
+def test_a_namespace_switch_left_off_puts_the_run_on_the_cpu():
+    # PyTorchNLPBook's notebooks: ``args = Namespace(..., cuda=False)``, then
+    # ``if not torch.cuda.is_available(): args.cuda = False`` and ``torch.device("cuda" if args.cuda else "cpu")``.
+    source = (
+        "import torch\nfrom argparse import Namespace\n"
+        "args = Namespace(seed=1337, cuda=False, batch_size=64)\n"
+        "if not torch.cuda.is_available():\n    args.cuda = False\n"
+        "args.device = torch.device('cuda' if args.cuda else 'cpu')\n"
+        "model = Net().to(args.device)\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    assert "ADV601" not in codes(source)
+    on = source.replace("cuda=False, batch_size", "cuda=True, batch_size")
+    assert "ADV601" in codes(on)

@@ -76,6 +76,8 @@ DTYPE_NAMES = frozenset({
     "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
 })
 _AVAILABILITY_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.cuda.is_built")
+# An argparse ``Namespace`` written out by hand (notebooks that mimic a script's arguments).
+_NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 _ACCELERATOR_DEVICES = ("torch.accelerator.current_accelerator", "torch.accelerator.current_device_index")
 _XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.core.xla_model.device")
 _MAX_DEPTH = 8
@@ -171,6 +173,10 @@ class DeviceFacts:
     def _classify(self, expr: cst.BaseExpression, depth: int) -> Where:
         ctx = self.ctx
         if isinstance(expr, cst.IfExp):
+            if self.gpu_test(expr.test) is Tri.NO and self._where(expr.orelse, depth + 1) is Where.CPU:
+                # ``"cuda" if args.cuda else "cpu"`` where the switch is off (a hand-written
+                # ``Namespace(cuda=False)``): the branch taken is the CPU's.
+                return Where.CPU
             return join((self._where(expr.body, depth + 1), self._where(expr.orelse, depth + 1)))
         if isinstance(expr, cst.FormattedString):
             first = expr.parts[0] if expr.parts else None
@@ -438,11 +444,30 @@ class DeviceFacts:
                     return self.gpu_test(value, depth + 1, switches)
             else:
                 assignments = ctx.attribute_assignments.get(spelling, [])
+                if self._namespace_switch_off(test, assignments):
+                    return Tri.NO
                 if len(assignments) == 1 and isinstance(assignments[0], cst.Assign):
                     return self.gpu_test(assignments[0].value, depth + 1, switches)
             if _GPU_TEST_NAME.match(spelling.split(".")[-1]):
                 return Tri.YES
         return Tri.UNKNOWN
+
+    def _namespace_switch_off(self, test: cst.Attribute, assignments: list) -> bool:
+        """``args.cuda`` where ``args = Namespace(..., cuda=False, ...)`` and every later
+        assignment sets it to ``False`` too (PyTorchNLPBook's notebooks: ``if not
+        torch.cuda.is_available(): args.cuda = False``): the switch is off, the run is on the CPU."""
+        ctx = self.ctx
+        if not isinstance(test.value, cst.Name):
+            return False
+        built = ctx.single_assignment(test.value)
+        if not (isinstance(built, cst.Call) and (ctx.qualname(built.func) or "") in _NAMESPACES):
+            return False
+        keyword = ctx.keyword_arg(built, test.attr.value)
+        values = [keyword.value] if keyword is not None else []
+        values += [a.value for a in assignments if isinstance(a, cst.Assign)]
+        if len(values) != 1 + sum(1 for a in assignments if isinstance(a, cst.Assign)) or len(values) != len(assignments) + 1:
+            return False  # not set in the constructor, or changed by ``+=`` / an annotation
+        return all(isinstance(v, cst.Name) and v.value == "False" for v in values)
 
     def _device_comparison(self, test: cst.Comparison) -> Tri:
         operator = test.comparisons[0].operator
