@@ -3622,3 +3622,25 @@ def test_a_namespace_switch_left_off_puts_the_run_on_the_cpu():
     assert "ADV601" not in codes(source)
     on = source.replace("cuda=False, batch_size", "cuda=True, batch_size")
     assert "ADV601" in codes(on)
+
+
+def test_a_notebooks_watermark_names_its_transformers(tmp_path):
+    # stat453's L19 notebook: ``%watermark -p torch,transformers`` printed transformers 4.6.0,
+    # whose TrainingArguments has no ``bf16`` (4.13).
+    cells = [
+        _code_cell("%load_ext watermark\n%watermark -p torch,transformers",
+                   [{"output_type": "stream", "name": "stdout", "text": "torch       : 2.1.0\ntransformers: 4.6.0\n"}]),
+        _code_cell("from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments\n"
+                   "model = AutoModelForSequenceClassification.from_pretrained('distilbert-base-uncased')\n"
+                   "args = TrainingArguments('out', per_device_train_batch_size=16)\n"
+                   "Trainer(model=model, args=args, train_dataset=data).train()\n"),
+    ]
+    path = tmp_path / "distilbert.ipynb"
+    text = _notebook_text(cells)
+    path.write_text(text)
+    (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV203"]
+    assert finding.fix_applicability is None and "transformers 4.6.0" in finding.message, finding.message
+    text = _notebook_text(cells[1:])
+    path.write_text(text)
+    (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV203"]
+    assert finding.fix_applicability is not None, finding.message

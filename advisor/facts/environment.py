@@ -692,6 +692,11 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         return f"the project pins {package} to `{spec[1:].strip()[:60]}`, whose version advisor cannot read"
     if admits_below(spec, version):
         return f"the project's requirements allow {package}{spec}"
+    if package != "torch" and not spec:
+        shown = notebook_watermark(ctx, package)
+        if shown is not None and _version(shown) < _version(version):
+            # stat453's L19 notebooks: ``%watermark -p torch,transformers`` printed transformers 4.6.0.
+            return f"the notebook's saved output shows {package} {shown}"
     if package == "torch" and not spec:
         cap = _cuda_cap(ctx)
         if cap is not None and _version(cap[1]) < _version(version):
@@ -929,6 +934,24 @@ def notebook_torch(ctx: "FileContext") -> tuple[str, str] | None:
     if not ctx.path.endswith(".ipynb"):
         return None
     return ctx.memo(notebook_torch, lambda: _notebook_torch(_notebook(ctx)))
+
+
+def notebook_watermark(ctx: "FileContext", package: str) -> str | None:
+    """The version of ``package`` a notebook's ``%watermark -p ...`` output shows; None for a
+    script, or a notebook that shows none."""
+    if not ctx.path.endswith(".ipynb"):
+        return None
+    pattern = re.compile(rf"^{re.escape(package)}\s*:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.M)
+    cells = _notebook(ctx).get("cells")
+    for cell in cells if isinstance(cells, list) else ():
+        if not isinstance(cell, dict) or "%watermark" not in _cell_text(cell.get("source")):
+            continue
+        for output in cell.get("outputs") or ():
+            text = _cell_text(output.get("text")) if isinstance(output, dict) else ""
+            found = pattern.search(text)
+            if found is not None:
+                return found.group(1)
+    return None
 
 
 def notebook_gpu(ctx: "FileContext") -> str | None:
