@@ -3644,3 +3644,19 @@ def test_a_notebooks_watermark_names_its_transformers(tmp_path):
     path.write_text(text)
     (finding,) = [d for d in lint(text, gpu="A100", path=str(path)) if d.code == "ADV203"]
     assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_tensor_dataset_of_tensors_a_helper_moves_to_the_gpu_is_not_pinned():
+    # The Kaggle ensembler: ``XnumpyToTensor`` returns ``torch.from_numpy(x).cuda()`` under
+    # ``if args.use_cuda``; the TensorDataset holds GPU tensors, which pinning cannot take.
+    source = (
+        "import torch\nfrom torch.utils.data import TensorDataset, DataLoader\n\n"
+        "def to_tensor(x, args):\n"
+        "    if args.use_cuda:\n        t = torch.from_numpy(x).cuda()\n    else:\n        t = torch.from_numpy(x)\n    return t\n\n"
+        "def loaders(x_tr, y_tr, args):\n"
+        "    dset_train = TensorDataset(to_tensor(x_tr, args), to_tensor(y_tr, args))\n"
+        "    train_ds, other = dset_train, None\n"
+        "    return DataLoader(train_ds, batch_size=64, num_workers=4)\n\n"
+        "model = Net().cuda()\nfor x, y in loaders(a, b, args):\n    model(x)\n"
+    )
+    assert "ADV101" not in codes(source)

@@ -1260,6 +1260,10 @@ class LoaderFacts:
                 return self.dataset_sources(binding.value, depth + 1)
             if isinstance(binding.node, cst.Param):
                 return self._sources_passed_for(binding.node, depth)
+            paired = _paired_value(binding.node, expr.value)
+            if paired is not None:
+                # ``local_train_ds, local_val_ds = dset_train, dset_val`` (the Kaggle ensembler)
+                return self.dataset_sources(paired, depth + 1)
             return None
         if isinstance(expr, cst.Call):
             function = ctx.loops.callee(expr)
@@ -1324,6 +1328,12 @@ class LoaderFacts:
             device = ctx.keyword_arg(bound, "device")
             if device is not None and devices.where(device.value).gpu:
                 return True
+            if isinstance(bound.func, cst.Name):
+                # The Kaggle ensembler's ``XnumpyToTensor(x, args)``: ``torch.from_numpy(x).cuda()``
+                # under ``if args.use_cuda``, then returned; its TensorDataset holds GPU tensors.
+                found = self.function_named(bound.func)
+                if found is not None and _returns_moved(found[0], found[1]):
+                    return True
         return False
 
     def dataset_on_gpu(self, call: cst.Call) -> bool:
@@ -1524,6 +1534,40 @@ def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
         and ctx.parent.get(call) is not None
         and isinstance(ctx.parent.get(call), cst.Expr)
     )
+
+
+def _returns_moved(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """The function returns a name it binds to a tensor moved to the GPU (``x = t.cuda()`` ...
+    ``return x``), or returns such a move itself."""
+    devices = ctx.facts.devices
+    moved: set[str] = set()
+    for assign in ctx.walk(function, cst.Assign):
+        value = assign.value
+        if isinstance(value, cst.Call) and devices.moves_off_cpu(value):
+            for target in assign.targets:
+                moved |= target_names(target.target)
+    for ret in ctx.walk(function, cst.Return):
+        value = ret.value
+        if isinstance(value, cst.Name) and value.value in moved:
+            return True
+        if isinstance(value, cst.Call) and devices.moves_off_cpu(value):
+            return True
+    return False
+
+
+def _paired_value(node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    """The element of ``a, b = x, y`` that ``name`` takes; None for any other binding."""
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+        return None
+    target, value = node.targets[0].target, node.value
+    if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List))):
+        return None
+    if len(target.elements) != len(value.elements) or any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return None
+    for left, right in zip(target.elements, value.elements):
+        if isinstance(left.value, cst.Name) and left.value.value == name:
+            return right.value
+    return None
 
 
 def _breaks_after_first(ctx: "FileContext", loop: cst.For) -> bool:
