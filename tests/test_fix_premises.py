@@ -3660,3 +3660,16 @@ def test_a_tensor_dataset_of_tensors_a_helper_moves_to_the_gpu_is_not_pinned():
         "model = Net().cuda()\nfor x, y in loaders(a, b, args):\n    model(x)\n"
     )
     assert "ADV101" not in codes(source)
+
+
+def test_a_program_that_makes_cuda_tensors_by_default_does_not_pin():
+    # maskrcnn-pytorch: ``torch.set_default_tensor_type('torch.cuda.FloatTensor')`` under
+    # ``--device cuda``: its data set's tensors are CUDA tensors, and pinning one raises.
+    source = (
+        "import torch\n"
+        "if args.device == 'cuda':\n    torch.set_default_tensor_type('torch.cuda.FloatTensor')\n"
+        "loader = torch.utils.data.DataLoader(dataset, batch_size=2, num_workers=4)\n"
+        "model = Net().cuda()\nfor images, targets in loader:\n    model(images.cuda())\n"
+    )
+    assert "ADV101" not in codes(source)
+    assert "ADV101" in codes(source.replace("torch.cuda.FloatTensor", "torch.FloatTensor"))

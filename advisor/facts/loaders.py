@@ -656,6 +656,8 @@ class LoaderFacts:
         the per-sample indexing that makes most of its cost (ADV105 is the advice there)."""
         if self.dataset_on_gpu(call) or self.index_dataset(call) or self.unused_lightning_loader(call):
             return False
+        if self.makes_cuda_tensors_by_default:
+            return False  # the data set's tensors may be made on the GPU: pinning one raises
         if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call) or self.collates_unpinnable(call):
             return False
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
@@ -812,6 +814,15 @@ class LoaderFacts:
             if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
                 return False
         return True
+
+    @cached_property
+    def makes_cuda_tensors_by_default(self) -> bool:
+        """The file makes new tensors on the GPU by default: ``torch.set_default_tensor_type(
+        'torch.cuda.FloatTensor')`` or ``torch.set_default_device('cuda')`` (maskrcnn-pytorch's
+        ``--device cuda``): what a data set builds is then a CUDA tensor, which a loader cannot
+        pin. Only this file's own call counts: TabSurvey's DeepGBM module sets it at import, but
+        its registry imports that module only when DeepGBM is the model chosen."""
+        return _CUDA_BY_DEFAULT.search(self.ctx.source.encode()) is not None
 
     def reads_one_batch(self, call: cst.Call) -> bool:
         """Every read of the loader draws one batch: ``next(iter(loader))`` outside a loop, or a
@@ -1568,6 +1579,12 @@ def _paired_value(node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
         if isinstance(left.value, cst.Name) and left.value.value == name:
             return right.value
     return None
+
+
+# ``torch.set_default_tensor_type('torch.cuda.FloatTensor')`` / ``torch.set_default_device("cuda")``.
+_CUDA_BY_DEFAULT = re.compile(
+    rb"^[^#\n]*\bset_default_(?:tensor_type\(\s*['\"]?torch\.cuda\.|device\(\s*['\"]cuda)", re.M
+)
 
 
 def _breaks_after_first(ctx: "FileContext", loop: cst.For) -> bool:
