@@ -233,7 +233,10 @@ class AccumulationSplit(Rule):
         more memory, so the fix is unsafe; `advisor fix --verify` tries it and finds the
         largest per-device batch that fits. Where the script is visibly written around its
         memory (a model loaded in 8 or 4 bits, gradient checkpointing turned on), the finding
-        is advice: the small batch is likely memory's choice. Where the method needs one sample per step
+        is advice: the small batch is likely memory's choice. Where the program's loss compares
+        the samples of a micro-batch with each other (`labels = torch.arange(...)` over a
+        similarity matrix: in-batch negatives), a larger batch changes the objective: advice
+        too. Where the method needs one sample per step
         (per-sample generators, some GANs), accumulation over 8+ steps is rare; suppress
         the finding with `# noqa: ADV401` where it is intended.
     """

@@ -95,7 +95,11 @@ class DataLoaderPinMemory(Rule):
 
         A `collate_fn` of the project that returns a transformers `BatchEncoding` is pinned
         only where the project's torch is 1.11 or later: earlier versions pin a mapping into a
-        plain `dict`, and `batch.input_ids` raises (pytorch#67831).
+        plain `dict`, and `batch.input_ids` raises (pytorch#67831). One that hands on tuples
+        the file builds (diffusers' SDXL `original_sizes`) is pinned only where the project
+        requires torch 2.10 or later: before, pinning rebuilt every tuple of a batch as a
+        list, and `original_size + crops_coords_top_left + target_size` raises (pytorch#48419).
+        A `num_workers` taken from a parameter whose default is 0 counts as no workers.
 
         A loader without worker processes (`num_workers` unset or 0) pins each batch in the
         training process itself, right before the copy to the GPU. On an H200
@@ -121,9 +125,11 @@ class DataLoaderPinMemory(Rule):
         - the batches are on the GPU before the loader yields them: the dataset is built
           from GPU tensors, or a dataset class of the project moves its data or items to a
           device, or the `collate_fn` (a lambda, a function or a callable class of the
-          file, and the file's functions they call) does: pinning a GPU tensor raises
-          "only dense CPU tensors can be pinned". Library collators and collate functions
-          imported from other modules are taken as CPU ones. Where the file cannot see
+          file, and the file's functions they call; a collator picked from a dict of them,
+          or a collator class of the project) does, or the file makes CUDA tensors by
+          default (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`): pinning a GPU
+          tensor raises "only dense CPU tensors can be pinned". Library collators and collate
+          functions imported from other modules are taken as CPU ones. Where the file cannot see
           which data set the loader gets (a trainer's `self.train_dataset`) and a data set
           class of the project makes its items on a device, the loader may draw from it:
           silent too;
@@ -154,7 +160,9 @@ class DataLoaderPinMemory(Rule):
           list (a data set loaded into memory once), or hands its parts to a function of the
           project that makes NumPy arrays of them first (TransUNet's `test_single_volume`,
           copied into many segmentation repositories): pinning would copy each batch into
-          page-locked memory for nothing; or nothing reads the name it is bound to, beside a
+          page-locked memory for nothing (batches drawn by `next()` from an `iter(loader)`
+          too); or every read of it draws one batch (`next(iter(loader))` outside a loop,
+          a loop that ends in `break`); or nothing reads the name it is bound to, beside a
           loader the file does read (a `train_loader` built per data set where only the
           `test_loader` is drawn from), and, at module level, no other file names it.
     """

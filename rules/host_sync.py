@@ -1854,7 +1854,9 @@ class EvalWithoutNoGrad(Rule):
           evaluation function: `with torch.no_grad(): evaluate(model, loader)`);
         - the loop needs gradients: it calls `backward()`, `torch.autograd.grad`,
           `torch.enable_grad()`, touches `requires_grad` or `.grad` (attribution,
-          adversarial examples), or it is a training loop;
+          adversarial examples), or it is a training loop; also through a function of the
+          project it calls, or a method of an object the file cannot type whose project
+          classes do (an attack's `perturb`);
         - the model's parameters are frozen (`model.requires_grad_(False)`, or
           `requires_grad = False` in a loop over its `parameters()` / `named_parameters()`);
         - the model is switched back with `model.train()` before the loop, or the loop only

@@ -1371,7 +1371,9 @@ class DeprecatedAmpApi(Rule):
         - the code already uses `torch.autocast` / `torch.amp.GradScaler`;
         - `torch.cpu.amp` or other device-specific modules (not this rule's API);
         - the old API is a compatibility fallback for old torch: in the `except` of a `try`
-          that uses the new one, or under a version or feature test (`hasattr(torch, "amp")`).
+          that uses the new one, or under a version or feature test (`hasattr(torch, "amp")`),
+          or a name imported from `torch.amp` in a `try` and from `torch.cuda.amp` only in its
+          `except`.
 
         `torch.amp.GradScaler` needs PyTorch 2.3 or newer, `torch.autocast` 1.10.
         Positional arguments are passed on by name (`torch.cuda.amp.autocast(True)` becomes
