@@ -3673,3 +3673,19 @@ def test_a_program_that_makes_cuda_tensors_by_default_does_not_pin():
     )
     assert "ADV101" not in codes(source)
     assert "ADV101" in codes(source.replace("torch.cuda.FloatTensor", "torch.FloatTensor"))
+
+
+def test_a_conda_environment_script_names_the_cuda_torch_is_built_for(tmp_path):
+    # DESED_task's recipes: ``conda_create_environment.sh`` installs ``pytorch-cuda=11.7``, whose
+    # newest torch is 2.0.1: fused Adam on parameters still on the CPU (torch 2.4) raises there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "conda_create_environment.sh").write_text(
+        "conda create -y -n dcase python==3.8.5\nconda install -y pytorch torchvision pytorch-cuda=11.7 -c pytorch -c nvidia\n"
+    )
+    source = (
+        "import torch\nimport pytorch_lightning as pl\n"
+        "model = Net()\noptimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        "trainer = pl.Trainer(accelerator='gpu')\ntrainer.fit(Module(model, optimizer))\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train_sed.py", source))
+    assert finding.fix_applicability is None and "CUDA 11.7" in finding.message, finding.message

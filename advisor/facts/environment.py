@@ -42,7 +42,9 @@ _CONDA_PACKAGE = re.compile(
 # An install script counts too (VQ-Diffusion's ``install_req.sh``: ``pip install torch==1.9.0``;
 # MP-Neural-PDE-Solvers' ``environment.sh``: ``conda install pytorch=1.9``).
 _DOCUMENT = re.compile(
-    r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*|(?:install|setup|env|environment)[\w.-]*\.sh)$",
+    # DESED's ``conda_create_environment.sh`` (``pytorch-cuda=11.7``), RawNet's ``launch_ngc.sh``.
+    r"^(?:(readme|install|installation|get_started|getting_started)[\w.-]*\.(md|rst|txt)|dockerfile[\w.-]*"
+    r"|[\w.-]*(?:install|setup|env|environment|conda|docker|ngc)[\w.-]*\.sh)$",
     re.I,
 )
 _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
