@@ -81,6 +81,34 @@ LIGHTNING = ("lightning.pytorch.Trainer", "lightning.fabric.Fabric")
 # "bf16-mixed" exists only from Lightning 2.0, the legacy "bf16" in every version.
 LIGHTNING_BF16 = {16: "bf16", "16": "bf16", "16-mixed": "bf16-mixed"}
 
+
+def _accelerator_may_train(ctx: FileContext, call: cst.Call) -> bool:
+    """Whether the ``Accelerator`` may serve training: the file trains, or it hands the object to
+    code it does not show. musubi-tuner's ``cache_text_encoder_outputs.py`` builds one with
+    ``mixed_precision="fp16"`` only to run its fp8 text encoder under ``accelerator.autocast()``
+    in a function of the file that encodes prompts: no backward, no optimizer anywhere."""
+    if file_trains(ctx):
+        return True
+    assign = ctx.parent.get(call)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+        return True
+    name = assign.targets[0].target.value
+    for use in ctx.nodes(cst.Name):
+        if use.value != name or not ctx.is_read(use):
+            continue
+        holder = ctx.parent.get(use)
+        if isinstance(holder, cst.Attribute) and holder.value is use:
+            continue  # ``accelerator.autocast()``, ``accelerator.device``: its own methods
+        arg = holder if isinstance(holder, cst.Arg) else None
+        passed_to = ctx.parent.get(arg) if arg is not None else None
+        if isinstance(passed_to, cst.Call) and ctx.loops.callee(passed_to) is not None:
+            continue  # a function of the file, which does not train (the file does not)
+        if isinstance(holder, cst.Comparison):
+            continue  # ``if accelerator is not None``
+        return True
+    return False
+
+
 def _message(text: str) -> str:
     return f"{text} (guide: {GUIDE})"
 
@@ -1236,6 +1264,8 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if self._other_call_sets(ctx, (ACCELERATOR,), "mixed_precision", ("bf16",)):
                 continue
+            if not _accelerator_may_train(ctx, call):
+                continue  # inference: fp16 is as fast as bf16 and more precise
             fix = None
             if isinstance(value.node, cst.SimpleString):
                 fix = self.fix('Use `mixed_precision="bf16"`', Edit(value.node, string_like(value.node, "bf16")))

@@ -3689,3 +3689,21 @@ def test_a_conda_environment_script_names_the_cuda_torch_is_built_for(tmp_path):
     )
     finding = only(source, "ADV601", fresh_script(tmp_path / "train_sed.py", source))
     assert finding.fix_applicability is None and "CUDA 11.7" in finding.message, finding.message
+
+
+def test_an_accelerator_that_only_serves_inference_keeps_fp16():
+    # musubi-tuner's cache_text_encoder_outputs.py: ``Accelerator(mixed_precision="fp16")`` only
+    # for ``accelerator.autocast()`` around an fp8 text encoder that encodes prompts; nothing trains.
+    source = (
+        "import torch\nimport accelerate\n\n"
+        "def encode(encoder, batch, accelerator):\n"
+        "    if accelerator is not None:\n        with accelerator.autocast():\n            return encoder(batch)\n"
+        "    return encoder(batch)\n\n"
+        "def main():\n"
+        "    accelerator = accelerate.Accelerator(mixed_precision='fp16')\n"
+        "    encoder = Encoder().cuda()\n"
+        "    for batch in batches:\n        save(encode(encoder, batch, accelerator=accelerator))\n"
+    )
+    assert "ADV201" not in codes(source)
+    handed = source.replace("save(encode(encoder, batch, accelerator=accelerator))", "train_loop(encoder, batch, accelerator)")
+    assert "ADV201" in codes(handed)
