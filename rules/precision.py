@@ -93,9 +93,10 @@ def _accelerator_may_train(ctx: FileContext, call: cst.Call) -> bool:
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
         return True
     name = assign.targets[0].target.value
-    for use in ctx.nodes(cst.Name):
-        if use.value != name or not ctx.is_read(use):
-            continue
+    reads = [use for use in ctx.nodes(cst.Name) if use.value == name and ctx.is_read(use)]
+    if not reads and ctx.enclosing(call, cst.FunctionDef) is None:
+        return True  # a module-level object other modules may import and train with
+    for use in reads:
         holder = ctx.parent.get(use)
         if isinstance(holder, cst.Attribute) and holder.value is use:
             continue  # ``accelerator.autocast()``, ``accelerator.device``: its own methods
