@@ -3707,3 +3707,27 @@ def test_an_accelerator_that_only_serves_inference_keeps_fp16():
     assert "ADV201" not in codes(source)
     handed = source.replace("save(encode(encoder, batch, accelerator=accelerator))", "train_loop(encoder, batch, accelerator)")
     assert "ADV201" in codes(handed)
+
+
+def test_a_loader_read_once_with_the_old_next_method_is_not_pinned():
+    # BiT's colab: ``images, labels = iter(loader).next()`` on a 50,000-image batch, then
+    # ``loader`` is bound again to the loader the training loop draws from.
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(tiny, batch_size=50000, num_workers=2)\n"
+        "images, labels = iter(loader).next()\n"
+        "loader = torch.utils.data.DataLoader(train, batch_size=512, num_workers=2)\n"
+        "for x, y in loader:\n    model(x.cuda())\n"
+    )
+    assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV101"] == [5]
+
+
+def test_a_loader_also_drawn_from_in_a_function_defined_before_it_is_pinned():
+    # The function's loop reads the module-level loader bound after the function's definition.
+    source = (
+        "import torch\nmodel = Net().cuda()\n\n"
+        "def train():\n    for x in loader:\n        model(x.cuda())\n\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)\n"
+        "sample = next(iter(loader))\ntrain()\n"
+    )
+    assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV101"] == [8]

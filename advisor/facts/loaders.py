@@ -837,9 +837,24 @@ class LoaderFacts:
         scope = ctx.enclosing(call, cst.FunctionDef)
         if scope is not None:
             reads = [read for read in reads if ctx.is_descendant(read, scope)]
+        # A notebook rebinds ``loader`` cell after cell: only the reads of this binding count.
+        # A read in another function (called later, perhaps) counts whichever binding it meets.
+        reads = [
+            read for read in reads
+            if _latest_binding(ctx, read) is call
+            or (ctx.enclosing(read, cst.FunctionDef) is not scope and any(b.value is call for b in ctx.lookup(read.value, read)))
+        ]
         drawn = 0
         for read in reads:
             if _argument_of_builtin(ctx, read, ("len",)):
+                continue
+            made = ctx.parent.get(ctx.parent.get(read))
+            holder = ctx.parent.get(made) if _argument_of_builtin(ctx, read, ("iter",)) else None
+            if isinstance(holder, cst.Attribute) and holder.attr.value == "next" and isinstance(ctx.parent.get(holder), cst.Call):
+                # ``images, labels = iter(loader).next()`` (torch before 1.13; BiT's colab)
+                if ctx.enclosing(holder, cst.For, cst.While, cst.FunctionDef) is not scope:
+                    return False
+                drawn += 1
                 continue
             loop = next((l for l in ctx.nodes(cst.For) if read is l.iter or ctx.is_descendant(read, l.iter)), None)
             if loop is not None:
@@ -1585,6 +1600,13 @@ def _paired_value(node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
 _CUDA_BY_DEFAULT = re.compile(
     rb"^[^#\n]*\bset_default_(?:tensor_type\(\s*['\"]?torch\.cuda\.|device\(\s*['\"]cuda)", re.M
 )
+
+
+def _latest_binding(ctx: "FileContext", read: cst.Name) -> cst.BaseExpression | None:
+    """The value of the last assignment to ``read``'s name that comes before it in the file
+    (a notebook binds ``loader`` again cell after cell); None where none does."""
+    before = [b for b in ctx.lookup(read.value, read) if b.value is not None and ctx.order[b.value] < ctx.order[read]]
+    return max(before, key=lambda b: ctx.order[b.value]).value if before else None
 
 
 def _breaks_after_first(ctx: "FileContext", loop: cst.For) -> bool:
