@@ -3731,3 +3731,24 @@ def test_a_loader_also_drawn_from_in_a_function_defined_before_it_is_pinned():
         "sample = next(iter(loader))\ntrain()\n"
     )
     assert [d.line for d in lint(source, gpu="A100") if d.code == "ADV101"] == [8]
+
+
+def test_a_module_calling_torch_set_deterministic_runs_torch_1_9_or_older(tmp_path):
+    # stat453's helper.py: ``torch.set_deterministic(True)`` (in torch 1.9.0, gone in 1.10.0):
+    # the script that imports it cannot have set_float32_matmul_precision (1.12).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "helper.py").write_text("import torch\n\ndef set_all_seeds(seed):\n    torch.set_deterministic(True)\n")
+    source = (
+        "import torch\nfrom helper import set_all_seeds\n"
+        "if __name__ == '__main__':\n    set_all_seeds(1)\n    model = Net().cuda()\n"
+        "    optimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train_model.py", source))
+    assert finding.fix_applicability is None and "torch.set_deterministic" in finding.message, finding.message
+    forget_projects()
+    (tmp_path / "helper.py").write_text(
+        "import torch\n\ndef set_all_seeds(seed):\n    try:\n        torch.set_deterministic(True)\n"
+        "    except AttributeError:\n        torch.use_deterministic_algorithms(True)\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train_model2.py", source))
+    assert finding.fix_applicability is not None, finding.message

@@ -800,6 +800,12 @@ _REMOVED_IMPORTS = (
     (re.compile(r"^(?:from\s+torch\._six\s+import|import\s+torch\._six\b)", re.M), "torch._six", "1.13", "torch 2.0 removed"),
     # torchtext's last release, 0.18 (2024), is built for torch 2.3 and fails to load on later ones.
     (re.compile(r"^(?:from|import)\s+torchtext\b", re.M), "torchtext", "2.3", "stopped at 0.18, built for torch 2.3"),
+    # stat453's helper.py: ``torch.set_deterministic(True)``, in torch 1.9.0's ``__init__.py``
+    # and gone from 1.10.0's (both wheels read); not where the file also knows the new spelling.
+    (
+        re.compile(r"\A(?![\s\S]*\buse_deterministic_algorithms\b)[\s\S]*?^[^#\n]*\btorch\.set_deterministic\(", re.M),
+        "torch.set_deterministic", "1.9", "torch 1.10 removed", None, "calls",
+    ),
 )
 
 
@@ -808,12 +814,13 @@ def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str]
     file imports, or else a file of the project that runs in the same program (esvit's
     ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
     project = getattr(ctx, "project", None)
-    for pattern, name, newest, why, *oldest in _REMOVED_IMPORTS:
+    for pattern, name, newest, why, *rest in _REMOVED_IMPORTS:
         if pattern.search(ctx.source):
-            return name, newest, why, (oldest or [None])[0], "the file imports"
-    for pattern, name, newest, why, *oldest in _REMOVED_IMPORTS:
+            return name, newest, why, (rest or [None])[0], f"the file {rest[1] if len(rest) > 1 else 'imports'}"
+    for pattern, name, newest, why, *rest in _REMOVED_IMPORTS:
         if project is not None and project.runs_with_match(re.compile(pattern.pattern.encode(), re.M)):
-            return name, newest, why, (oldest or [None])[0], "a module that runs with the file imports"
+            verb = rest[1] if len(rest) > 1 else "imports"
+            return name, newest, why, (rest or [None])[0], f"a module that runs with the file {verb}"
     return None
 
 
