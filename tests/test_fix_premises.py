@@ -3752,3 +3752,22 @@ def test_a_module_calling_torch_set_deterministic_runs_torch_1_9_or_older(tmp_pa
     )
     finding = only(source, "ADV601", fresh_script(tmp_path / "train_model2.py", source))
     assert finding.fix_applicability is not None, finding.message
+
+
+def test_a_batch_resized_on_the_host_under_its_own_name_before_the_copy_leaves_pinning_as_advice():
+    # autodeeplab's evaluate.py: ``inputs = F.upsample(inputs, new_scale)``, then ``inputs.cuda()``:
+    # the copy is of the resized host tensor, which pinning the loader does not reach.
+    source = (
+        "import torch\nimport torch.nn.functional as F\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=4)\n"
+        "for sample in loader:\n"
+        "    inputs = sample['image']\n"
+        "    inputs = F.interpolate(inputs, (512, 512), mode='bilinear')\n"
+        "    inputs = inputs.cuda()\n"
+        "    model(inputs)\n"
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "on the host first" in finding.message, finding.message
+    direct = source.replace("    inputs = F.interpolate(inputs, (512, 512), mode='bilinear')\n", "")
+    (finding,) = [d for d in lint(direct, gpu="A100") if d.code == "ADV101"]
+    assert finding.fix_applicability is not None

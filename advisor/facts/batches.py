@@ -325,9 +325,28 @@ class BatchFacts:
                 and receiver.func.attr.value in _HOST_CONVERSIONS
                 and not receiver.args
                 and scope.holds_batch(receiver.func.value, call)
-            ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)):
+            ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)) or self._recomputed_from_batch(scope, receiver):
                 converted += 1
         return converted, direct
+
+    def _recomputed_from_batch(self, scope: "BatchScope", receiver: cst.BaseExpression) -> bool:
+        """``inputs = F.upsample(inputs, new_scale)`` and then ``inputs.cuda()`` (autodeeplab's
+        multi-scale evaluation): the name last got a new host tensor computed from the batch, so
+        the copy is of that tensor, not of the pinned batch."""
+        ctx = self.ctx
+        if not isinstance(receiver, cst.Name) or receiver.value not in scope.names:
+            return False
+        binding = ctx.facts.tensors.reaching(receiver)
+        if not isinstance(binding, cst.Assign) or scope.outside(binding):
+            return False
+        value = binding.value
+        if not isinstance(value, cst.Call) or ctx.facts.devices.moves_off_cpu(value):
+            return False
+        if isinstance(value.func, cst.Name) and value.func.value == "next":
+            return False
+        if scope._is_batch_value(value, at=value):
+            return False  # a view of the batch: the same pinned storage
+        return any(arg.keyword is None and scope.holds_batch(arg.value, value) for arg in value.args[:1])
 
 
 def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg) -> str | None:
