@@ -751,15 +751,10 @@ class LoaderFacts:
         as the ground truth and generates from tokens made on the device). Nothing goes to a
         GPU; pinning copies every batch once more, into page-locked memory, for nothing."""
         ctx = self.ctx
-        bound = self._plain_name_reads(call)
-        if bound is None:
+        local = self._local_reads(call)
+        if local is None:
             return False
-        names, reads = bound
-        scope = ctx.enclosing(call, cst.FunctionDef)
-        if scope is not None:
-            # A local name: another function's ``dataloader`` is another loader (AWP's misc.py
-            # has ``get_mean_and_std`` and ``get_mean_and_std_modified``, each with its own).
-            reads = [read for read in reads if ctx.is_descendant(read, scope)]
+        names, reads, _ = local
         drawn = 0
         for read in reads:
             if _argument_of_builtin(ctx, read, ("len",)):
@@ -778,9 +773,9 @@ class LoaderFacts:
         ``for batch in loader`` (its body), or the names ``batch = next(it)`` binds from an
         ``it = iter(loader)`` (the function around it); None for any other read."""
         ctx = self.ctx
-        for loop in ctx.nodes(cst.For):
-            if any(_iterates(loop.iter, name) for name in names) and (read is loop.iter or ctx.is_descendant(read, loop.iter)):
-                return [(target_names(loop.target), loop.body)]
+        loop = self._loop_over(read)
+        if loop is not None and any(_iterates(loop.iter, name) for name in names):
+            return [(target_names(loop.target), loop.body)]
         arg = ctx.parent.get(read)
         made = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
         if not (_argument_of_builtin(ctx, read, ("iter",)) and len(made.args) == 1):  # type: ignore[union-attr]
@@ -830,13 +825,10 @@ class LoaderFacts:
         scripts read their structure loader so, and break out of the content loop after the
         first batch). Pinning one batch costs what it saves."""
         ctx = self.ctx
-        bound = self._plain_name_reads(call)
-        if bound is None:
+        local = self._local_reads(call)
+        if local is None:
             return False
-        names, reads = bound
-        scope = ctx.enclosing(call, cst.FunctionDef)
-        if scope is not None:
-            reads = [read for read in reads if ctx.is_descendant(read, scope)]
+        names, reads, scope = local
         # A notebook rebinds ``loader`` cell after cell: only the reads of this binding count.
         # A read in another function (called later, perhaps) counts whichever binding it meets.
         reads = [
@@ -848,28 +840,45 @@ class LoaderFacts:
         for read in reads:
             if _argument_of_builtin(ctx, read, ("len",)):
                 continue
-            made = ctx.parent.get(ctx.parent.get(read))
-            holder = ctx.parent.get(made) if _argument_of_builtin(ctx, read, ("iter",)) else None
-            if isinstance(holder, cst.Attribute) and holder.attr.value == "next" and isinstance(ctx.parent.get(holder), cst.Call):
-                # ``images, labels = iter(loader).next()`` (torch before 1.13; BiT's colab)
-                if ctx.enclosing(holder, cst.For, cst.While, cst.FunctionDef) is not scope:
-                    return False
-                drawn += 1
-                continue
-            loop = next((l for l in ctx.nodes(cst.For) if read is l.iter or ctx.is_descendant(read, l.iter)), None)
+            loop = self._loop_over(read)
             if loop is not None:
                 if not any(_iterates(loop.iter, name) for name in names) or not _breaks_after_first(ctx, loop):
                     return False
                 drawn += 1
                 continue
-            arg = ctx.parent.get(read)
-            made = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
-            if not (_argument_of_builtin(ctx, read, ("iter",)) and _argument_of_builtin(ctx, made, ("next",))):
+            if not _argument_of_builtin(ctx, read, ("iter",)):
                 return False
-            if ctx.enclosing(made, cst.For, cst.While, cst.FunctionDef) is not scope:
+            made = ctx.parent.get(ctx.parent.get(read))  # the ``iter(loader)`` call
+            holder = ctx.parent.get(made)
+            if isinstance(holder, cst.Attribute) and holder.attr.value == "next" and isinstance(ctx.parent.get(holder), cst.Call):
+                drawn_by = holder  # ``images, labels = iter(loader).next()`` (torch before 1.13; BiT's colab)
+            elif _argument_of_builtin(ctx, made, ("next",)):
+                drawn_by = made  # ``next(iter(loader))``
+            else:
+                return False
+            if ctx.enclosing(drawn_by, cst.For, cst.While, cst.FunctionDef) is not scope:
                 return False  # drawn again on every pass of a loop
             drawn += 1
         return drawn > 0
+
+    def _local_reads(self, call: cst.Call) -> "tuple[frozenset[str], list[cst.Name], cst.FunctionDef | None] | None":
+        """The plain names ``call`` is bound to, their reads, and the function around the binding;
+        the reads only in that function where there is one: a local name is another function's
+        loader elsewhere (AWP's misc.py has ``get_mean_and_std`` and
+        ``get_mean_and_std_modified``, each with its own ``dataloader``)."""
+        bound = self._plain_name_reads(call)
+        if bound is None:
+            return None
+        names, reads = bound
+        scope = self.ctx.enclosing(call, cst.FunctionDef)
+        if scope is not None:
+            reads = [read for read in reads if self.ctx.is_descendant(read, scope)]
+        return names, reads, scope  # type: ignore[return-value]
+
+    def _loop_over(self, read: cst.Name) -> cst.For | None:
+        """The ``for`` loop whose iterable holds ``read`` (``for x in loader``, ``enumerate(loader)``)."""
+        ctx = self.ctx
+        return next((loop for loop in ctx.nodes(cst.For) if read is loop.iter or ctx.is_descendant(read, loop.iter)), None)
 
     def only_counted(self, call: cst.Call) -> bool:
         """The loader is bound to a name the file only hands to ``len()``: it is never iterated
@@ -1006,8 +1015,7 @@ class LoaderFacts:
         Pinning reaches only the labels beside it. The function may be a method of the data
         set (``collate_fn=dataset.collate``): every method of that name in the modules the file
         imports, and theirs, must do so."""
-        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
-        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        functions = self._loader_collate_functions(call)
         return bool(functions) and all(_returns_unpinnable_batch(owner, function) for owner, function in functions)
 
     @cached_property
@@ -1038,8 +1046,7 @@ class LoaderFacts:
         (pytorch_neural_crf's ``return BatchEncoding(encoded_inputs, tensor_type="pt")``), which
         code reads by attribute (``batch.input_ids``). Before torch 1.11 (pytorch#67831) pinning
         rebuilt a mapping as a plain ``dict``, and those reads raise."""
-        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
-        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        functions = self._loader_collate_functions(call)
         # Any: where ``dataset.collate_fn`` may be one of several methods of that name, one that
         # makes a ``BatchEncoding`` is enough to hold the fix to its version.
         return bool(functions) and any(_returns_batch_encoding(owner, function) for owner, function in functions)
@@ -1051,8 +1058,7 @@ class LoaderFacts:
         ``original_sizes.append((image.height, image.width))``). Before torch 2.10 pinning
         rebuilt every tuple of a batch as a list (pytorch#48419), and the step's
         ``original_size + crops_coords_top_left + target_size`` raises; None where none is seen."""
-        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
-        functions = self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
+        functions = self._loader_collate_functions(call)
         for owner, function in functions or ():
             held = _keys_holding_tuples(owner)
             if not held:
@@ -1067,6 +1073,11 @@ class LoaderFacts:
                 if key in held:
                     return key
         return None
+
+    def _loader_collate_functions(self, call: cst.Call) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
+        """The functions the loader's ``collate_fn`` can be (:meth:`_collate_functions`)."""
+        collate = self.ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        return self._collate_functions(collate) if isinstance(collate, cst.BaseExpression) else None
 
     def _collate_functions(self, collate: cst.BaseExpression) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
         """The functions a ``collate_fn`` argument can be: a function of the project, a method of
