@@ -1748,6 +1748,14 @@ _GENERIC_METHODS = frozenset({
 })
 
 
+def _takes_gradients(ctx: FileContext, function: cst.FunctionDef, depth: int) -> bool:
+    """``function`` of another module calls ``torch.autograd.grad`` / ``.backward()``, itself or
+    through one more function (:func:`_calls_gradient_helper` at ``depth + 1``)."""
+    if ctx.within(function, ctx.calls(*_GRADIENT_CALLS)) or ctx.within(function, ctx.method_calls("backward")):
+        return True
+    return _calls_gradient_helper(ctx, function, depth + 1)
+
+
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
     """``root`` calls a function that takes gradients (``torch.autograd.grad``, ``.backward()``),
     directly or through one more such function: of the file, or of a project module it imports
@@ -1759,19 +1767,13 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
                 continue
             found = ctx.project.binding(call.func)
             if found is not None and isinstance(found[1].node, cst.FunctionDef):
-                other, function = found[0], found[1].node
-                if other.within(function, other.calls(*_GRADIENT_CALLS)) or other.within(function, other.method_calls("backward")):
-                    return True
-                if _calls_gradient_helper(other, function, depth + 1):
+                if _takes_gradients(found[0], found[1].node, depth):
                     return True
             elif found is None and isinstance(call.func, cst.Attribute) and call.func.attr.value not in _GENERIC_METHODS:
                 # DM-Improves-AT's ``self.eval_attack.perturb(x, y)``: an object the file cannot
                 # type, whose project classes' ``perturb`` runs PGD (``loss.backward()``).
-                for other, method in ctx.project.methods_named(call.func.attr.value):
-                    if other.within(method, other.calls(*_GRADIENT_CALLS)) or other.within(method, other.method_calls("backward")):
-                        return True
-                    if _calls_gradient_helper(other, method, depth + 1):
-                        return True
+                if any(_takes_gradients(other, method, depth) for other, method in ctx.project.methods_named(call.func.attr.value)):
+                    return True
     gradient_calls = ctx.calls(*_GRADIENT_CALLS)
     backwards = ctx.method_calls("backward")
     if not gradient_calls and not backwards:

@@ -463,10 +463,9 @@ class DeviceFacts:
         if not (isinstance(built, cst.Call) and (ctx.qualname(built.func) or "") in _NAMESPACES):
             return False
         keyword = ctx.keyword_arg(built, test.attr.value)
-        values = [keyword.value] if keyword is not None else []
-        values += [a.value for a in assignments if isinstance(a, cst.Assign)]
-        if len(values) != 1 + sum(1 for a in assignments if isinstance(a, cst.Assign)) or len(values) != len(assignments) + 1:
+        if keyword is None or not all(isinstance(a, cst.Assign) for a in assignments):
             return False  # not set in the constructor, or changed by ``+=`` / an annotation
+        values = [keyword.value, *(a.value for a in assignments)]
         return all(isinstance(v, cst.Name) and v.value == "False" for v in values)
 
     def _device_comparison(self, test: cst.Comparison) -> Tri:
