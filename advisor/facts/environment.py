@@ -772,7 +772,7 @@ def runs_no_declared_torch(ctx: "FileContext") -> str | None:
 # program runs the old release. pytorch/examples' ``legacy/snli``: ``from torchtext.legacy
 # import data``, gone in torchtext 0.12, whose torch is 1.11; it came with torchtext 0.9 (torch
 # 1.8), so the program runs torch 1.8 to 1.10 (bentrevett's sentiment notebooks).
-# (pattern, name, newest torch, why, oldest torch where the module came late)
+# (pattern, name, newest torch, why[, oldest torch where the module came late[, verb]])
 _REMOVED_IMPORTS = (
     (
         re.compile(r"^(?:from|import)\s+torchtext\.legacy\b", re.M), "torchtext.legacy", "1.10",
@@ -809,18 +809,24 @@ _REMOVED_IMPORTS = (
 )
 
 
+# Each entry in full: what the code does with the API is "imports" unless the entry says.
+_REMOVED_ENTRIES = [
+    (pattern, name, newest, why, rest[0] if rest else None, rest[1] if len(rest) > 1 else "imports")
+    for pattern, name, newest, why, *rest in _REMOVED_IMPORTS
+]
+
+
 def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str] | None:
     """(module, newest torch, why, oldest torch or None, where) for the first removed module the
     file imports, or else a file of the project that runs in the same program (esvit's
     ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
     project = getattr(ctx, "project", None)
-    for pattern, name, newest, why, *rest in _REMOVED_IMPORTS:
+    for pattern, name, newest, why, oldest, verb in _REMOVED_ENTRIES:
         if pattern.search(ctx.source):
-            return name, newest, why, (rest or [None])[0], f"the file {rest[1] if len(rest) > 1 else 'imports'}"
-    for pattern, name, newest, why, *rest in _REMOVED_IMPORTS:
+            return name, newest, why, oldest, f"the file {verb}"
+    for pattern, name, newest, why, oldest, verb in _REMOVED_ENTRIES:
         if project is not None and project.runs_with_match(re.compile(pattern.pattern.encode(), re.M)):
-            verb = rest[1] if len(rest) > 1 else "imports"
-            return name, newest, why, (rest or [None])[0], f"a module that runs with the file {verb}"
+            return name, newest, why, oldest, f"a module that runs with the file {verb}"
     return None
 
 
@@ -928,7 +934,12 @@ def admits_below(spec: str | None, version: str) -> bool | None:
 # A notebook keeps the evidence of its last run: the cells' outputs (``print(torch.__version__)``
 # gave ``1.6.0``), the wheels it installed (PyG's index for ``torch-1.6.0``), the kernel's
 # Python (3.7.6), and on Colab the GPU it ran on (``"gpuType": "T4"``).
-_WATERMARK_OUTPUT = re.compile(r"^torch\s*:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.M)
+def _watermark_line(package: str) -> "re.Pattern[str]":
+    """``torch: 1.9.0a0+d819a21``, a line ``%watermark -p torch,...`` prints (rasbt's notebooks)."""
+    return re.compile(rf"^{re.escape(package)}\s*:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.M)
+
+
+_WATERMARK_OUTPUT = _watermark_line("torch")
 _VERSION_OUTPUT = re.compile(r"^\s*'?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:[+a-z][\w.+]*)?'?\s*$", re.M)
 _PYG_WHEELS = re.compile(r"(?:pytorch-geometric\.com|data\.pyg\.org)/whl/torch-([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 # The newest torch for a Python: 1.10 was the last for 3.6, 1.13 the last for 3.7.
@@ -950,7 +961,7 @@ def notebook_watermark(ctx: "FileContext", package: str) -> str | None:
     script, or a notebook that shows none."""
     if not ctx.path.endswith(".ipynb"):
         return None
-    pattern = re.compile(rf"^{re.escape(package)}\s*:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.M)
+    pattern = _watermark_line(package)
     cells = _notebook(ctx).get("cells")
     for cell in cells if isinstance(cells, list) else ():
         if not isinstance(cell, dict) or "%watermark" not in _cell_text(cell.get("source")):
