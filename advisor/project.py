@@ -311,6 +311,7 @@ class Project:
         self._kept_bytes = 0
         self._import_lists: dict[str, list[_Import]] = {}
         self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
+        self._named: dict[Callable[[str], object], list[str]] = {}
         self.importer_depth = 0
 
     @cached_property
@@ -332,6 +333,20 @@ class Project:
                 elif filename.endswith((".yaml", ".yml")):
                     configs.append(os.path.join(directory, filename))
         return found, notebooks, configs
+
+    def files_named(self, select: Callable[[str], object]) -> list[str]:
+        """The project's files of any kind whose names ``select`` keeps (requirement files in
+        every subtree), walked once per ``select`` and only when asked."""
+        found = self._named.get(select)
+        if found is None:
+            found = self._named[select] = []
+            for directory, dirnames, filenames in os.walk(self.root):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
+                found.extend(os.path.join(directory, name) for name in sorted(filenames) if select(name))
+                if len(found) > MAX_PROJECT_FILES:
+                    found.clear()
+                    break
+        return found
 
     def texts_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's Python files and YAML configs whose text has ``pattern`` (once per process)."""

@@ -580,6 +580,36 @@ def test_requirements_in_a_requirements_folder_give_the_floor(tmp_path):
     assert finding.fix_applicability is None and "allow torch==1.11.0+cu113" in finding.message
 
 
+def test_a_requirement_in_another_subtree_speaks_where_the_files_own_folders_name_none(tmp_path):
+    # share020/dl: torch==0.4.1 only in assignments/mp3/requirements.txt; mp7's scripts have
+    # nothing above them, and TF32's set_float32_matmul_precision (torch 1.12) raised there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "assignments" / "mp3").mkdir(parents=True)
+    (tmp_path / "assignments" / "mp3" / "requirements.txt").write_text("torchvision==0.2.1\ntorch==0.4.1\n")
+    (tmp_path / "assignments" / "mp7").mkdir()
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    script = tmp_path / "assignments" / "mp7" / "train.py"
+    script.write_text(source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None
+    assert "only torch requirement, `torch==0.4.1` in `assignments/mp3/requirements.txt`" in finding.message
+    # A second subtree asking for a current torch: the repository does not say which one runs.
+    (tmp_path / "assignments" / "mp9").mkdir()
+    (tmp_path / "assignments" / "mp9" / "requirements.txt").write_text("torch>=2.4\n")
+    forget_projects()
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+    # A package's own metadata that names no torch: a demo's pin is not what it runs with (co-tracker).
+    (tmp_path / "assignments" / "mp9" / "requirements.txt").unlink()
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='course')\n")
+    forget_projects()
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+    (tmp_path / "setup.py").unlink()
+    # A requirement of the file's own folders wins over every other subtree's.
+    (tmp_path / "assignments" / "mp7" / "requirements.txt").write_text("torch>=2.4\n")
+    forget_projects()
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+
+
 def test_a_cuda_toolkit_in_the_install_instructions_caps_the_torch(tmp_path):
     # SimMIM's README: `conda install pytorch torchvision torchaudio cudatoolkit=11.3 -c pytorch`:
     # no torch version, but the newest torch built for CUDA 11.3 is 1.12.1.

@@ -5,7 +5,8 @@ parameters are still on the CPU needs torch 2.4). The project's own declaration 
 text, never installed or imported: ``pyproject.toml`` (PEP 621 ``dependencies`` and Poetry),
 ``requirements*.txt``, ``setup.cfg`` and ``setup.py`` string literals, ``environment.yml``,
 and, where none of them names the package, the install instructions of a README or INSTALL
-file, from the file's folder up to the project root.
+file, from the file's folder up to the project root; where nothing there names it at all,
+the requirement files of the project's other subtrees (:func:`_pinned_elsewhere`).
 """
 from __future__ import annotations
 
@@ -59,17 +60,23 @@ def declared(ctx: "FileContext", package: str) -> str | None:
     return _declared(ctx, package)
 
 
-def _declared(ctx: "FileContext", package: str) -> str | None:
+def _requirement(package: str) -> "re.Pattern[str]":
+    """A requirement of ``package`` in a requirements file, ``pyproject.toml``, ``setup.py`` or a
+    conda environment, with its specifier (:func:`_spec_in`)."""
     name = re.escape(package)
     # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` and ``torch = ">=1.10.1, <1.13"``
     # (Poetry), ``- pytorch=2.1`` and ``- pytorch::pytorch=1.13.1`` (conda, with its channel: tabular-dl-tabr)
-    pattern = re.compile(
+    return re.compile(
         rf"""(?:^[ \t]*(?:-[ \t]*)?(?:[\w.-]+::)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
         rf"""(?P<spec>@[ \t]*[^"'\s;#]+|=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
         rf"""|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
         rf"""(?=["'\s;#\]]|$)""",
         re.M | re.I,
     )
+
+
+def _declared(ctx: "FileContext", package: str) -> str | None:
+    pattern = _requirement(package)
     documents: list[str] = []  # nearest first
     bare = False
     # Requirement files of one folder may disagree (VL-T5: requirements.txt pins torch 1.6.0 for
@@ -738,7 +745,51 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
                 return f"{where} `{name}`, which {why}: it runs torch {oldest} to {newest}"
         if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
             return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
+    if spec is None:
+        elsewhere = _pinned_elsewhere(ctx, package)
+        if elsewhere and all(admits_below(pin, version) for _, pin in elsewhere):
+            where, pin = elsewhere[0]
+            if len(elsewhere) == 1:
+                return f"the repository's only {package} requirement, `{package}{pin}` in `{where}`, allows an older one"
+            return (
+                f"the repository's {package} requirements (`{package}{pin}` in `{where}` and "
+                f"{len(elsewhere) - 1} more) allow older ones"
+            )
     return None
+
+
+def _names_requirements(name: str) -> bool:
+    return bool(
+        _REQUIREMENTS.match(name) or _CONDA_ENVIRONMENT.match(name)
+        or name in ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+    )
+
+
+def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]:
+    """The specifiers of ``package`` in the requirement files of the project's other subtrees,
+    with their paths from the root, where the file's own folders declare nothing: a course
+    repository keeps ``torch==0.4.1`` in ``assignments/mp3/requirements.txt`` and runs every
+    assignment with it (share020/dl's ``mp7``). Empty where one of them names it bare."""
+    view = getattr(ctx, "project", None)
+    if view is None:
+        return []
+    project = view.project
+    if any(os.path.basename(path) in ("pyproject.toml", "setup.py", "setup.cfg") for path in _candidates_around(ctx)):
+        # A package's own metadata that names no torch (co-tracker's, setfit's): its demo's or a
+        # baseline script's pin is not what the package runs with.
+        return []
+    pattern = _requirement(package)
+    found: list[tuple[str, str]] = []
+    for path in project.files_named(_names_requirements):
+        if _SIDE_APPLICATION.search(os.path.relpath(path, project.root).replace(os.sep, "/")):
+            continue  # a demo's or the docs' own environment (co-tracker's ``gradio_demo``)
+        text = read_project_file(ctx, path)
+        spec = None if text is None else _spec_in(pattern, text)
+        if spec == "" or spec is not None and spec.startswith("@"):
+            return []  # the current release, or a commit of whatever age
+        if spec is not None:
+            found.append((os.path.relpath(path, project.root), spec))
+    return found
 
 
 # PyTorch 0.3's way to read a scalar loss. From 0.4 a loss is a 0-dim tensor and indexing it
