@@ -659,6 +659,23 @@ def _withhold_on_the_notebooks_own_hardware(ctx: FileContext, finding: Finding) 
         )
 
 
+def _withhold_on_the_recorded_hardware(ctx: FileContext, finding: Finding) -> None:
+    """A bf16 or TF32 fix where the project records running on an older GPU only (a notebook's
+    nvidia-smi output, a README sending its readers to Kaggle's GPUs) becomes advice: whatever
+    GPU the target names, the code is shared with those who run it where the project says."""
+    from advisor.facts.environment import recorded_gpu
+
+    assert finding.fix is not None
+    if not _NEEDS_AMPERE.search(finding.fix.description):
+        return
+    recorded = recorded_gpu(ctx)
+    if recorded is not None:
+        gpu, where = recorded
+        finding.as_advice(
+            f"{where} runs the code on {gpu}, without bf16 or TF32 (Ampere or newer), so the fix is left as advice"
+        )
+
+
 def _withhold_in_older_version_branch(ctx: FileContext, finding: Finding) -> None:
     """A fix in the branch the authors keep for older library versions becomes advice: the
     newer branch is where the current code lives, and the older one may not take the fix
@@ -722,6 +739,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 finding.as_advice(_RAN_WITHOUT_GPU)
             if finding.fix is not None and ctx.path.endswith(".ipynb"):
                 _withhold_on_the_notebooks_own_hardware(ctx, finding)
+            if finding.fix is not None:
+                _withhold_on_the_recorded_hardware(ctx, finding)
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

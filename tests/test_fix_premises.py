@@ -1865,6 +1865,11 @@ def _code_cell(source: str, outputs: list | None = None) -> dict:
         # pytorch_geometric_temporal's A3T-GCN notebook printed its torch: 1.6.0 (no TF32 API).
         ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "1.6.0\n"}])], None, False),
         ([_code_cell("import torch\nprint(torch.__version__)", [{"output_type": "stream", "name": "stdout", "text": "2.3.1+cu121\n"}])], None, True),
+        # The MoA solution's notebooks word it: "PyTorch Version: 1.6.0+cu101".
+        ([_code_cell(
+            "print(f'PyTorch Version: {torch.__version__}')\nprint(f'PyTorch Lightning Version: {pl.__version__}')",
+            [{"output_type": "stream", "name": "stdout", "text": "PyTorch Version: 1.6.0+cu101\nPyTorch Lightning Version: 1.0.4\n"}],
+        )], None, False),
         # rasbt's stat453 notebooks: ``%watermark -p torch`` printed the torch they ran.
         ([_code_cell("%load_ext watermark\n%watermark -a 'S' -v -p torch", [{"output_type": "stream", "name": "stdout", "text": "Python implementation: CPython\n\ntorch: 1.9.0a0+d819a21\n"}])], None, False),
         # PyTorch Geometric's wheel index names the torch it was built for.
@@ -1921,6 +1926,63 @@ def test_a_notebooks_own_hardware_keeps_bf16_and_tf32_fixes_advice(tmp_path, met
         if shown is not None:
             assert shown in found[code].message
     assert (found["ADV601"].fix_applicability is None) == (shown == "a TPU")
+
+
+@pytest.mark.parametrize(
+    "printed, shown",
+    [
+        ("| NVIDIA-SMI 450.51 |\n|   0  Tesla P100-PCIE-16GB  Off  |\n", "Tesla P100"),
+        ("Found device 0 with properties: name: GeForce RTX 2080 Ti computeCapability: 7.5\n", "RTX 2080 Ti"),
+        ("|   0  NVIDIA A100-SXM4-40GB  Off  |\n", None),
+        ("training done\n", None),
+    ],
+)
+def test_a_notebooks_saved_output_naming_an_older_gpu_keeps_bf16_and_tf32_fixes_advice(tmp_path, printed, shown):
+    # The MoA solution's notebooks printed nvidia-smi on Kaggle: a Tesla P100 (no bf16, no TF32).
+    path = tmp_path / "train.ipynb"
+    output = [{"output_type": "stream", "name": "stdout", "text": printed}]
+    text = _notebook_text([_code_cell("!nvidia-smi", output), _code_cell(NOTEBOOK_LOOP)])
+    path.write_text(text)
+    found = {d.code: d for d in lint(text, gpu="A100", path=str(path))}
+    for code in ("ADV202", "ADV203"):
+        assert (found[code].fix_applicability is None) == (shown is not None), found[code].message
+        if shown is not None:
+            assert f"runs the code on {shown}" in found[code].message
+    assert found["ADV601"].fix_applicability is not None  # fused Adam needs no Ampere
+
+
+def test_a_readme_sending_its_readers_to_kaggle_keeps_bf16_and_tf32_fixes_advice(tmp_path):
+    # The MoA solution: "Most of our single models were using Kaggle Notebook instances with GPU"
+    # (P100s and T4s), its scripts exported from those notebooks.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("Most of our single models were using Kaggle Notebook instances with GPU enabled.\n")
+    script = tmp_path / "scripts" / "train.py"
+    script.parent.mkdir()
+    script.write_text(NOTEBOOK_LOOP)
+    for code in ("ADV202", "ADV203"):
+        finding = only(NOTEBOOK_LOOP, code, script)
+        assert finding.fix_applicability is None and "Kaggle's GPUs (P100, T4)" in finding.message
+    # The authors' own hardware is history, not where a reader runs it: "We use 4*V100 to fine-tune" (CodeBERT).
+    (tmp_path / "README.md").write_text("We use 4*V100-16G to fine-tune and 10% valid data to evaluate.\n")
+    forget_projects()
+    assert only(NOTEBOOK_LOOP, "ADV202", script).fix_applicability is not None
+    # A README that names an Ampere GPU, or bf16, as well: the fixes hold there.
+    (tmp_path / "README.md").write_text("Runs in Kaggle notebooks; we trained the large model on an A100.\n")
+    forget_projects()
+    assert only(NOTEBOOK_LOOP, "ADV202", script).fix_applicability is not None
+
+
+def test_a_conda_environment_named_requirements_yml_gives_the_torch(tmp_path):
+    # facenet-pytorch-glint360k: `conda env create -f requirements.yml` with pytorch 1.8.1 (no TF32 API).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.yml").write_text(
+        "name: facenet\nchannels:\n  - pytorch\ndependencies:\n  - cudatoolkit=10.2.89=hfd86e86_1\n"
+        "  - pytorch=1.8.1=py3.7_cuda10.2_cudnn7.6.5_0\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(NOTEBOOK_LOOP)
+    finding = only(NOTEBOOK_LOOP, "ADV202", script)
+    assert finding.fix_applicability is None and "1.8.1" in finding.message
 
 
 def test_fused_adam_in_a_helper_handed_its_parameters_needs_torch_2_4(tmp_path):

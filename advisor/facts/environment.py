@@ -28,7 +28,8 @@ _FILES = (
 _LOCK_FILES = ("poetry.lock", "uv.lock")
 _LOCKED_PACKAGE = re.compile(r'^\[\[package\]\]\s*\nname\s*=\s*"([^"]+)"\s*\nversion\s*=\s*"([^"]+)"', re.M)
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
-_CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*)\.ya?ml$", re.I)
+# facenet-pytorch-glint360k's ``requirements.yml`` is one too (``- pytorch=1.8.1=py3.7_cuda10.2...``).
+_CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*|requirements?[\w.-]*)\.ya?ml$", re.I)
 # ``requirements.lock`` too: muzero-general's README installs with ``pip install -r requirements.lock``.
 _REQUIREMENTS = re.compile(r"^requirements?[\w.-]*\.(txt|in|lock)$")
 # ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
@@ -991,7 +992,11 @@ def _watermark_line(package: str) -> "re.Pattern[str]":
 
 
 _WATERMARK_OUTPUT = _watermark_line("torch")
-_VERSION_OUTPUT = re.compile(r"^\s*'?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:[+a-z][\w.+]*)?'?\s*$", re.M)
+# ``1.6.0``, ``'2.3.1+cu121'``, or worded: ``PyTorch Version: 1.6.0+cu101`` (the MoA solution's notebooks).
+_VERSION_OUTPUT = re.compile(
+    r"^\s*(?:(?:py)?torch(?:[ \t]+version)?[ \t]*[:=]?[ \t]*)?'?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:[+a-z][\w.+]*)?'?\s*$",
+    re.M | re.I,
+)
 _PYG_WHEELS = re.compile(r"(?:pytorch-geometric\.com|data\.pyg\.org)/whl/torch-([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 # The newest torch for a Python: 1.10 was the last for 3.6, 1.13 the last for 3.7.
 _NEWEST_TORCH_FOR_PYTHON = {(3, 5): "1.4.0", (3, 6): "1.10.2", (3, 7): "1.13.1"}
@@ -1023,6 +1028,76 @@ def notebook_watermark(ctx: "FileContext", package: str) -> str | None:
             if found is not None:
                 return found.group(1)
     return None
+
+
+# GPUs as READMEs and printed output name them (nvidia-smi's ``Tesla P100-PCIE-16GB``, "two
+# Nvidia 2080-Ti GPUs", "Kaggle GPU notebooks"): before Ampere, without bf16 and TF32 ...
+_OLDER_GPU = re.compile(
+    r"\b(?:Tesla[\s-]*)?(?:K20X?|K40|K80|M40|M60|P40|P100|V100S?)\b"
+    r"|\b(?:Tesla|NVIDIA)[\s-]*(?:T4|P4)\b|\b(?:T4|P4)[\s-]*GPUs?\b"
+    r"|\b(?:GTX|RTX|GeForce)[\s-]*(?:9[5-8]0|10[5-8]0|16[5-6]0|20[6-8]0)(?:[\s-]*(?:Ti|Super))?\b"
+    r"|\b(?:10[5-8]0|20[6-8]0)[\s-]*Ti\b|\bTitan[\s-]*(?:X|Xp|V|RTX|Black)\b"
+    r"|\bQuadro[\s-]*(?:RTX[\s-]*[4-8]000|P\d{3,4}|GV100)\b",
+    re.I,
+)
+# Where a README sends its readers to run the code, rather than what the authors trained on
+# ("We use 4*V100-16G to fine-tune" is history; a user may well have an A100): Kaggle's GPUs
+# are P100s and T4s.
+_OLDER_PLATFORM = re.compile(r"\bKaggle(?:'s)?[\s-]+(?:GPU[\s-]+)?(?:notebook|kernel|GPU)s?\b", re.I)
+# ... and Ampere or newer, or bf16 itself: a project naming one of these runs where the fixes work.
+_NEWER_GPU = re.compile(
+    r"\b(?:A100|A800|H100|H800|H200|GH200|B100|B200|GB200|A6000|A5000|A4000|A40|A30|A10G?|L4|L40S?|L20)\b"
+    r"|\b(?:RTX|GeForce)[\s-]*(?:30[5-9]0|40[6-9]0|50[6-9]0)\b|\b(?:30[6-9]0|40[6-9]0|50[7-9]0)[\s-]*Ti\b"
+    r"|\bRTX[\s-]*(?:A[2-6]000|6000[\s-]*Ada)\b|\b(?:Ampere|Hopper|Blackwell|bf16|bfloat16|tf32)\b",
+    re.I,
+)
+_PROSE = re.compile(r"\.(?:md|rst|txt)$", re.I)
+
+
+def recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
+    """The pre-Ampere GPU the project records running on, and where it says so: a notebook's
+    saved output (nvidia-smi's ``Tesla P100-PCIE-16GB``, ``torch.cuda.get_device_name()``), or
+    a README or install document from the file's folder up to the project root that sends its
+    readers to Kaggle's GPUs (the MoA solution: "Kaggle Notebook instances with GPU"). None
+    where none does, or where one names an Ampere-or-newer GPU, or bf16, too."""
+    return ctx.memo(recorded_gpu, lambda: _recorded_gpu(ctx))
+
+
+def _recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
+    texts: list[tuple[str, str]] = []
+    if ctx.path.endswith(".ipynb"):
+        texts.append(("the notebook's saved output", _notebook_outputs(_notebook(ctx))))
+    root = os.path.dirname(os.path.abspath(ctx.path))
+    view = getattr(ctx, "project", None)
+    if view is not None:
+        root = os.path.abspath(view.project.root)
+    for path in _candidates_around(ctx) if os.path.isfile(ctx.path) else ():
+        if _DOCUMENT.match(os.path.basename(path)) and _PROSE.search(path):
+            text = read_project_file(ctx, path)
+            if text:
+                texts.append((f"`{os.path.relpath(path, root)}`", text))
+    older: tuple[str, str] | None = None
+    for index, (where, text) in enumerate(texts):
+        if _NEWER_GPU.search(text):
+            return None
+        output = index == 0 and ctx.path.endswith(".ipynb")
+        found = (_OLDER_GPU if output else _OLDER_PLATFORM).search(text)
+        if found is not None and older is None:
+            older = (" ".join(found.group(0).split()) if output else "Kaggle's GPUs (P100, T4)", where)
+    return older
+
+
+def _notebook_outputs(notebook: dict) -> str:
+    """The text of a notebook's saved outputs."""
+    pieces: list[str] = []
+    cells = notebook.get("cells")
+    for cell in cells if isinstance(cells, list) else ():
+        for output in (cell.get("outputs") or ()) if isinstance(cell, dict) else ():
+            if not isinstance(output, dict):
+                continue
+            data = output.get("data")
+            pieces.append(_cell_text(output.get("text")) or (_cell_text(data.get("text/plain")) if isinstance(data, dict) else ""))
+    return "\n".join(pieces)
 
 
 def notebook_gpu(ctx: "FileContext") -> str | None:
