@@ -104,6 +104,9 @@ class Event:
     site: cst.CSTNode | None = None
     # A timm-style ``loss_scaler(loss, optimizer)`` runs backward and (maybe) step in one call.
     by_scaler: bool = False
+    # The calls of helpers it is reached through, outermost first (``_epoch()``, ``self._fit()``,
+    # ``self._gradient_step()``).
+    chain: tuple[cst.Call, ...] = ()
 
     @property
     def conditional(self) -> bool:
@@ -404,6 +407,7 @@ class TrainingLoopModel:
             for event in self._called_events(call, 1, frozenset({id(loop)})):
                 event.statement = statement or event.statement
                 event.site = call
+                event.chain = (call, *event.chain)
                 events.append(event)
         return events
 
@@ -427,6 +431,7 @@ class TrainingLoopModel:
                     event.enclosing = (*enclosing, *event.enclosing)
                     event.in_nested_loop = event.in_nested_loop or nested
                     event.site = inner
+                    event.chain = (inner, *event.chain)
                     events.append(event)
         return sorted(events, key=lambda e: (self.ctx.order[e.site or e.call], self.ctx.order[e.call]))
 
@@ -443,12 +448,15 @@ class TrainingLoopModel:
         candidates: list[TrainingLoop] = []
         for node in loop_nodes:
             # Events of a helper that runs a training loop of its own belong to that loop:
-            # ``for epoch ...: train_one_epoch(...)`` is an epoch loop.
+            # ``for epoch ...: train_one_epoch(...)`` is an epoch loop, and so is rl-agents'
+            # ``for self.epoch ...: self._epoch()`` whose ``_fit`` loops over ``_gradient_step()``.
             events = [
                 e
                 for e in reached[id(node)]
                 if e.via_helper is None
-                or not any(other is not node and self.ctx.is_descendant(e.call, other) for other in loop_nodes)
+                or not any(
+                    other is not node and self.ctx.is_descendant(site, other) for other in loop_nodes for site in (e.call, *e.chain[1:])
+                )
             ]
             kinds = {e.kind for e in events}
             if "backward" in kinds and "step" in kinds:

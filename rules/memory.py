@@ -1952,6 +1952,37 @@ class EmptyCacheInLoop(Rule):
         Valid(
             """
             import torch
+
+            class BudgetedFTQ:
+                def run(self):
+                    for self.epoch in range(self.epochs):
+                        self._epoch()
+
+                def _epoch(self):
+                    self._fit(self.compute_targets())
+
+                def compute_targets(self):
+                    with torch.no_grad():
+                        values = self.net(self.states)
+                    torch.cuda.empty_cache()
+                    return values
+
+                def _fit(self, targets):
+                    for _ in range(self.regression_epochs):
+                        self._gradient_step(targets)
+                    torch.cuda.empty_cache()
+
+                def _gradient_step(self, targets):
+                    loss = self.loss(self.net(self.states), targets)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+            """,
+            note="once per fitted-Q iteration, around a helper whose own loop holds the step (rl-agents' BFTQ)",
+        ),
+        Valid(
+            """
+            import torch
             model.eval()
             for batch in loader:
                 with torch.no_grad():

@@ -57,10 +57,24 @@ def applies_to(ctx: FileContext, zero: Event, optimizer: str, loop_optimizers: S
         return False
     func = zero.call.func
     receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+    if receiver is not None and _zeroes_part_of_a_called_model(ctx, zero.call, receiver):
+        return False
     constructors = ctx.loops.optimizer_constructors(optimizer)
     if receiver is None or not constructors:
         return True
     return any(_built_from(ctx, constructor, receiver) for constructor in constructors)
+
+
+def _zeroes_part_of_a_called_model(ctx: FileContext, zero: cst.Call, receiver: str) -> bool:
+    """``model.generator.zero_grad()`` where the same function calls ``model(d)``: one part of
+    the model the backward ran through, zeroed to keep it out of the one optimizer's step
+    (TranAD's MAD-GAN trains the discriminator, then the generator, with one optimizer)."""
+    whole, _, part = receiver.rpartition(".")
+    if not whole or whole.split(".")[0] == "self" or not part:
+        return False
+    function = ctx.enclosing(zero, cst.FunctionDef)
+    scope = function if isinstance(function, cst.FunctionDef) else ctx.module
+    return any(dotted_name(call.func) == whole for call in ctx.walk(scope, cst.Call))
 
 
 def _built_from(ctx: FileContext, constructor: cst.Call, module: str) -> bool:
@@ -659,6 +673,25 @@ class ZeroGradOrder(Rule):
                 optimizer.zero_grad()
             """,
             note="zero_grad in an OOM handler: not part of the normal order",
+        ),
+        Valid(
+            """
+            import torch
+            def backprop(model, data, optimizer):
+                for d in data:
+                    model.discriminator.zero_grad()
+                    _, real, fake = model(d)
+                    dl = bcel(real, real_label) + bcel(fake, fake_label)
+                    dl.backward()
+                    model.generator.zero_grad()
+                    optimizer.step()
+                    z, _, fake = model(d)
+                    tl = bcel(fake, real_label) + msel(z, d)
+                    tl.backward()
+                    model.discriminator.zero_grad()
+                    optimizer.step()
+            """,
+            note="one optimizer, one part of the called model zeroed to keep it out of the step (TranAD's MAD-GAN)",
         ),
         Valid(
             """
