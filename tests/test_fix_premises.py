@@ -2319,6 +2319,47 @@ def test_a_readme_line_pointing_to_another_release_names_no_requirement(tmp_path
     assert finding.fix_applicability is None
 
 
+def test_a_batch_moved_in_place_by_its_own_to_method_gets_no_non_blocking(tmp_path):
+    # KPConv: `batch.to(self.device)` on a collate class whose `to(self, device)` takes no
+    # `non_blocking`: the added keyword raised a TypeError at the first step.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, collate_fn=S3DISCollate)\n"
+        "for batch in loader:\n"
+        "    batch.to(device)\n"
+        "    loss = model(batch)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    assert "ADV103" not in [d.code for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source)))]
+    copied = source.replace("    batch.to(device)\n", "    batch = batch.to(device)\n")
+    assert only(copied, "ADV103", fresh_script(tmp_path / "train.py", copied)).fix_applicability is not None
+
+
+@pytest.mark.parametrize("workers, fixed", [(0, False), (4, True)])
+def test_command_line_defaults_parsed_in_a_sibling_module_are_read(tmp_path, workers, fixed):
+    # cv_practise's GAN trainer: `from options import args`, where options.py parses
+    # `--num_workers` (default 0): pinning in the training process, on MNIST-sized batches.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "options.py").write_text(
+        "import argparse\nparser = argparse.ArgumentParser()\n"
+        f"parser.add_argument('--num_workers', type=int, default={workers})\nargs = parser.parse_args()\n"
+    )
+    source = (
+        "import torch\nfrom options import args\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=args.num_workers)\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.cuda(), y.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    optimizer.zero_grad()\n"
+    )
+    forget_projects()
+    finding = only(source, "ADV101", fresh_script(tmp_path / "main.py", source))
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, direct):
     # the-algorithm-ml: the README says to run `./images/init_venv.sh`, which runs
@@ -2698,6 +2739,23 @@ def test_a_loss_read_as_torch_0_3_did_caps_the_torch_the_file_runs(tmp_path):
     assert only(modern, "ADV101", fresh_script(tmp_path / "train.py", modern)).fix_applicability == "safe"
 
 
+@pytest.mark.parametrize("read", ["errD.data[0]", "totalLoss.data[0]", "err_real.data[0]"])
+def test_a_gan_loss_read_as_torch_0_3_did_caps_the_torch(tmp_path, read):
+    # Paper-Implementations' DCGAN, BEGAN and fast-neural-style (2017): `errD.data[0]`,
+    # `totalLoss.data[0]`; fused Adam (torch 1.13) raised in their constructors.
+    source = (
+        "import torch\nnetD = Net().cuda()\noptimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)\n"
+        f"for x in loader:\n    errD = criterion(netD(x.cuda()))\n    errD.backward()\n    optimizerD.step()\n"
+        f"    optimizerD.zero_grad()\n    print({read})\n"
+    )
+    (tmp_path / ".git").mkdir()
+    finding = only(source, "ADV601", fresh_script(tmp_path / "dcgan.py", source))
+    assert finding.fix_applicability is None and f"reads its loss as `{read}`" in finding.message
+    # Indexing a tensor of errors is no loss read: `errors.data[0]`.
+    other = source.replace(read, "errors.data[0]")
+    assert only(other, "ADV601", fresh_script(tmp_path / "dcgan.py", other)).fix_applicability is not None
+
+
 def test_tf32_set_by_another_module_of_the_project_leaves_the_fix_as_advice(tmp_path):
     # mammoth: main.py sets the matmul precision under its ``-O`` switch and loads every model
     # module by name; a TF32 line at a model module's import would override ``-O 0`` for all runs.
@@ -2880,6 +2938,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     "readme-worded": ({"README.md": "## Requirements\n- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, "torch>=0.1.8"),
     # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
     "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
+    # EditNTS: "Our code requires PyTorch version >= 0.4.1."
+    "readme-version-at-least": ({"README.md": "Our code requires PyTorch version >= 0.4.1. Please follow the instructions.\n"}, "torch>=0.4.1"),
 }
 
 

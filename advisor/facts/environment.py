@@ -168,9 +168,9 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
         rf"(?:^[ \t]*[-*]?[ \t]*(?:py)?{name}|`(?:py)?{name}`)[ \t]*:[ \t]*v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b", re.I | re.M
     )
     # deepcluster: "a PyTorch install version 0.1.8"; stat453's README shows its script's output,
-    # "PyTorch version: 1.7.0".
+    # "PyTorch version: 1.7.0"; EditNTS: "requires PyTorch version >= 0.4.1".
     worded = re.compile(
-        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion\s*:?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion(?:\s*:?\s+|\s*(?:>=|≥|==)\s*)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
@@ -795,9 +795,10 @@ def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]
 
 # PyTorch 0.3's way to read a scalar loss. From 0.4 a loss is a 0-dim tensor and indexing it
 # raises ("invalid index of a 0-dim tensor. Use tensor.item()"): pytorch-beginner's scripts.
-_SCALAR_LOSS_INDEXED = re.compile(r"\b(\w*loss\w*)\.data\[0\]")
+# The loss by any common name: ``loss``, ``totalLoss``, and DCGAN's ``errD`` / ``errG`` (not ``error``).
+_SCALAR_LOSS_INDEXED = re.compile(r"\b(\w*[lL]oss\w*|\w*LOSS\w*|err(?:[A-Z_]\w*)?)\.data\[0\]")
 # The same on a line of code (not a comment), in a project file's bytes.
-_LOSS_INDEXED_LINE = re.compile(rb"^[^#\n]*\b\w*loss\w*\.data\[0\]", re.M)
+_LOSS_INDEXED_LINE = re.compile(rb"^[^#\n]*\b(?:\w*[lL]oss\w*|\w*LOSS\w*|err(?:[A-Z_]\w*)?)\.data\[0\]", re.M)
 
 
 def scalar_loss_indexed(source: str) -> str | None:
