@@ -1158,6 +1158,9 @@ class BlockingHostToDeviceCopy(Rule):
           `batch[0].float().to(device)`; a view of it, `x.reshape(-1, 784)` / `.view` /
           `.flatten` / `.unsqueeze` / `.squeeze`, is the same pinned memory and is reported);
         - `non_blocking` is already passed, or passed a value that cannot be read;
+        - the call's result is thrown away (`batch.to(device)` as a statement of its own): the
+          batch is an object that moves itself in place, whose `to()` may take no
+          `non_blocking` (KPConv's collate classes); a tensor's copy would be lost;
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
         - the loader does not pin and ADV101 leaves it so: over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a

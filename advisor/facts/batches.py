@@ -206,7 +206,11 @@ class BatchFacts:
                 continue
             func = call.func
             if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "type"):
-                if scope.holds_batch(func.value, call):
+                # ``batch.to(self.device)`` as a statement of its own moves an object in place:
+                # KPConv's ``S3DISCustomBatch.to(self, device)``, which takes no ``non_blocking``.
+                # A tensor's copy would be thrown away.
+                in_place = isinstance(ctx.parent.get(call), cst.Expr)
+                if scope.holds_batch(func.value, call) and not in_place:
                     yield call, scope
                 continue
             helper = ctx.loops.callee(call) if depth < 2 else None
