@@ -981,7 +981,9 @@ class SamplerWithoutSetEpoch(Rule):
         name is not bound there); unsafe, since the data order changes from the second epoch
         on. It is advice where the sampler is a `DistributedSampler` on one path only
         (`RandomSampler(...) if local_rank == -1 else DistributedSampler(...)`, a sampler made
-        under an `if`): a `RandomSampler` has no `set_epoch`.
+        under an `if`): a `RandomSampler` has no `set_epoch`; and where the loop around is not
+        a count of epochs (`for data_name in self.data`) or builds the sampler itself: there is
+        no epoch number to pass, or no sampler yet at the top of the loop.
     """
     valid = [
         Valid(
@@ -1091,6 +1093,23 @@ class SamplerWithoutSetEpoch(Rule):
             fixed=None,
             note="a RandomSampler on one path has no set_epoch: advice",
         ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            while global_step < total_step:
+                for data_name in data_names:
+                    train_data = load_data(data_name)
+                    train_sample = DistributedSampler(train_data)
+                    train_loader = DataLoader(train_data, sampler=train_sample, batch_size=64)
+                    for batch in train_loader:
+                        loss = model(**batch).loss
+                        loss.backward()
+                        optimizer.step()
+                        optimizer.zero_grad()
+            """,
+            fixed=None,
+            note="a loop over data set names that builds the sampler: no epoch to pass, no sampler at its top (ProphetNet's GENIE): advice",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1183,6 +1202,10 @@ class SamplerWithoutSetEpoch(Rule):
             return None
         if not self._always_distributed(ctx, sampler, sampler_name):
             return None  # ``RandomSampler(...) if local_rank == -1 else DistributedSampler(...)``: no set_epoch there
+        if ctx.is_descendant(sampler, epoch_loop) or not _counts(ctx, epoch_loop.iter):
+            # ProphetNet's GENIE builds the sampler in the loop over data set names: the top of
+            # the loop is before the sampler exists, and a name is no epoch.
+            return None
         if sampler_name and self._reaches(ctx, sampler_name, epoch_loop):
             receiver = sampler_name
         else:
@@ -1193,6 +1216,14 @@ class SamplerWithoutSetEpoch(Rule):
             f"Call `{receiver}.set_epoch({epoch_loop.target.value})` at the start of each epoch",
             Edit(first, cst.FlattenSentinel([new, first])),
         )
+
+
+def _counts(ctx: FileContext, iterable: cst.BaseExpression) -> bool:
+    """``range(...)``, also behind a progress bar (``tqdm(range(...))``, ``trange(...)``): the
+    loop's target is a number."""
+    while isinstance(iterable, cst.Call) and (dotted_name(iterable.func) or "").split(".")[-1] == "tqdm" and iterable.args:
+        iterable = iterable.args[0].value
+    return isinstance(iterable, cst.Call) and (dotted_name(iterable.func) or "").split(".")[-1] in ("range", "trange")
 
 
 GB = 1e9
