@@ -1853,7 +1853,9 @@ class EvalWithoutNoGrad(Rule):
     silent_when = """
         - the forward pass already runs under `torch.no_grad()`, `torch.inference_mode()` or
           `torch.set_grad_enabled(False)` (a `with`, a decorator, or the call site of the
-          evaluation function: `with torch.no_grad(): evaluate(model, loader)`);
+          evaluation function: `with torch.no_grad(): evaluate(model, loader)`, in the file
+          or, for a module-level function the file never calls, at every call in the project
+          files that import it);
         - the loop needs gradients: it calls `backward()`, `torch.autograd.grad`,
           `torch.enable_grad()`, touches `requires_grad` or `.grad` (attribution,
           adversarial examples), or it is a training loop; also through a function of the
@@ -2249,10 +2251,14 @@ class EvalWithoutNoGrad(Rule):
             if not isinstance(function, cst.FunctionDef):
                 continue
             name = function.name.value
-            for site in ctx.method_calls(name) + [
-                c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name
-            ]:
-                if grad_disabled(ctx, site):
+            sites = ctx.method_calls(name) + [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name]
+            if any(grad_disabled(ctx, site) for site in sites):
+                return True
+            if not sites and ctx.project is not None and ctx.parent.get(function) is ctx.module:
+                # res-loglikelihood-regression's ``validate(...)``, which ``scripts/train.py``
+                # calls only under ``with torch.no_grad():``.
+                imported = ctx.project.calls_from_importers(name)
+                if imported and all(grad_disabled(other, site) for other, site in imported):
                     return True
         return False
 

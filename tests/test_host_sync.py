@@ -949,6 +949,37 @@ def test_an_evaluation_loop_whose_helper_in_another_module_takes_gradients_keeps
     assert "ADV705" in [d.code for d in lint(worker.read_text(), gpu="A100", path=str(worker))]
 
 
+def test_an_evaluation_function_every_importer_calls_under_no_grad_is_silent(tmp_path):
+    # res-loglikelihood-regression: rlepose/trainer.py's validate(), which scripts/train.py
+    # calls only inside `with torch.no_grad():`.
+    from advisor.project import forget_projects
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "rlepose").mkdir()
+    (tmp_path / "rlepose" / "__init__.py").write_text("")
+    trainer = tmp_path / "rlepose" / "trainer.py"
+    trainer.write_text(textwrap.dedent("""
+        import torch
+
+        def validate(model, loader):
+            model.eval()
+            errors = []
+            for images, labels in loader:
+                output = model(images.cuda())
+                errors.append((output - labels.cuda()).abs().mean().item())
+            return sum(errors) / len(errors)
+    """))
+    script = tmp_path / "train.py"
+
+    def codes(call: str) -> list[str]:
+        script.write_text(f"import torch\nfrom rlepose.trainer import validate\n\nmodel = Net().cuda()\n{call}\n")
+        forget_projects()
+        return [d.code for d in lint(trainer.read_text(), gpu="A100", path=str(trainer))]
+
+    assert "ADV705" not in codes("with torch.no_grad():\n    err = validate(model, loader)")
+    assert "ADV705" in codes("err = validate(model, loader)")
+
+
 def test_a_no_grad_decorator_imports_torch_where_the_def_is():
     # pytorch-playground's utee/misc.py imports torch only inside eval_model: the decorator is
     # evaluated at module level, where that import does not reach (NameError at import).
