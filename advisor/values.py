@@ -618,7 +618,33 @@ class ValueResolver:
             return None
         if self._is_argparse_namespace(name, dest):
             return self._argparse_default(dest, depth)
+        imported = self._imported_namespace(name, dest, depth)
+        if imported is not None:
+            return imported
         return self._object_attribute(name, dest, depth)
+
+    def _imported_namespace(self, name: cst.Name, dest: str, depth: int) -> Value | None:
+        """``args.num_workers`` after ``from options import args``, where the project's
+        ``options.py`` binds ``args = parser.parse_args()`` once: its argparse default
+        (cv_practise's GAN trainer)."""
+        view = self.ctx.project
+        if view is None or depth > _MAX_DEPTH:
+            return None
+        bound = view.binding(name)
+        if bound is None:
+            return None
+        other, binding = bound
+        node = binding.node
+        if other is self.ctx or not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            return None
+        target = node.targets[0].target
+        if not isinstance(target, cst.Name) or target.value != name.value:
+            return None
+        if not other.values._is_argparse_namespace(target, dest):
+            return None
+        if other.values._assigned(f"{target.value}.{dest}"):
+            return None
+        return other.values._argparse_default(dest, depth + 1)
 
     def _assigned(self, attribute: str) -> bool:
         """Whether the file sets ``attribute`` (``args.batch_size``) where a run without
