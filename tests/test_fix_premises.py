@@ -598,8 +598,13 @@ def test_a_requirement_in_another_subtree_speaks_where_the_files_own_folders_nam
     (tmp_path / "assignments" / "mp9" / "requirements.txt").write_text("torch>=2.4\n")
     forget_projects()
     assert only(source, "ADV601", script).fix_applicability == "safe"
-    # A package's own metadata that names no torch: a demo's pin is not what it runs with (co-tracker).
+    # A tool's setting that names torch in another subtree's pyproject.toml is no requirement.
     (tmp_path / "assignments" / "mp9" / "requirements.txt").unlink()
+    (tmp_path / "assignments" / "mp9" / "pyproject.toml").write_text('[tool.isort]\nknown_third_party = ["numpy", "torch"]\n')
+    forget_projects()
+    assert only(source, "ADV601", script).fix_applicability is None
+    (tmp_path / "assignments" / "mp9" / "pyproject.toml").unlink()
+    # A package's own metadata that names no torch: a demo's pin is not what it runs with (co-tracker).
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='course')\n")
     forget_projects()
     assert only(source, "ADV601", script).fix_applicability == "safe"
@@ -608,6 +613,31 @@ def test_a_requirement_in_another_subtree_speaks_where_the_files_own_folders_nam
     (tmp_path / "assignments" / "mp7" / "requirements.txt").write_text("torch>=2.4\n")
     forget_projects()
     assert only(source, "ADV601", script).fix_applicability == "safe"
+
+
+def test_a_bundled_copy_of_a_package_gives_its_version(tmp_path):
+    # PrefixTuning: `cd transformers; pip install -e .` installs the bundled transformers 3.2.0,
+    # whose resize_token_embeddings has no pad_to_multiple_of (transformers 4.34): a TypeError.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "transformers").mkdir()
+    (tmp_path / "transformers" / "setup.py").write_text(
+        'from setuptools import setup\nextras = {"torch": ["torch>=1.0"]}\n'
+        'setup(\n    name="transformers",\n    version="3.2.0",\n    extras_require=extras,\n)\n'
+    )
+    source = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        'tokenizer = AutoTokenizer.from_pretrained("EleutherAI/gpt-j-6B")\n'
+        'tokenizer.add_special_tokens({"pad_token": "[PAD]"})\n'
+        'model = AutoModelForCausalLM.from_pretrained("EleutherAI/gpt-j-6B").cuda()\n'
+        "model.resize_token_embeddings(len(tokenizer))\n"
+        "from transformers import Trainer, TrainingArguments\n"
+        'Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()\n'
+    )
+    script = tmp_path / "gpt2" / "run_language_modeling.py"
+    script.parent.mkdir()
+    script.write_text(source)
+    finding = only(source, "ADV403", script)
+    assert finding.fix_applicability is None and "`transformers==3.2.0` in `transformers/setup.py`" in finding.message
 
 
 def test_a_cuda_toolkit_in_the_install_instructions_caps_the_torch(tmp_path):

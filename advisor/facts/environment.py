@@ -770,7 +770,10 @@ def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]
     """The specifiers of ``package`` in the requirement files of the project's other subtrees,
     with their paths from the root, where the file's own folders declare nothing: a course
     repository keeps ``torch==0.4.1`` in ``assignments/mp3/requirements.txt`` and runs every
-    assignment with it (share020/dl's ``mp7``). Empty where one of them names it bare."""
+    assignment with it (share020/dl's ``mp7``). A copy of the package itself counts as
+    ``==`` its version (PrefixTuning installs its bundled transformers 3.2.0 with ``pip install
+    -e .``). Empty where a requirements file or environment names it bare (a name in
+    ``setup.cfg`` or ``pyproject.toml`` may be a tool's setting: isort's known packages)."""
     view = getattr(ctx, "project", None)
     if view is None:
         return []
@@ -785,12 +788,27 @@ def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]
         if _SIDE_APPLICATION.search(os.path.relpath(path, project.root).replace(os.sep, "/")):
             continue  # a demo's or the docs' own environment (co-tracker's ``gradio_demo``)
         text = read_project_file(ctx, path)
-        spec = None if text is None else _spec_in(pattern, text)
+        if text is None:
+            continue
+        bundled = _bundled_version(text, package) if os.path.basename(path) in ("setup.py", "pyproject.toml") else None
+        spec = f"=={bundled}" if bundled else _spec_in(pattern, text)
+        if spec == "" and os.path.basename(path) in ("setup.cfg", "pyproject.toml", "setup.py"):
+            continue
         if spec == "" or spec is not None and spec.startswith("@"):
             return []  # the current release, or a commit of whatever age
         if spec is not None:
             found.append((os.path.relpath(path, project.root), spec))
     return found
+
+
+def _bundled_version(text: str, package: str) -> str | None:
+    """The version of a copy of ``package`` whose own ``setup.py`` / ``pyproject.toml`` this is
+    (``name="transformers", version="3.2.0"``)."""
+    name = re.search(r"""\bname\s*=\s*["']([\w.-]+)["']""", text)
+    if name is None or name.group(1).lower().replace("_", "-") != package.lower().replace("_", "-"):
+        return None
+    version = re.search(r"""\bversion\s*=\s*["']v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)""", text)
+    return version.group(1) if version else None
 
 
 # PyTorch 0.3's way to read a scalar loss. From 0.4 a loss is a 0-dim tensor and indexing it
