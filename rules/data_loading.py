@@ -114,7 +114,8 @@ class DataLoaderPinMemory(Rule):
 
         Where every copy of the loader's batches seen in the file converts them on the host
         first (`x.float().to(device)`, as code whose data sets return float64 arrays does) or
-        computes on them there (`((x / 255.0) * 2.0 - 1.0).to(device)`), the result is a new,
+        computes on them there (`((x / 255.0) * 2.0 - 1.0).to(device)`, or `torch.cat` of its
+        parts handed to a function of the file that copies the result), the result is a new,
         unpinned tensor and pinning cannot reach the copy: advice, convert on the GPU instead
         (`x.to(device).float()`).
     """
@@ -164,7 +165,8 @@ class DataLoaderPinMemory(Rule):
           too); or every read of it draws one batch (`next(iter(loader))` outside a loop,
           a loop that ends in `break`); or nothing reads the name it is bound to, beside a
           loader the file does read (a `train_loader` built per data set where only the
-          `test_loader` is drawn from), and, at module level, no other file names it.
+          `test_loader` is drawn from) or beside a loop over the loader's own data set
+          (`for image, label in testset:`), and, at module level, no other file names it.
     """
     valid = [
         Valid(

@@ -2390,6 +2390,33 @@ def test_command_line_defaults_parsed_in_a_sibling_module_are_read(tmp_path, wor
     assert (finding.fix_applicability is not None) == fixed, finding.message
 
 
+def test_batch_parts_concatenated_on_the_host_before_a_helper_copies_them_get_no_pinning(tmp_path):
+    # facenet-pytorch-glint360k: torch.cat of the anchor, positive and negative images makes a
+    # new, unpinned tensor, and forward_pass copies that one: pinning reaches no copy.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent("""
+        import torch
+
+        def forward_pass(imgs, model):
+            imgs = imgs.cuda()
+            return model(imgs)
+
+        model = Net().cuda()
+        loader = torch.utils.data.DataLoader(triplets, batch_size=64, num_workers=4)
+        for batch in loader:
+            anc, pos, neg = batch['anc_img'], batch['pos_img'], batch['neg_img']
+            all_imgs = torch.cat((anc, pos, neg))
+            loss = criterion(forward_pass(imgs=all_imgs, model=model))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "pinning would not reach the copy" in finding.message
+    direct = source.replace("forward_pass(imgs=all_imgs, model=model)", "forward_pass(imgs=anc, model=model)")
+    assert only(direct, "ADV101", fresh_script(tmp_path / "train.py", direct)).fix_applicability is not None
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, direct):
     # the-algorithm-ml: the README says to run `./images/init_venv.sh`, which runs
@@ -3277,6 +3304,19 @@ def test_a_loader_nothing_reads_is_not_pinned(tmp_path):
     (tmp_path / "train.py").write_text("from samples import train_loader\nfor x, y in train_loader:\n    pass\n")
     findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "samples.py", source))) if d.code == "ADV101"]
     assert sorted(f.line for f in findings) == [3, 4], findings
+
+
+def test_a_loader_built_beside_a_loop_over_its_own_data_set_is_not_pinned(tmp_path):
+    # Long-CLIP's CIFAR evaluation builds `testloader` and then walks `testset` one image at a time.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "testloader = torch.utils.data.DataLoader(testset, batch_size=32, shuffle=True, num_workers=8)\n"
+        "for image, label in testset:\n    model(preprocess(image).unsqueeze(0).cuda())\n"
+    )
+    assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "cifar10.py", source)))]
+    drawn = source.replace("for image, label in testset:", "for image, label in testloader:")
+    assert "ADV101" in [d.code for d in lint(drawn, gpu="A100", path=str(fresh_script(tmp_path / "cifar10.py", drawn)))]
 
 
 def test_a_class_only_type_tested_is_unused(tmp_path):

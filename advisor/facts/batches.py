@@ -331,14 +331,54 @@ class BatchFacts:
                 and scope.holds_batch(receiver.func.value, call)
             ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)) or self._recomputed_from_batch(scope, receiver):
                 converted += 1
+        converted += self._recomputed_handed_to_copiers(scope)
         return converted, direct
 
-    def _recomputed_from_batch(self, scope: "BatchScope", receiver: cst.BaseExpression) -> bool:
+    def _recomputed_handed_to_copiers(self, scope: "BatchScope") -> int:
+        """Calls in ``scope``'s loop that hand a function of the file a host tensor computed from
+        the batch, which the function copies to the GPU (facenet-pytorch-glint360k's
+        ``all_imgs = torch.cat((anc_imgs, pos_imgs, neg_imgs))``, then ``forward_pass(imgs=
+        all_imgs, ...)``, which does ``imgs = imgs.cuda()``): the copy is of the new tensor."""
+        ctx = self.ctx
+        found = 0
+        for call in ctx.walk(scope.loop.body, cst.Call):
+            if scope.outside(call):
+                continue
+            helper = ctx.loops.callee(call)
+            if helper is None or helper is scope.loop:
+                continue
+            params = [*helper.params.posonly_params, *helper.params.params]
+            offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
+            for index, arg in enumerate(call.args):
+                if arg.star or not self._recomputed_from_batch(scope, arg.value, new_name=True):
+                    continue
+                if arg.keyword is not None:
+                    name = arg.keyword.value
+                else:
+                    position = index + offset
+                    name = params[position].name.value if position < len(params) else None
+                if name is not None and self._copies_parameter(helper, name):
+                    found += 1
+        return found
+
+    def _copies_parameter(self, function: cst.FunctionDef, name: str) -> bool:
+        """``function`` copies its parameter ``name`` to the GPU (``imgs.cuda()``)."""
+        ctx = self.ctx
+        return any(
+            isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Name)
+            and call.func.value.value == name
+            and to_gpu(ctx, call)
+            for call in ctx.walk(function.body, cst.Call)
+        )
+
+    def _recomputed_from_batch(self, scope: "BatchScope", receiver: cst.BaseExpression, new_name: bool = False) -> bool:
         """``inputs = F.upsample(inputs, new_scale)`` and then ``inputs.cuda()`` (autodeeplab's
         multi-scale evaluation): the name last got a new host tensor computed from the batch, so
-        the copy is of that tensor, not of the pinned batch."""
+        the copy is of that tensor, not of the pinned batch. With ``new_name``, a name of its
+        own that a torch function made from the batch (``all_imgs = torch.cat((anc, pos, neg))``)."""
         ctx = self.ctx
-        if not isinstance(receiver, cst.Name) or receiver.value not in scope.names:
+        if not isinstance(receiver, cst.Name) or (receiver.value not in scope.names and not new_name):
             return False
         binding = ctx.facts.tensors.reaching(receiver)
         if not isinstance(binding, cst.Assign) or scope.outside(binding):
@@ -346,11 +386,20 @@ class BatchFacts:
         value = binding.value
         if not isinstance(value, cst.Call) or ctx.facts.devices.moves_off_cpu(value):
             return False
+        if receiver.value not in scope.names and not (ctx.qualname(value.func) or "").startswith("torch."):
+            return False
         if isinstance(value.func, cst.Name) and value.func.value == "next":
             return False
         if scope._is_batch_value(value, at=value):
             return False  # a view of the batch: the same pinned storage
-        return any(arg.keyword is None and scope.holds_batch(arg.value, value) for arg in value.args[:1])
+        for arg in value.args[:1]:
+            if arg.keyword is not None:
+                continue
+            parts = [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.Tuple, cst.List)) else [arg.value]
+            # ``torch.cat((anc_imgs, pos_imgs, neg_imgs))``: a new host tensor of the batch's parts
+            if parts and all(scope.holds_batch(part, value) for part in parts):
+                return True
+        return False
 
 
 def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg) -> str | None:

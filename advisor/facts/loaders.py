@@ -679,10 +679,17 @@ class LoaderFacts:
             return False
         if self._plain_name_reads(call) is not None:
             return False
-        # Only beside a loader the file does read: a file that reads none (a snippet, a module
-        # whose loaders a framework draws from by convention) shows nothing about what is used.
+        # Only beside a loader the file does read, or a loop over the loader's own data set (Long-CLIP's
+        # CIFAR evaluation iterates ``testset`` one image at a time): a file that reads none (a
+        # snippet, a module whose loaders a framework draws from by convention) shows nothing
+        # about what is used.
         if not any(other is not call and self._plain_name_reads(other) is not None for other in ctx.calls(DATALOADER)):
-            return False
+            dataset = ctx.argument(call, "dataset", 0)
+            if not (
+                isinstance(dataset, cst.Name)
+                and any(isinstance(loop.iter, cst.Name) and loop.iter.value == dataset.value for loop in ctx.nodes(cst.For))
+            ):
+                return False
         scope = ctx.enclosing(call, cst.FunctionDef, cst.Lambda, cst.ClassDef)
         if isinstance(scope, cst.ClassDef):
             return False  # a class attribute, read as ``self.loader``
