@@ -759,10 +759,14 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
     return None
 
 
+# A package's own metadata: where it sits above a file, that package is the file's project.
+_PACKAGE_METADATA = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
 def _names_requirements(name: str) -> bool:
     return bool(
         _REQUIREMENTS.match(name) or _CONDA_ENVIRONMENT.match(name)
-        or name in ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+        or name in (*_PACKAGE_METADATA, "environment.yml", "environment.yaml")
     )
 
 
@@ -778,7 +782,7 @@ def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]
     if view is None:
         return []
     project = view.project
-    if any(os.path.basename(path) in ("pyproject.toml", "setup.py", "setup.cfg") for path in _candidates_around(ctx)):
+    if any(os.path.basename(path) in _PACKAGE_METADATA for path in _candidates_around(ctx)):
         # A package's own metadata that names no torch (co-tracker's, setfit's): its demo's or a
         # baseline script's pin is not what the package runs with.
         return []
@@ -790,9 +794,10 @@ def _pinned_elsewhere(ctx: "FileContext", package: str) -> list[tuple[str, str]]
         text = read_project_file(ctx, path)
         if text is None:
             continue
-        bundled = _bundled_version(text, package) if os.path.basename(path) in ("setup.py", "pyproject.toml") else None
+        metadata = os.path.basename(path) in _PACKAGE_METADATA
+        bundled = _bundled_version(text, package) if metadata else None
         spec = f"=={bundled}" if bundled else _spec_in(pattern, text)
-        if spec == "" and os.path.basename(path) in ("setup.cfg", "pyproject.toml", "setup.py"):
+        if spec == "" and metadata:
             continue
         if spec == "" or spec is not None and spec.startswith("@"):
             return []  # the current release, or a commit of whatever age
