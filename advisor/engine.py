@@ -623,16 +623,26 @@ def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode
 # Lightning's banner in a cell's saved output: the notebook was last run on a machine without
 # one (chemprop's tutorials, executed on CPU by its documentation build).
 _NO_GPU_OUTPUT = re.compile(rb"GPU available: False")
-_RAN_WITHOUT_GPU = "the notebook's saved outputs show it ran without a GPU (`GPU available: False`), so the fix is left as advice"
+# The script's own word for it, in what a cell printed (not its source, which prints it only in
+# the branch without a GPU): a course's "No GPU found, using CPU instead".
+_NO_GPU_PRINTED = re.compile(r"\bNo GPU (?:found|available)\b", re.I)
+_RAN_WITHOUT_GPU = "the notebook's saved outputs show it ran without a GPU (`{}`), so the fix is left as advice"
 
 
-def _notebook_ran_without_gpu(ctx: FileContext) -> bool:
-    def read() -> bool:
+def _notebook_ran_without_gpu(ctx: FileContext) -> str | None:
+    """What a notebook's saved outputs say of running without a GPU, or None."""
+
+    def read() -> str | None:
         try:
             with open(ctx.path, "rb") as handle:
-                return _NO_GPU_OUTPUT.search(handle.read()) is not None
+                if _NO_GPU_OUTPUT.search(handle.read()) is not None:
+                    return "GPU available: False"
         except OSError:
-            return False
+            return None
+        from advisor.facts.environment import notebook_outputs
+
+        printed = _NO_GPU_PRINTED.search(notebook_outputs(ctx))
+        return printed.group(0) if printed else None
 
     return ctx.memo(_notebook_ran_without_gpu, read)
 
@@ -735,8 +745,10 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 _withhold_in_code_nothing_runs(ctx, finding)
             if finding.fix is not None:
                 _withhold_in_older_version_branch(ctx, finding)
-            if finding.fix is not None and ctx.path.endswith(".ipynb") and _notebook_ran_without_gpu(ctx):
-                finding.as_advice(_RAN_WITHOUT_GPU)
+            if finding.fix is not None and ctx.path.endswith(".ipynb"):
+                shown = _notebook_ran_without_gpu(ctx)
+                if shown is not None:
+                    finding.as_advice(_RAN_WITHOUT_GPU.format(shown))
             if finding.fix is not None and ctx.path.endswith(".ipynb"):
                 _withhold_on_the_notebooks_own_hardware(ctx, finding)
             if finding.fix is not None:

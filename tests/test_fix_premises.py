@@ -1919,6 +1919,39 @@ def test_a_notebooks_saved_state_says_which_torch_it_ran(tmp_path, cells, metada
         assert "the fix needs torch >= 1.12" in finding.message
 
 
+def test_the_torch_other_notebooks_printed_speaks_where_nothing_declares_one(tmp_path):
+    # A 2024 course: HW1's notebook printed torch 2.3.1 and "No GPU found, using CPU instead";
+    # HW3's notebooks fall back to the CPU too, where fused Adam has no kernel before 2.4.
+    (tmp_path / ".git").mkdir()
+    version = [{"output_type": "stream", "name": "stdout", "text": "2.3.1+cu121\n"}]
+    printed = [{"output_type": "stream", "name": "stdout", "text": "No GPU found, using CPU instead.\n"}]
+    first = tmp_path / "HW1" / "basics.ipynb"
+    first.parent.mkdir()
+    code = (
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "model = torch.nn.Linear(4096, 4096).to(device)\noptimizer = torch.optim.Adam(model.parameters())\n"
+    )
+    first.write_text(_notebook_text([
+        _code_cell("import torch\nprint(torch.__version__)", version),
+        _code_cell("if not torch.cuda.is_available():\n    print('No GPU found, using CPU instead.')", printed),
+        _code_cell(code),
+    ]))
+    (finding,) = [d for d in lint(first.read_text(), gpu="A100", path=str(first)) if d.code == "ADV601"]
+    assert finding.fix_applicability is None and "ran without a GPU (`No GPU found`)" in finding.message
+    later = tmp_path / "HW3" / "rnn.ipynb"
+    later.parent.mkdir()
+    later.write_text(_notebook_text([_code_cell(code)]))
+    forget_projects()
+    (finding,) = [d for d in lint(later.read_text(), gpu="A100", path=str(later)) if d.code == "ADV601"]
+    assert finding.fix_applicability is not None
+    assert "fused=torch.cuda.is_available()" in finding.fix_description, finding.fix_description
+    # A requirement file that names torch speaks instead.
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    forget_projects()
+    (finding,) = [d for d in lint(later.read_text(), gpu="A100", path=str(later)) if d.code == "ADV601"]
+    assert "fused=torch.cuda.is_available()" not in finding.fix_description
+
+
 def test_a_large_notebooks_install_cell_still_pins_torch(tmp_path):
     # Transformers-Tutorials' LayoutLMv2 notebooks: megabytes of saved outputs, and an install cell
     # with torch==1.8.0+cu101 (no torch.autocast: 1.10).

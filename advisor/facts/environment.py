@@ -746,6 +746,10 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
                 return f"{where} `{name}`, which {why}: it runs torch {oldest} to {newest}"
         if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
             return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
+    if spec is None and package == "torch":
+        printed = _printed_by_other_notebooks(ctx)
+        if printed is not None and _version(printed[0]) < _version(version):
+            return f"the torch the repository's notebooks printed is {printed[0]} (`{printed[1]}`)"
     if spec is None:
         elsewhere = _pinned_elsewhere(ctx, package)
         if elsewhere and all(admits_below(pin, version) for _, pin in elsewhere):
@@ -761,6 +765,45 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
 
 # A package's own metadata: where it sits above a file, that package is the file's project.
 _PACKAGE_METADATA = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def _printed_by_other_notebooks(ctx: "FileContext") -> tuple[str, str] | None:
+    """The newest torch the project's other notebooks show they ran (a printed
+    ``torch.__version__``, ``%watermark``, PyG's wheels; not the kernel's Python), and one that
+    shows it, where some do and no requirement file names torch: a course's first homework
+    printed 2.3.1, and every homework runs in that environment."""
+    view = getattr(ctx, "project", None)
+    if view is None or declared(ctx, "torch") is not None or _pinned_elsewhere(ctx, "torch"):
+        return None
+    project = view.project
+    shown: list[tuple[str, str]] = []
+    for path in project.notebooks:
+        if os.path.abspath(path) == os.path.abspath(ctx.path):
+            continue
+        ran = _printed_torch(path)
+        if ran is not None:
+            shown.append((ran, os.path.relpath(path, project.root)))
+    return max(shown, key=lambda item: _version(item[0])) if shown else None
+
+
+def _printed_torch(path: str) -> str | None:
+    """The torch a notebook file's saved output shows (once per process while unchanged)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if info.st_size > 4 * MAX_PROJECT_FILE_BYTES:
+        return None
+    key = (path, info.st_mtime_ns, info.st_size)
+    if key not in _PRINTED:
+        found = _notebook_torch(_notebook_json(path), kernel_python=False)
+        if len(_PRINTED) > 1024:
+            _PRINTED.clear()
+        _PRINTED[key] = found[0] if found else None
+    return _PRINTED[key]
+
+
+_PRINTED: dict[tuple[str, int, int], str | None] = {}
 
 
 def _names_requirements(name: str) -> bool:
@@ -1111,6 +1154,13 @@ def _recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
     return older
 
 
+def notebook_outputs(ctx: "FileContext") -> str:
+    """The text of a notebook's saved outputs; empty for a script."""
+    if not ctx.path.endswith(".ipynb"):
+        return ""
+    return ctx.memo(notebook_outputs, lambda: _notebook_outputs(_notebook(ctx)))
+
+
 def _notebook_outputs(notebook: dict) -> str:
     """The text of a notebook's saved outputs."""
     pieces: list[str] = []
@@ -1206,7 +1256,7 @@ def _cell_text(value: object) -> str:
     return "".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
 
 
-def _notebook_torch(notebook: dict) -> tuple[str, str] | None:
+def _notebook_torch(notebook: dict, kernel_python: bool = True) -> tuple[str, str] | None:
     found: list[tuple[str, str]] = []
     cells = notebook.get("cells")
     for cell in cells if isinstance(cells, list) else ():
@@ -1230,7 +1280,7 @@ def _notebook_torch(notebook: dict) -> tuple[str, str] | None:
                 found.append((printed.group(1), f"the notebook's saved output shows torch {printed.group(1)}"))
                 break
     metadata = notebook.get("metadata")
-    language = metadata.get("language_info") if isinstance(metadata, dict) else None
+    language = metadata.get("language_info") if isinstance(metadata, dict) and kernel_python else None
     python = language.get("version") if isinstance(language, dict) else None
     if isinstance(python, str) and re.match(r"3\.[0-9]+", python):
         newest = _NEWEST_TORCH_FOR_PYTHON.get(tuple(int(p) for p in python.split(".")[:2]))  # type: ignore[arg-type]
