@@ -288,6 +288,14 @@ def _notebook_imports(data: bytes) -> list[_Import]:
     return found
 
 
+def _folders(root: str) -> Iterator[tuple[str, list[str]]]:
+    """Each folder of a project under ``root`` with its file names, sorted, leaving out
+    environments, caches and build output (``_SKIPPED``)."""
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
+        yield directory, sorted(filenames)
+
+
 class Project:
     """The Python files under one root, their import graph, and their parsed contexts."""
 
@@ -321,9 +329,8 @@ class Project:
         found: list[str] = []
         notebooks: list[str] = []
         configs: list[str] = []
-        for directory, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
-            for filename in sorted(filenames):
+        for directory, filenames in _folders(self.root):
+            for filename in filenames:
                 if filename.endswith(".py"):
                     found.append(os.path.join(directory, filename))
                     if len(found) > MAX_PROJECT_FILES:
@@ -340,9 +347,8 @@ class Project:
         found = self._named.get(select)
         if found is None:
             found = self._named[select] = []
-            for directory, dirnames, filenames in os.walk(self.root):
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED and not d.endswith(".egg-info"))
-                found.extend(os.path.join(directory, name) for name in sorted(filenames) if select(name))
+            for directory, filenames in _folders(self.root):
+                found.extend(os.path.join(directory, name) for name in filenames if select(name))
                 if len(found) > MAX_PROJECT_FILES:
                     found.clear()
                     break

@@ -347,16 +347,11 @@ class BatchFacts:
             helper = ctx.loops.callee(call)
             if helper is None or helper is scope.loop:
                 continue
-            params = [*helper.params.posonly_params, *helper.params.params]
             offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
             for index, arg in enumerate(call.args):
                 if arg.star or not self._recomputed_from_batch(scope, arg.value, new_name=True):
                     continue
-                if arg.keyword is not None:
-                    name = arg.keyword.value
-                else:
-                    position = index + offset
-                    name = params[position].name.value if position < len(params) else None
+                name = _parameter_for(helper, index, arg, offset)
                 if name is not None and self._copies_parameter(helper, name):
                     found += 1
         return found
@@ -402,13 +397,14 @@ class BatchFacts:
         return False
 
 
-def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg) -> str | None:
-    """The name of ``function``'s parameter that ``arg`` (the ``index``-th argument) binds."""
+def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg, offset: int = 0) -> str | None:
+    """The name of ``function``'s parameter that ``arg`` (the ``index``-th argument) binds;
+    ``offset`` 1 for a method called on its object (``self`` is not passed)."""
     if arg.keyword is not None:
         names = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
         return arg.keyword.value if arg.keyword.value in names else None
     positional = [*function.params.posonly_params, *function.params.params]
-    return positional[index].name.value if index < len(positional) else None
+    return positional[index + offset].name.value if index + offset < len(positional) else None
 
 
 def _made_numpy(ctx: "FileContext", function: cst.FunctionDef) -> set[str]:

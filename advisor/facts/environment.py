@@ -746,10 +746,6 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
                 return f"{where} `{name}`, which {why}: it runs torch {oldest} to {newest}"
         if _version(version) > _version("2.3") and declared(ctx, "torchtext") is not None:
             return "the project requires torchtext, whose last release (0.18) is built for torch 2.3"
-    if spec is None and package == "torch":
-        printed = _printed_by_other_notebooks(ctx)
-        if printed is not None and _version(printed[0]) < _version(version):
-            return f"the torch the repository's notebooks printed is {printed[0]} (`{printed[1]}`)"
     if spec is None:
         elsewhere = _pinned_elsewhere(ctx, package)
         if elsewhere and all(admits_below(pin, version) for _, pin in elsewhere):
@@ -760,6 +756,9 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
                 f"the repository's {package} requirements (`{package}{pin}` in `{where}` and "
                 f"{len(elsewhere) - 1} more) allow older ones"
             )
+        printed = _printed_by_other_notebooks(ctx) if not elsewhere and package == "torch" else None
+        if printed is not None and _version(printed[0]) < _version(version):
+            return f"the torch the repository's notebooks printed is {printed[0]} (`{printed[1]}`)"
     return None
 
 
@@ -770,10 +769,10 @@ _PACKAGE_METADATA = ("pyproject.toml", "setup.py", "setup.cfg")
 def _printed_by_other_notebooks(ctx: "FileContext") -> tuple[str, str] | None:
     """The newest torch the project's other notebooks show they ran (a printed
     ``torch.__version__``, ``%watermark``, PyG's wheels; not the kernel's Python), and one that
-    shows it, where some do and no requirement file names torch: a course's first homework
-    printed 2.3.1, and every homework runs in that environment."""
+    shows it, where some do; asked only where no requirement file of the project names torch:
+    a course's first homework printed 2.3.1, and every homework runs in that environment."""
     view = getattr(ctx, "project", None)
-    if view is None or declared(ctx, "torch") is not None or _pinned_elsewhere(ctx, "torch"):
+    if view is None:
         return None
     project = view.project
     shown: list[tuple[str, str]] = []
@@ -1131,9 +1130,11 @@ def recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
 
 
 def _recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
-    texts: list[tuple[str, str]] = []
+    # (where, text, whether it is what a run printed): a run names its GPU; prose only counts
+    # where it sends readers to a platform.
+    texts: list[tuple[str, str, bool]] = []
     if ctx.path.endswith(".ipynb"):
-        texts.append(("the notebook's saved output", _notebook_outputs(_notebook(ctx))))
+        texts.append(("the notebook's saved output", notebook_outputs(ctx), True))
     root = os.path.dirname(os.path.abspath(ctx.path))
     view = getattr(ctx, "project", None)
     if view is not None:
@@ -1142,12 +1143,11 @@ def _recorded_gpu(ctx: "FileContext") -> tuple[str, str] | None:
         if _DOCUMENT.match(os.path.basename(path)) and _PROSE.search(path):
             text = read_project_file(ctx, path)
             if text:
-                texts.append((f"`{os.path.relpath(path, root)}`", text))
+                texts.append((f"`{os.path.relpath(path, root)}`", text, False))
     older: tuple[str, str] | None = None
-    for index, (where, text) in enumerate(texts):
+    for where, text, output in texts:
         if _NEWER_GPU.search(text):
             return None
-        output = index == 0 and ctx.path.endswith(".ipynb")
         found = (_OLDER_GPU if output else _OLDER_PLATFORM).search(text)
         if found is not None and older is None:
             older = (" ".join(found.group(0).split()) if output else "Kaggle's GPUs (P100, T4)", where)
