@@ -931,7 +931,11 @@ class ValueResolver:
         """How often each name occurs (a ``def``'s own name included): a function whose name
         occurs only in its ``def`` and its calls is not also handed around as a value."""
         counts: dict[str, int] = {}
+        parent = self.ctx.parent
         for node in self.ctx.nodes(cst.Name):
+            above = parent.get(node)
+            if isinstance(above, cst.Attribute) and above.attr is node:
+                continue  # ``model.train()`` names a method, not the file's ``def train``
             counts[node.value] = counts.get(node.value, 0) + 1
         return counts
 

@@ -840,6 +840,15 @@ def test_parameter_that_every_call_gives_the_parsed_command_line():
     assert resolved(DIFFUSERS_ARGS + "\nmain(args=parse_args())\n") == [False, True, 0, None]
 
 
+def test_a_method_of_the_same_name_is_not_a_use_of_the_function():
+    # HeaRT's ``def train(model, optimizer, train_loader, args, device)`` calls ``model.train()``:
+    # the method is not the function handed around as a value.
+    source = DIFFUSERS_ARGS.replace("def main(args):", "def main(model, args):\n    model.main()") + (
+        '\nif __name__ == "__main__":\n    args = parse_args()\n    main(net, args)\n'
+    )
+    assert resolved(source) == [False, True, 0, None]
+
+
 @pytest.mark.parametrize(
     "caller",
     [
