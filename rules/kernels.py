@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
-from advisor.facts.distributed import shipped_deepspeed_configs
+from advisor.facts.distributed import imports_deepspeed, shipped_deepspeed_configs
 from advisor.facts.environment import older_allowed
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
@@ -488,13 +488,17 @@ class AdamNotFused(Rule):
 
     def _trainer_fix(self, ctx: FileContext, description: str, edit: Edit):
         configs = shipped_deepspeed_configs(ctx)
-        if not configs:
+        if configs:
+            where = f"`{configs[0][0]}`"
+        elif imports_deepspeed(ctx):
+            where = "the file imports `deepspeed`"
+        else:
             return self.fix(description, edit, requires=FUSED_TRAINER_OPTIM_NEEDS)
         # Under DeepSpeed the Trainer leaves the model on the CPU and builds the optimizer
         # before ``deepspeed.initialize`` moves it (LLaMA-MoE-v2, torch 2.3.1: "fused=True
         # requires all the params to be floating point Tensors of supported devices").
         return self.fix(
-            f"{description} (torch >= 2.4: under DeepSpeed (`{configs[0][0]}`) the Trainer builds the optimizer "
+            f"{description} (torch >= 2.4: under DeepSpeed ({where}) the Trainer builds the optimizer "
             "before the model moves to the GPU)",
             edit,
             requires=[("transformers", "4.27"), ("torch", "2.4")],

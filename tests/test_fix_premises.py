@@ -2517,12 +2517,35 @@ def test_the_trainers_fused_optim_under_deepspeed_needs_torch_2_4(tmp_path):
     assert finding.fix_applicability is None and "torch >= 2.4" in finding.message
 
 
+def test_the_trainers_fused_optim_in_a_file_that_imports_deepspeed_needs_torch_2_4(tmp_path):
+    # LLaVA's train.py, copied into DiffBIR (torch==2.2.2) without its launch scripts: it
+    # imports `deepspeed.zero` to gather ZeRO-3 weights, so it runs under DeepSpeed.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==2.2.2\ntransformers==4.37.2\n")
+    source = (
+        "import transformers\nfrom dataclasses import dataclass, field\n\n@dataclass\n"
+        "class TrainingArguments(transformers.TrainingArguments):\n    optim: str = field(default='adamw_torch')\n\n"
+        "def maybe_zero_3(param):\n    from deepspeed import zero\n    with zero.GatheredParameters([param]):\n"
+        "        return param.data.detach().cpu().clone()\n\n"
+        "parser = transformers.HfArgumentParser((TrainingArguments,))\n(args,) = parser.parse_args_into_dataclasses()\n"
+        "trainer = transformers.Trainer(model=model, args=args)\ntrainer.train()\n"
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch >= 2.4" in finding.message, finding.message
+    plain = source.replace("    from deepspeed import zero\n    with zero.GatheredParameters([param]):\n", "    if True:\n")
+    assert only(plain, "ADV601", fresh_script(tmp_path / "plain.py", plain)).fix_applicability is not None
+    (tmp_path / "requirements.txt").write_text("torch==2.4.0\ntransformers==4.37.2\n")
+    forget_projects()
+    assert only(source, "ADV601", fresh_script(tmp_path / "train2.py", source)).fix_applicability is not None
+
+
 @pytest.mark.parametrize(
     "imports,cap",
     [
         ("from torchtext.legacy import data\n", "torch 1.10 or older"),
         ("from torchtext.data import Field, BucketIterator\n", "torch 1.7 or older"),
         ("from torch._six import inf\n", "torch 1.13 or older"),
+        ("from torch_geometric.utils import add_self_loops, f1_score\n", "torch 1.11 or older"),
     ],
 )
 def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
@@ -2827,6 +2850,26 @@ def test_a_loss_read_as_torch_0_3_did_caps_the_torch_the_file_runs(tmp_path):
     assert "loss.data[0]" not in source.replace("loss.data[0]", "loss.item()")  # the look-alike below
     modern = source.replace("loss.data[0]", "loss.item()")
     assert only(modern, "ADV101", fresh_script(tmp_path / "train.py", modern)).fix_applicability == "safe"
+
+
+def test_a_file_importing_a_transformers_3_module_in_a_transformers_4_project_keeps_its_code(tmp_path):
+    # Relphormer's QA/hitter-bert.py imports `transformers.tokenization_bert` (gone in 4.0) while
+    # the project pins transformers==4.7.0 and torch==1.13.1: it runs in HittER's environment
+    # (torch 1.5), where `set_float32_matmul_precision` does not exist.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==1.13.1\ntransformers==4.7.0\n")
+    source = (
+        "import torch\nfrom transformers.tokenization_bert import BertTokenizer\n\n"
+        "model = torch.nn.Linear(4096, 4096).cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in batches:\n    loss = model(x.cuda()).sum()\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    tf32 = only(source, "ADV202", fresh_script(tmp_path / "qa.py", source))
+    assert tf32.fix_applicability is None and "imports `transformers.tokenization_bert`, which transformers 4.0 removed" in tf32.message
+    shared = source.replace("transformers.tokenization_bert", "transformers.tokenization_utils")
+    assert only(shared, "ADV202", fresh_script(tmp_path / "shared.py", shared)).fix_applicability is not None
+    (tmp_path / "requirements.txt").write_text("torch==1.13.1\ntransformers<4\n")
+    forget_projects()
+    assert only(source, "ADV202", fresh_script(tmp_path / "qa3.py", source)).fix_applicability is not None
 
 
 @pytest.mark.parametrize("read", ["errD.data[0]", "totalLoss.data[0]", "err_real.data[0]"])
@@ -3152,6 +3195,10 @@ def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
         ("requirements.lock", "numpy==1.21.5\ntorch==1.10.0\n"),
         # BertSum's README: "**Python version**: This code is in Python3.6" (torch 1.10 at most).
         ("README.md", "**Python version**: This code is in Python3.6\n\n**Package Requirements**: pytorch tensorboardX\n"),
+        # PEN-Net's README: "* Install python3.6" (torch 1.10 at most).
+        ("README.md", "## Prerequisites\n    * Install python3.6\n    * Install [pytorch](https://pytorch.org/)\n"),
+        # PEN-Net's README: "* Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)".
+        ("README.md", "## Prerequisites\n    * Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)\n"),
     ],
 )
 def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
@@ -3165,7 +3212,7 @@ def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
 
 def test_a_readme_python_floor_is_not_a_cap(tmp_path):
     (tmp_path / ".git").mkdir()
-    (tmp_path / "README.md").write_text("This code is in Python 3.6 or later.\n")
+    (tmp_path / "README.md").write_text("This code is in Python 3.6 or later.\n\nInstall Python 3.7+ first.\n")
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     assert only(source, "ADV601", fresh_script(tmp_path / "train.py", source)).fix_applicability is not None
 
@@ -4026,3 +4073,28 @@ def test_a_batch_resized_on_the_host_under_its_own_name_before_the_copy_leaves_p
     direct = source.replace("    inputs = F.interpolate(inputs, (512, 512), mode='bilinear')\n", "")
     (finding,) = [d for d in lint(direct, gpu="A100") if d.code == "ADV101"]
     assert finding.fix_applicability is not None
+
+
+def test_an_old_torchvision_pin_holds_the_torch_it_is_built_for(tmp_path):
+    # pyHGT: a bot bumped ``torch==1.13.1`` in requirements.txt beside ``torchvision==0.4.1``,
+    # which requires torch 1.3.0 (its README: "Pytorch 1.3.0"): no
+    # ``set_float32_matmul_precision`` (torch 1.12) and no fused Adam there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==1.13.1\ntorchvision==0.4.1\n")
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "device = torch.device('cuda')\nmodel = nn.Linear(4096, 4096).to(device)\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "for x, y in batches:\n"
+        "    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    tf32 = only(source, "ADV202", script)
+    assert tf32.fix_applicability is None and "torchvision 0.4.1, which is built for torch 1.3 and cannot install beside its torch==1.13.1" in tf32.message, tf32.message
+    assert only(source, "ADV601", script).fix_applicability is None
+    (tmp_path / "requirements.txt").write_text("torch==2.1.0\ntorchvision==0.16.0\n")
+    forget_projects()
+    current = fresh_script(tmp_path / "train2.py", source)
+    assert only(source, "ADV202", current).fix_applicability is not None
+    assert only(source, "ADV601", current).fix_applicability is not None

@@ -311,6 +311,19 @@ def shipped_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]]:
     return ctx.memo(shipped_deepspeed_configs, lambda: _find_deepspeed_configs(ctx, os.path.abspath(project.project.root)))
 
 
+def imports_deepspeed(ctx: "FileContext") -> bool:
+    """The file imports DeepSpeed itself (LLaVA's ``train.py``: ``from deepspeed import zero``
+    to gather ZeRO-3 parameters for saving): it is written to run under it, whether or not its
+    launch configs ship with it."""
+    for node in ctx.nodes(cst.ImportFrom):
+        module = dotted_name(node.module) if node.module is not None and not node.relative else None
+        if module is not None and (module == "deepspeed" or module.startswith("deepspeed.")):
+            return True
+    return any(
+        (dotted_name(alias.name) or "").split(".")[0] == "deepspeed" for node in ctx.nodes(cst.Import) for alias in node.names
+    )
+
+
 _CONFIG_FOLDER = re.compile(r"^(?:conf|configs?|ds_?configs?|deepspeed[\w-]*|ds|scripts?)$", re.I)
 
 

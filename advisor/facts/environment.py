@@ -158,9 +158,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
-    # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)".
+    # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)"; PEN-Net:
+    # "Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)".
     aside = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\bversions?\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\b(?:versions?|releases?)\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # FedRepo: "  * `torch`: 1.9.0", a list of packages and versions (a line of its own, or the
     # name in backquotes: not a Docker image's ``nvcr.io/nvidia/pytorch:21.11``).
@@ -721,6 +722,17 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         python = _python_cap(ctx)
         if python is not None and _version(python[1]) < _version(version):
             return f"the project's environment pins Python {python[0]}, whose newest torch is {python[1]}"
+        companion = _companion_cap(ctx)
+        if companion is not None and _version(companion[2]) < _version(version):
+            package_name, pinned, newest = companion
+            if spec:
+                # EasyOCR's trainer, self-label, pyHGT: a bot bumped the torch line alone; pip
+                # cannot install the pair, so which torch runs is the project's guess, not ours.
+                return (
+                    f"the project pins {package_name} {pinned}, which is built for torch {newest} and cannot "
+                    f"install beside its torch{spec}"
+                )
+            return f"the project pins {package_name} {pinned}, which is built for torch {newest}"
         lightning = _lightning_cap(ctx)
         if lightning is not None and _version(lightning[1]) < _version(version):
             return (
@@ -874,9 +886,28 @@ def scalar_loss_indexed(source: str) -> str | None:
     return None if match is None else match.group(0)
 
 
+# transformers 4.0 moved each model's modules into ``transformers.models.<name>``: a file that
+# imports the old flat module (Relphormer's QA script: ``transformers.tokenization_bert``) runs
+# the transformers 3 of another project's environment. The shared modules (``modeling_utils``,
+# ``tokenization_utils``, ``configuration_utils``, ``modeling_outputs``) stayed, so only
+# model names are read.
+_FLAT_TRANSFORMERS_MODULE = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+(transformers\.(?:modeling|tokenization|configuration)_(?:bert|bart|gpt2|roberta|t5|xlnet|albert"
+    r"|distilbert|electra|longformer|auto|openai|ctrl|xlm|xlm_roberta|transfo_xl|camembert|flaubert|marian|mbart"
+    r"|pegasus|reformer|encoder_decoder|lxmert|funnel|dpr|mobilebert|blenderbot|prophetnet|layoutlm))\b",
+    re.M,
+)
+
+
 def runs_no_declared_torch(ctx: "FileContext") -> str | None:
-    """Why the file cannot run on the torch its project declares, or None: it reads a loss as
-    torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch 1.0.0+")."""
+    """Why the file cannot run in the environment its project declares, or None: it reads a
+    loss as torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch
+    1.0.0+"), or imports a transformers 3 module while the project asks for transformers 4."""
+    flat = _FLAT_TRANSFORMERS_MODULE.search(ctx.source)
+    if flat is not None:
+        spec = declared(ctx, "transformers")
+        if spec and not spec.startswith("@") and admits_below(spec, "4.0") is False:
+            return f"the file imports `{flat.group(1)}`, which transformers 4.0 removed, and the project asks for transformers{spec}"
     legacy = scalar_loss_indexed(ctx.source)
     if legacy is None:
         return None
@@ -916,6 +947,16 @@ _REMOVED_IMPORTS = (
         "torch._six.container_abcs", "1.8", "torch 1.9 removed",
     ),
     (re.compile(r"^(?:from\s+torch\._six\s+import|import\s+torch\._six\b)", re.M), "torch._six", "1.13", "torch 2.0 removed"),
+    # Graph Transformer Networks: ``from torch_geometric.utils import f1_score``, metrics PyG 2.1
+    # removed (its issue #41); the last PyG with them, 2.0.4, is built for torch 1.8 to 1.11.
+    (
+        re.compile(
+            r"^from\s+torch_geometric\.utils\s+import\s+[^\n]*\b(?:accuracy|true_positive|true_negative|false_positive"
+            r"|false_negative|precision|recall|f1_score|intersection_and_union|mean_iou)\b",
+            re.M,
+        ),
+        "torch_geometric.utils.f1_score", "1.11", "PyG 2.1 (torch 1.12) removed",
+    ),
     # torchtext's last release, 0.18 (2024), is built for torch 2.3 and fails to load on later ones.
     (re.compile(r"^(?:from|import)\s+torchtext\b", re.M), "torchtext", "2.3", "stopped at 0.18, built for torch 2.3"),
     # stat453's helper.py: ``torch.set_deterministic(True)``, in torch 1.9.0's ``__init__.py``
@@ -1189,9 +1230,50 @@ def notebook_gpu(ctx: "FileContext") -> str | None:
 _PYTHON_PIN = re.compile(
     r"(?<![\w-])python\s*(?:==?|:)\s*3\.([0-9]+)(?![0-9]|\.?[0-9]*\s*[,<>|*+])"
     # BertSum's README: "**Python version**: This code is in Python3.6" (a statement, not a floor).
-    r"|\b(?:code|it) is (?:written )?in python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))",
+    r"|\b(?:code|it) is (?:written )?in python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))"
+    # PEN-Net's README: "* Install python3.6".
+    r"|\binstall\s+python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))",
     re.I,
 )
+
+
+def _companion_cap(ctx: "FileContext") -> tuple[str, str, str] | None:
+    """The torchvision or torchaudio the project holds at an old release, with that release and
+    the torch it is built for: each release of them requires one torch release, so a pin of
+    ``torchvision==0.4.1`` beside ``torch==1.13.1`` (a bot's bump of the one line, pyHGT) is an
+    environment whose torch is 1.3 or one that does not install. ``torchvision<0.2.x`` (pure
+    Python, for any torch of its time) says nothing."""
+    for package in ("torchvision", "torchaudio"):
+        spec = declared(ctx, package)
+        if not spec or spec.startswith("@"):
+            continue
+        ceiling = _ceiling(spec)
+        if ceiling is None or len(ceiling) < 2:
+            continue
+        newest = _companion_torch(package, ceiling)
+        if newest is not None:
+            return package, ".".join(str(part) for part in ceiling), newest
+    return None
+
+
+def _companion_torch(package: str, release: tuple[int, ...]) -> str | None:
+    """The torch a torchvision or torchaudio release is built for (their release notes' tables)."""
+    major, minor = release[0], release[1]
+    if package == "torchvision" and major == 0:
+        if minor == 3:
+            return "1.1"
+        if minor == 4:
+            return "1.2" if release[2:3] == (0,) else "1.3"  # 0.4.0 for torch 1.2, 0.4.1 and 0.4.2 for 1.3
+        if 5 <= minor <= 14:
+            return f"1.{minor - 1}"
+        if minor >= 15:
+            return f"2.{minor - 15}"
+        return None
+    if package == "torchaudio" and major == 0 and 3 <= minor <= 13:
+        return f"1.{minor}"
+    if package == "torchaudio" and major == 2:
+        return f"2.{minor}"
+    return None
 
 
 def _lightning_cap(ctx: "FileContext") -> tuple[str, str] | None:
@@ -1227,7 +1309,7 @@ def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
         if text is None or "python" not in text.lower():
             continue
         for match in _PYTHON_PIN.finditer(text):
-            minor = int(match.group(1) or match.group(2))
+            minor = int(next(group for group in match.groups() if group))
             newest = _NEWEST_TORCH_FOR_PYTHON.get((3, minor))
             if newest is not None:
                 return f"3.{minor}", newest
