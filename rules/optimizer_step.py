@@ -151,6 +151,10 @@ def _gradients_made_in(ctx: FileContext, root: cst.CSTNode, low: int, high: int,
         name = dotted_name(call.func)
         if name is not None and name.split(".")[-1] in hidden:
             return True
+        if name is not None and "backward" in name.split(".")[-1].lower():
+            # DARTS' ``architect.unrolled_backward(...)`` (another module) writes ``alpha.grad``;
+            # pix2pix's ``self.backward_G()``: the name says it makes gradients.
+            return True
         if ctx.qualname(call.func) == "torch.autograd.grad":
             return True
     return any(between(node) for node in _grad_writes(ctx) if ctx.is_descendant(node, root))
@@ -562,6 +566,23 @@ class ZeroGradOrder(Rule):
                 optimizer.step()
             """,
             note="zero_grad, backward, step",
+        ),
+        Valid(
+            """
+            import torch
+            from architect import Architect
+            w_optim = torch.optim.SGD(model.weights(), 0.025)
+            alpha_optim = torch.optim.Adam(model.alphas(), 3e-4)
+            for (trn_X, trn_y), (val_X, val_y) in zip(train_loader, valid_loader):
+                alpha_optim.zero_grad()
+                architect.unrolled_backward(trn_X, trn_y, val_X, val_y, lr, w_optim)
+                alpha_optim.step()
+                w_optim.zero_grad()
+                loss = model.criterion(model(trn_X), trn_y)
+                loss.backward()
+                w_optim.step()
+            """,
+            note="DARTS: a call of another module whose name says backward makes the alphas' gradients",
         ),
         Valid(
             """

@@ -1845,6 +1845,8 @@ def _returns_its_parameter(function: cst.FunctionDef) -> bool:
     """``def fn(features): return features``: an identity collate."""
     params = function.params.params
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    if body and function.get_docstring() is not None:
+        body = body[1:]  # torchvision's ``_collate_fn``: a docstring, then ``return x``
     if len(params) != 1 or len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
         return False
     (statement,) = body[0].body if len(body[0].body) == 1 else (None,)
