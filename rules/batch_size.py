@@ -1298,6 +1298,8 @@ def _config_sites(ctx: FileContext) -> Iterator[VocabSite]:
             continue
         if not _builds_language_model(ctx, call, _assigned_name(ctx, call)):
             continue
+        if any(arg.keyword is not None and arg.keyword.value in _LABEL_COUNTS for arg in call.args):
+            continue  # a classifier (SpikeGPT's ``GPTConfig(..., num_classes=2)``): its head is over labels
         argument = ctx.argument(call, "vocab_size")
         if argument is None:
             continue
@@ -1329,6 +1331,8 @@ def _config_sites(ctx: FileContext) -> Iterator[VocabSite]:
 
 
 _VOCAB_KEYS = ("vocab_size", "n_vocab")
+# A config that counts labels builds a classifier: the vocabulary only sizes a lookup table.
+_LABEL_COUNTS = ("num_classes", "num_labels", "n_classes", "n_labels")
 # A model whose weights come from a checkpoint must keep the checkpoint's vocabulary.
 _LOADS_WEIGHTS = re.compile(r"load_state_dict|load_weights|load_checkpoint|from_pretrained|load_model")
 
@@ -1534,7 +1538,9 @@ class DimsNotTensorCoreFriendly(Rule):
         - the config builds no output layer over the vocabulary: a transformers class not
           named for one (`BertModel`, `...ForSequenceClassification` only look tokens up), a
           class of the user's not named like a language model (`GPT`, `...LM`, `Decoder`) in
-          a file with no `nn.Linear(..., vocab_size)`; or it configures a tokenizer;
+          a file with no `nn.Linear(..., vocab_size)`, or a config that counts labels
+          (`GPTConfig(vocab_size=50277, num_classes=2)`: a classifier); or it configures a
+          tokenizer;
         - an `nn.Embedding` has no matching `nn.Linear` head (a lookup table is not a matmul),
           or an `nn.Linear` output has no matching embedding: the number of classes of a
           classifier is fixed by the task, and padding it would change what the model predicts;
@@ -1549,6 +1555,19 @@ class DimsNotTensorCoreFriendly(Rule):
         or reshapes by it); a command-line default is reported without a fix.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            from src.model_classify import GPT, GPTConfig
+            model = GPT(GPTConfig(vocab_size=50277, ctx_len=1024, n_layer=24, n_embd=768, num_classes=2)).cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a config that counts labels builds a classifier: the vocabulary only sizes a lookup (SpikeGPT's NLU scripts)",
+        ),
         Valid(
             """
             from transformers import AutoModelForSequenceClassification, AutoTokenizer

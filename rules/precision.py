@@ -33,6 +33,8 @@ from advisor.facts.models import KNOWN_LIBRARIES, trained_models
 from advisor.facts.precision import (
     runs_fft,
     runs_cudnn_rnn,
+    runs_cupy_kernels,
+    replicates_in_threads,
     small_dense_network,
     casts_data_to_fp16,
     AMP_SCALER,
@@ -80,6 +82,46 @@ LIGHTNING = ("lightning.pytorch.Trainer", "lightning.fabric.Fabric")
 # Lightning's half-precision spellings, and their bf16 twin of the same Lightning generation:
 # "bf16-mixed" exists only from Lightning 2.0, the legacy "bf16" in every version.
 LIGHTNING_BF16 = {16: "bf16", "16": "bf16", "16-mixed": "bf16-mixed"}
+
+
+def _arguments_may_train(ctx: FileContext, call: cst.Call) -> bool:
+    """Whether ``TrainingArguments`` may serve training: False only where they go to Trainers
+    of the file that only ``predict`` or ``evaluate`` (GPN's ``run_inference``: ``fp16=True``
+    for ``trainer.predict``, where bf16 gains nothing and makes its scores coarser)."""
+    bound = _bound_name(ctx, call)
+    if bound is None:
+        return True
+    trainers = [
+        other
+        for other in ctx.nodes(cst.Call)
+        if (dotted_name(other.func) or "").split(".")[-1].endswith("Trainer")
+        and isinstance(passed := ctx.argument(other, "args", 1), cst.Name)
+        and passed.value == bound
+    ]
+    if not trainers:
+        return True
+    for trainer in trainers:
+        name = _bound_name(ctx, trainer)
+        if name is None:
+            return True
+        for use in ctx.nodes(cst.Name):
+            if use.value != name or not ctx.is_read(use):
+                continue
+            holder = ctx.parent.get(use)
+            if not (
+                isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in ("predict", "evaluate")
+                and isinstance(ctx.parent.get(holder), cst.Call)
+            ):
+                return True
+    return False
+
+
+def _bound_name(ctx: FileContext, call: cst.Call) -> str | None:
+    """The name ``call`` is assigned to (``trainer = Trainer(...)``), where that is all it is."""
+    assign = ctx.parent.get(call)
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        return assign.targets[0].target.value
+    return None
 
 
 def _accelerator_may_train(ctx: FileContext, call: cst.Call) -> bool:
@@ -424,12 +466,14 @@ def _named_fp16_choice(ctx: FileContext, call: cst.Call) -> bool:
     return isinstance(key, str) and key.lower() in _FP16_NAMES
 
 
-def _no_bf16_fix_under_fft(ctx: FileContext, findings: Iterable[Finding]) -> Iterator[Finding]:
-    """bf16 fixes left as advice in a program that computes FFTs: cuFFT takes no bf16 input, so
-    the first ``torch.fft.rfft`` of a bf16 activation raises (FEDformer's Fourier blocks); and in
-    one that runs cuDNN recurrent layers, which autocast runs in fp16 whatever dtype it is given,
-    so bf16 autocast without a GradScaler would train them in fp16 unscaled (two readers of
-    held-out 36 and 59: udacity's char-RNN, bentrevett's sentiment LSTMs)."""
+def _no_bf16_fix_where_bf16_fails(ctx: FileContext, findings: Iterable[Finding]) -> Iterator[Finding]:
+    """bf16 fixes left as advice where bf16 would raise or not reach the model: a program that
+    computes FFTs (cuFFT takes no bf16 input, so the first ``torch.fft.rfft`` of a bf16
+    activation raises: FEDformer's Fourier blocks); one that runs cuDNN recurrent layers, which
+    autocast runs in fp16 whatever dtype it is given, so bf16 autocast without a GradScaler
+    would train them in fp16 unscaled (two readers of held-out 36 and 59: udacity's char-RNN,
+    bentrevett's sentiment LSTMs); one that runs CuPy kernels (SpikeGPT's spikingjelly neurons);
+    one whose model runs in ``nn.DataParallel`` replicas (cav-mae)."""
     for finding in findings:
         if finding.fix is not None and runs_fft(ctx):
             finding.as_advice(
@@ -441,6 +485,17 @@ def _no_bf16_fix_under_fft(ctx: FileContext, findings: Iterable[Finding]) -> Ite
                 "the model runs cuDNN recurrent layers (`nn.LSTM`, `nn.GRU`), which autocast runs in float16 "
                 "whatever dtype it is given: without a GradScaler they would train in fp16 unscaled, so the fix "
                 "is left as advice"
+            )
+        elif finding.fix is not None and runs_cupy_kernels(ctx):
+            finding.as_advice(
+                "the model runs CuPy kernels (`backend='cupy'`), hand-written CUDA that takes float32 and float16 "
+                "and raises on bf16, so the fix is left as advice"
+            )
+        elif finding.fix is not None and replicates_in_threads(ctx):
+            finding.as_advice(
+                "the model is wrapped in `nn.DataParallel`, whose replica threads enter autocast with its default "
+                "float16: bf16 would reach the main thread only, and the replicas would train in fp16 without a "
+                "GradScaler; move to DistributedDataParallel first, so the fix is left as advice"
             )
         yield finding
 
@@ -505,7 +560,8 @@ class Fp16OnBf16Gpu(Rule):
           `torch.inference_mode()` (a `with` block or a decorated function), or in a function
           named for evaluation or sampling (`log_validation`, `evaluate`, `generate_samples`)
           that runs no backward pass or optimizer step, or the Lightning `Trainer` only runs
-          `test` / `validate` / `predict`: fp16 inference is fine;
+          `test` / `validate` / `predict`, or the `TrainingArguments` go to a Trainer that only
+          runs `predict` / `evaluate`: fp16 inference is fine;
         - the autocast is the `"fp16"` entry of a table of precisions keyed by name
           (`{"bf16": autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16)}[args.precision]`):
           the user picks fp16 there by its name.
@@ -520,7 +576,11 @@ class Fp16OnBf16Gpu(Rule):
         raises (ADV203's bf16 autocast likewise); and where it runs cuDNN recurrent layers
         (`nn.LSTM`, `nn.GRU`, `nn.RNN`), which autocast runs in float16 whatever dtype it is
         given (ATen's `AutocastRNN.cpp`): bf16 without a GradScaler would leave them in fp16,
-        unscaled (ADV203 likewise).
+        unscaled (ADV203 likewise); where it runs CuPy kernels (spikingjelly's `backend='cupy'`
+        neurons), which take float32 and float16 and raise on bf16; and where the model is
+        wrapped in `nn.DataParallel`, whose replica threads enter autocast with its default
+        float16 (`parallel_apply`), so bf16 never reaches them and dropping the GradScaler
+        would leave them in fp16 unscaled (ADV203 likewise).
 
         The fix switches to bf16 and, for `autocast`, removes the GradScaler when its only
         uses are `scale(loss).backward()`, `step(opt)`, `update()` and `unscale_(opt)`; a
@@ -541,6 +601,17 @@ class Fp16OnBf16Gpu(Rule):
                 optimizer.step()
             """,
             note="a table of precisions keyed by name: the user picks fp16 by its name (Lumina-Image-2.0)",
+        ),
+        Valid(
+            """
+            from transformers import Trainer, TrainingArguments
+
+            def run_inference(model, dataset):
+                training_args = TrainingArguments(output_dir="out", per_device_eval_batch_size=8, fp16=True)
+                trainer = Trainer(model=model, args=training_args)
+                return trainer.predict(test_dataset=dataset).predictions
+            """,
+            note="arguments for a Trainer that only predicts: fp16 inference is as fast and finer (GPN's variant scores)",
         ),
         Valid(
             """
@@ -1107,8 +1178,8 @@ class Fp16OnBf16Gpu(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         if not ctx.target.bf16:
             return
-        yield from _no_bf16_fix_under_fft(ctx, self._autocasts(ctx))
-        yield from _no_bf16_fix_under_fft(ctx, self._training_arguments(ctx))
+        yield from _no_bf16_fix_where_bf16_fails(ctx, self._autocasts(ctx))
+        yield from _no_bf16_fix_where_bf16_fails(ctx, self._training_arguments(ctx))
         yield from self._accelerators(ctx)
         yield from self._lightning(ctx)
 
@@ -1212,6 +1283,8 @@ class Fp16OnBf16Gpu(Rule):
                 continue
             if precision_reassigned(ctx, call) or self._other_call_sets(ctx, TRAINING_ARGUMENTS, "bf16", (True,)):
                 continue
+            if not _arguments_may_train(ctx, call):
+                continue  # inference: fp16 is as fast as bf16 and more precise
             backend = ctx.argument(call, "half_precision_backend")
             if backend is None or (backend is not MISSING and ctx.values.value_of(backend) not in ("auto", "cuda_amp")):
                 continue  # apex or an unknown backend: bf16 may not be available through it
@@ -3523,7 +3596,7 @@ class NoMixedPrecision(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         findings = (_unless_small(ctx, finding, "mixed precision") for finding in self._findings(ctx))
-        yield from _no_bf16_fix_under_fft(ctx, findings) if ctx.target.bf16 else findings
+        yield from _no_bf16_fix_where_bf16_fails(ctx, findings) if ctx.target.bf16 else findings
 
     def _findings(self, ctx: FileContext) -> Iterator[Finding]:
         sites = ctx.facts.frameworks.gpu_sites

@@ -638,6 +638,15 @@ def test_a_bundled_copy_of_a_package_gives_its_version(tmp_path):
     script.write_text(source)
     finding = only(source, "ADV403", script)
     assert finding.fix_applicability is None and "`transformers==3.2.0` in `transformers/setup.py`" in finding.message
+    # DNABERT: the repository is the copy (transformers 2.5.0 in the root setup.py, installed
+    # with `pip install --editable .`), and its scripts live below it in `examples/`.
+    (tmp_path / "transformers" / "setup.py").rename(tmp_path / "setup.py")
+    forget_projects()
+    script = tmp_path / "examples" / "run_pretrain.py"
+    script.parent.mkdir()
+    script.write_text(source)
+    finding = only(source, "ADV403", script)
+    assert finding.fix_applicability is None and "transformers==3.2.0" in finding.message, finding.message
 
 
 def test_a_cuda_toolkit_in_the_install_instructions_caps_the_torch(tmp_path):
@@ -3547,6 +3556,62 @@ def test_bf16_autocast_over_a_recurrent_layer_is_advice():
     attention = source.replace("nn.LSTM(512, 1024, 2, batch_first=True)", "nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8), 2)")
     (finding,) = [d for d in lint(attention, gpu="A100") if d.code == "ADV203"]
     assert "cuDNN recurrent layers" not in finding.message
+
+
+FP16_LOOP = textwrap.dedent("""
+    import torch
+    from torch import nn
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda()
+    scaler = torch.cuda.amp.GradScaler()
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""")
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        # cav-mae's four-GPU runs: DataParallel's replica threads enter autocast with its default
+        # float16 (parallel_apply), so bf16 reaches the main thread only and the scaler goes.
+        (("torchvision.models.resnet50().cuda()", "nn.DataParallel(torchvision.models.resnet50()).cuda()"), "`nn.DataParallel`"),
+        # SpikeGPT's copy of spikingjelly: `backend='cupy'` neurons raise NotImplementedError on bf16.
+        (("import torchvision\n", "import torchvision\nfrom spikingjelly.clock_driven import neuron\nlif = neuron.MultiStepLIFNode(tau=2.0, backend='cupy')\n"), "CuPy kernels"),
+    ],
+)
+def test_bf16_is_advice_where_it_would_not_reach_the_model(change, why):
+    (plain,) = [d for d in lint(FP16_LOOP, gpu="A100") if d.code == "ADV201"]
+    assert plain.fix_applicability is not None
+    source = FP16_LOOP.replace(*change)
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
+    assert finding.fix_applicability is None and why in finding.message, finding.message
+
+
+def test_fp16_arguments_of_a_trainer_that_trains_keep_their_fix():
+    source = textwrap.dedent("""
+        from transformers import Trainer, TrainingArguments
+
+        def run(model, dataset):
+            training_args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, fp16=True)
+            trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+            trainer.train()
+            return trainer.predict(test_dataset=dataset).predictions
+    """)
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
+    assert finding.fix_applicability is not None
+    handed_on = source.replace("    trainer.train()\n", "    fit(trainer)\n")
+    (finding,) = [d for d in lint(handed_on, gpu="A100") if d.code == "ADV201"]
+    assert finding.fix_applicability is not None  # another function may train with it
+    predicting = source.replace("    trainer.train()\n", "")
+    assert "ADV201" not in [d.code for d in lint(predicting, gpu="A100")]
 
 
 # A network large enough that precision fixes are not held back as a small one's.

@@ -102,7 +102,10 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             text = "\n".join(f"{name}=={version}" for name, version in _LOCKED_PACKAGE.findall(text))
         elif os.path.basename(path) == "settings.ini":
             text = _nbdev_requirements(text)
-        spec = _spec_in(pattern, text)
+        bundled = _bundled_version(text, package) if os.path.basename(path) in _PACKAGE_METADATA else None
+        # DNABERT's root ``setup.py`` is its copy of transformers 2.5.0 (``pip install
+        # --editable .``): the project's scripts run the package it is.
+        spec = f"=={bundled}" if bundled else _spec_in(pattern, text)
         if spec == "":
             bare = True
         elif spec is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.facts.frameworks import ACCELERATE, DELEGATED, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
 from advisor.names import dotted_name
@@ -952,6 +952,22 @@ def runs_cudnn_rnn(ctx: FileContext) -> bool:
     return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER))
 
 
+def runs_cupy_kernels(ctx: FileContext) -> bool:
+    """The file, or a project module it imports, runs CuPy kernels (``import cupy``,
+    spikingjelly's ``backend='cupy'`` neurons): hand-written CUDA code that takes float32 and
+    float16, and raises on bf16 (``NotImplementedError`` in spikingjelly's neurons, SpikeGPT's
+    copy of it). Asked once per file."""
+    return ctx.memo(runs_cupy_kernels, lambda: _in_file_or_imports(ctx, _CUPY))
+
+
+def replicates_in_threads(ctx: FileContext) -> bool:
+    """The file wraps a model in ``nn.DataParallel``, whose replicas run in threads that enter
+    autocast afresh with its default dtype, float16 (``torch.amp.autocast(device_type,
+    enabled=autocast_enabled)`` in ``parallel_apply``): a bf16 autocast around the wrapped
+    model's call reaches the main thread only (cav-mae's four-GPU runs)."""
+    return ctx.memo(replicates_in_threads, lambda: bool(ctx.calls(*DATA_PARALLEL)))
+
+
 def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]") -> bool:
     """``pattern`` is in this file's text or in a project module it imports."""
     if pattern.search(ctx.source.encode("utf-8", "replace")):
@@ -977,6 +993,7 @@ _FP16_CAST = re.compile(
 
 _RNN_LAYER = re.compile(rb"\bnn\.(?:LSTM|GRU|RNN)[ \t]*\(")
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
+_CUPY = re.compile(rb"^[ \t]*(?:import[ \t]+cupy\b|from[ \t]+cupy\b)|\bbackend[ \t]*=[ \t]*[\"']cupy[\"']", re.M)
 
 
 _TF32_SETTING = re.compile(rb"\ballow_tf32\b|set_float32_matmul_precision\(|\bfp32_precision\b")
