@@ -633,7 +633,7 @@ def test_a_model_whose_code_is_not_in_the_file_gets_advice_only(setup):
     "setup",
     [
         "import torchvision\nmodel = torchvision.models.resnet50().cuda()",
-        "import timm\nmodel = nn.DataParallel(timm.create_model('resnet50')).cuda()",
+        "import timm\nmodel = timm.create_model('resnet50').cuda()",
         (
             "class Net(nn.Module):\n"
             "    def __init__(self):\n"
@@ -645,11 +645,19 @@ def test_a_model_whose_code_is_not_in_the_file_gets_advice_only(setup):
             "model = model.to('cuda')"
         ),
     ],
-    ids=["torchvision", "timm-in-data-parallel", "local-class"],
+    ids=["torchvision", "timm", "local-class"],
 )
 def test_a_model_the_file_or_a_library_shows_gets_the_autocast_fix(setup):
     output = fixed(MODEL_LOOP.format(setup=setup), codes=["ADV203"])
     assert 'with torch.autocast("cuda", dtype=torch.bfloat16):' in output
+
+
+def test_a_model_in_data_parallel_replicas_gets_autocast_advice():
+    # DataParallel's replica threads enter autocast with its default float16 (parallel_apply):
+    # bf16 around the wrapped model's call reaches the main thread only, with no GradScaler.
+    source = MODEL_LOOP.format(setup="import timm\nmodel = nn.DataParallel(timm.create_model('resnet50')).cuda()")
+    (finding,) = lint(source, codes=["ADV203"])
+    assert finding.fix_applicability is None and "`nn.DataParallel`" in finding.message, finding.message
 
 
 SMALL_MLP = """
