@@ -469,11 +469,12 @@ def _withhold_if_too_new(ctx: FileContext, finding: Finding) -> None:
 
 
 def _withhold_where_the_file_cannot_run(ctx: FileContext, finding: Finding) -> None:
-    """A fix in a file that cannot run on the torch its project declares (torch 0.3 code in a
-    project that asks for 1.0) becomes advice: nothing it speeds up runs as written."""
-    from advisor.facts.environment import runs_no_declared_torch
+    """A fix in a file that cannot run in the environment its project declares (torch 0.3 code
+    in a project that asks for 1.0, a transformers 3 import in a transformers 4 project)
+    becomes advice: nothing it speeds up runs as written."""
+    from advisor.facts.environment import cannot_run_as_declared
 
-    reason = runs_no_declared_torch(ctx)
+    reason = cannot_run_as_declared(ctx)
     if reason is not None:
         finding.as_advice(f"{reason}: the code does not run as written, so the fix is left as advice")
 

@@ -902,7 +902,7 @@ _FLAT_TRANSFORMERS_MODULE = re.compile(
 )
 
 
-def runs_no_declared_torch(ctx: "FileContext") -> str | None:
+def cannot_run_as_declared(ctx: "FileContext") -> str | None:
     """Why the file cannot run in the environment its project declares, or None: it reads a
     loss as torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch
     1.0.0+"), or imports a transformers 3 module while the project asks for transformers 4."""
