@@ -1163,6 +1163,9 @@ class BlockingHostToDeviceCopy(Rule):
         - the call's result is thrown away (`batch.to(device)` as a statement of its own): the
           batch is an object that moves itself in place, whose `to()` may take no
           `non_blocking` (KPConv's collate classes); a tensor's copy would be lost;
+        - (advice, no fix) the loader has a `collate_fn` of its own and a class of the project
+          defines a `to()` that takes no `non_blocking` (maskrcnn-benchmark's `BoxList.to(self,
+          device)`): a part of the batch may be one, and the keyword would raise;
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
         - the loader does not pin and ADV101 leaves it so: over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
@@ -1528,6 +1531,17 @@ class BlockingHostToDeviceCopy(Rule):
                         f"so the copy overlaps host work (guide: {GUIDE})"
                     )
                 finding = self.report(call, message, fix)
+                refusing = next(
+                    (found for owner, c in ctx.facts.loaders.feeding(source) or () if (found := owner.refuses_non_blocking(c))),
+                    None,
+                )
+                if fix is not None and refusing is not None:
+                    # graph-rcnn: ``targets = [target.to(device) for target in targets]``, each a
+                    # ``BoxList`` whose ``to(self, device)`` raises on ``non_blocking``.
+                    finding.as_advice(
+                        f"the loader's own `collate_fn` may batch objects of the project, and `{refusing}` takes no "
+                        f"`non_blocking`, so the fix is left as advice"
+                    )
                 if fix is not None and ctx.facts.devices.may_pick_mps:
                     # seed-vc: ``args.device = "mps"`` where Apple's GPU is found; there a non-blocking
                     # copy from pageable memory can read freed storage (pytorch#139550, #189690).

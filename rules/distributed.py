@@ -624,7 +624,8 @@ class WithoutDistributedSampler(Rule):
           without `training_data=` (Accelerate's `prepare`, Lightning, Fabric, the HF Trainer
           and DeepSpeed given the data set shard it themselves);
         - the loader is given a `sampler=` or `batch_sampler=` (the file chose how to split);
-        - the data set is an `IterableDataset` (it must shard itself by rank);
+        - the data set is an `IterableDataset` (it must shard itself by rank), or a `Subset`
+          whose indices the rank picks (`Subset(dataset, range(rank * n, (rank + 1) * n))`);
         - the loader is not a training loader, or which loader trains cannot be told.
 
         The fix moves `shuffle` into the sampler (`DistributedSampler` shuffles by default) and
@@ -639,6 +640,26 @@ class WithoutDistributedSampler(Rule):
         there it is advice).
     """
     valid = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, Subset
+
+            def main(rank, world_size):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                model = DDP(Net().to(rank), device_ids=[rank])
+                per_gpu = len(dataset) // world_size
+                dataset_train = Subset(dataset, range(rank * per_gpu, (rank + 1) * per_gpu))
+                loader = DataLoader(dataset_train, batch_size=8, shuffle=True, num_workers=4)
+                for x, y in loader:
+                    loss = model(x.to(rank), y.to(rank))
+                    loss.backward()
+                    optimizer.step()
+            """,
+            note="each rank reads its own Subset: sharded by hand (BackgroundMattingV2)",
+        ),
         Valid(
             """
             import deepspeed
@@ -755,7 +776,7 @@ class WithoutDistributedSampler(Rule):
                 continue
             if ctx.argument(call, "sampler", 2) is not MISSING or ctx.argument(call, "batch_sampler", 3) is not MISSING:
                 continue
-            if loaders.file_streams_data:
+            if loaders.file_streams_data or loaders.sharded_by_rank(call):
                 continue
             yield self.report(
                 call,

@@ -2409,6 +2409,50 @@ def test_a_batch_moved_in_place_by_its_own_to_method_gets_no_non_blocking(tmp_pa
     assert only(copied, "ADV103", fresh_script(tmp_path / "train.py", copied)).fix_applicability is not None
 
 
+@pytest.mark.parametrize("signature, fixable", [("self, device", False), ("self, device, non_blocking=False", True), ("self, *args, **kwargs", True)])
+def test_a_project_to_method_without_non_blocking_keeps_the_copies_as_they_are(tmp_path, signature, fixable):
+    # graph-rcnn (maskrcnn-benchmark's structures): `targets = [t.to(device) for t in targets]`,
+    # each a `BoxList` whose `to(self, device)` raised on the added `non_blocking=True`.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "bounding_box.py").write_text(
+        f"class BoxList:\n    def __init__(self, bbox):\n        self.bbox = bbox\n\n"
+        f"    def to({signature}):\n        return BoxList(self.bbox.to(device))\n"
+    )
+    source = (
+        "import torch\nfrom bounding_box import BoxList\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, collate_fn=BatchCollator())\n"
+        "for imgs, targets in loader:\n"
+        "    imgs = imgs.to(device)\n"
+        "    targets = [target.to(device) for target in targets]\n"
+        "    loss = model(imgs, targets)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV103"]
+    assert findings and all((d.fix_applicability is not None) == fixable for d in findings), [d.message for d in findings]
+    if not fixable:
+        assert all("`BoxList.to` takes no `non_blocking`" in d.message for d in findings)
+
+
+def test_a_models_own_to_method_does_not_hold_back_the_batch_copies(tmp_path):
+    # setfit's `SetFitModel.to(self, device)` moves a model: its batches are tensors.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "modeling.py").write_text(
+        "class SetFitModel:\n    def to(self, device):\n        self.body.to(device)\n        return self\n\n"
+        "    def predict(self, x):\n        return self.body(x)\n"
+    )
+    source = (
+        "import torch\nfrom modeling import SetFitModel\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, collate_fn=collate)\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.to(device), y.to(device))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV103"]
+    assert findings and all(d.fix_applicability is not None for d in findings)
+
+
 @pytest.mark.parametrize("workers, fixed", [(0, False), (4, True)])
 def test_command_line_defaults_parsed_in_a_sibling_module_are_read(tmp_path, workers, fixed):
     # cv_practise's GAN trainer: `from options import args`, where options.py parses
@@ -3204,10 +3248,14 @@ def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
         ("requirements.lock", "numpy==1.21.5\ntorch==1.10.0\n"),
         # BertSum's README: "**Python version**: This code is in Python3.6" (torch 1.10 at most).
         ("README.md", "**Python version**: This code is in Python3.6\n\n**Package Requirements**: pytorch tensorboardX\n"),
+        # MINet's conda environment, named after the project (`code/minet.yaml`).
+        ("minet.yaml", "name: minet_only\nchannels:\n  - pytorch\n  - defaults\ndependencies:\n  - pytorch=1.5.1=py3.8_cuda10.2.89_cudnn7.6.5_0\n"),
         # PEN-Net's README: "* Install python3.6" (torch 1.10 at most).
         ("README.md", "## Prerequisites\n    * Install python3.6\n    * Install [pytorch](https://pytorch.org/)\n"),
         # PEN-Net's README: "* Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)".
         ("README.md", "## Prerequisites\n    * Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)\n"),
+        # Talking-Face-Generation-DAVS, a full-width parenthesis: "（We use version 0.2.0)".
+        ("README.md", "## Requirements\n* [PyTorch](https://pytorch.org/)（We use version 0.2.0)\n"),
     ],
 )
 def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
@@ -3217,6 +3265,13 @@ def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is None, (name, finding.message)
+
+
+def test_a_config_yaml_is_not_a_conda_environment(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.yaml").write_text("model: resnet\ndependencies:\n  - pytorch=1.5.1\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    assert only(source, "ADV601", fresh_script(tmp_path / "train.py", source)).fix_applicability is not None
 
 
 def test_a_readme_python_floor_is_not_a_cap(tmp_path):

@@ -162,9 +162,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)"; PEN-Net:
-    # "Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)".
+    # "Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)"; DAVS, in a
+    # full-width parenthesis: "[PyTorch](https://pytorch.org/)（We use version 0.2.0)".
     aside = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*\([^()]*?\b(?:versions?|releases?)\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*[(（][^()（）]*?\b(?:versions?|releases?)\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # FedRepo: "  * `torch`: 1.9.0", a list of packages and versions (a line of its own, or the
     # name in backquotes: not a Docker image's ``nvcr.io/nvidia/pytorch:21.11``).
@@ -515,12 +516,45 @@ def _folder_candidates(folder: str) -> list[str]:
         if len(_NESTED) > 256:
             _NESTED.clear()
     found = [os.path.join(folder, n) for n in _names(folder)]
+    found += [path for path in _conda_environments_named_otherwise(folder) if path not in found]
     for name in nested:
         inner = os.path.join(folder, name)
         wanted = _NESTED_FOLDERS[name]
         found += [os.path.join(inner, n) for n in _names(inner) if wanted(n)]
     found += [path for path in _installed_by_path(folder, found) if path not in found]
     return found
+
+
+def _conda_environments_named_otherwise(folder: str) -> list[str]:
+    """Conda environment files whose names say nothing (MINet's ``code/minet.yaml``: ``name:``,
+    ``channels:``, ``dependencies:`` pinning pytorch 1.5.1), told by their first lines; once per
+    file while it is unchanged."""
+    found: list[str] = []
+    for name in folder_listing(folder, "yaml files", lambda n: n.endswith((".yml", ".yaml")) and not _CONDA_ENVIRONMENT.match(n)):
+        path = os.path.join(folder, name)
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        key = (path, info.st_mtime_ns, info.st_size)
+        if key not in _CONDA_HEADS:
+            head = ""
+            if info.st_size <= MAX_PROJECT_FILE_BYTES:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        head = handle.read(4096)
+                except OSError:
+                    pass
+            if len(_CONDA_HEADS) > 1024:
+                _CONDA_HEADS.clear()
+            _CONDA_HEADS[key] = bool(_CONDA_HEAD.search(head) and re.search(r"^dependencies:[ \t]*$", head, re.M))
+        if _CONDA_HEADS[key]:
+            found.append(path)
+    return found
+
+
+_CONDA_HEAD = re.compile(r"^channels:[ \t]*$", re.M)
+_CONDA_HEADS: dict[tuple[str, int, int], bool] = {}
 
 
 # ``pip install -r images/requirements.txt`` in a README, or in a script the README runs

@@ -65,6 +65,8 @@ _LIGHTNING_MODULES = ("LightningModule", "LightningDataModule")
 _PREPARE_METHODS = ("prepare", "prepare_data_loader", "setup_dataloaders")
 # The text of a file that may copy a batch to a device.
 # What an in-memory dataset's ``__getitem__`` may call and still only index what it holds.
+# A process's rank, by the names scripts give it: ``rank``, ``local_rank``, ``args.gpu_rank``.
+_RANK = re.compile(r"rank", re.I)
 _CHEAP_BUILTINS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "super"})
 # Torch functions that return a new tensor from data (a loader over one indexes it in memory).
 _TENSOR_BUILDERS = frozenset(
@@ -1015,6 +1017,51 @@ class LoaderFacts:
             return ctx.facts.batches.copied_as_it_comes(call) is not True
         return _gathers_only(*found)
 
+    def sharded_by_rank(self, call: cst.Call) -> bool:
+        """The loader's data set is a ``Subset`` whose indices the rank picks
+        (BackgroundMattingV2: ``Subset(dataset, range(rank * n, (rank + 1) * n))``): each
+        process already reads its own share, as a ``DistributedSampler`` would arrange."""
+        ctx = self.ctx
+        dataset = ctx.argument(call, "dataset", 0)
+        if dataset is None or dataset is MISSING:
+            return False
+        sources = list(self.dataset_sources(dataset) or ())
+        if not sources and isinstance(dataset, cst.Name):
+            # ``dataset_train = Subset(dataset_train, ...)`` rebinds the name: the binding just before the loader speaks.
+            line = ctx.position(call)[0]
+            before = [b for b in ctx.lookup(dataset.value, dataset) if b.value is not None and ctx.position(b.node)[0] < line]
+            if before:
+                sources = [max(before, key=lambda b: ctx.position(b.node)[0]).value]
+        return any(
+            isinstance(source, cst.Call)
+            and (ctx.qualname(source.func) or dotted_name(source.func) or "").split(".")[-1] == "Subset"
+            and len(source.args) >= 2
+            and any(_RANK.search(ctx.code(node)) for node in ctx.walk(source.args[1].value, cst.Name))
+            for source in sources
+        )
+
+    def refuses_non_blocking(self, call: cst.Call) -> str | None:
+        """A ``to()`` of the project's classes that takes no ``non_blocking`` (maskrcnn-benchmark's
+        ``BoxList.to(self, device)``, copied into graph-rcnn), where the loader's batches come from
+        a ``collate_fn`` of its own: a part of the batch may be such an object, and
+        ``non_blocking=True`` raises a ``TypeError`` there. Named as ``Class.to``; None otherwise."""
+        ctx = self.ctx
+        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if collate is None or collate is MISSING or ctx.project is None:
+            return None
+        for owner, method in ctx.project.methods_named("to"):
+            params = method.params
+            if params.star_kwarg is not None:
+                continue
+            names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+            if "non_blocking" in names:
+                continue
+            cls = owner.enclosing(method, cst.ClassDef)
+            if not isinstance(cls, cst.ClassDef) or _model_like(owner, cls):
+                continue  # setfit's ``SetFitModel.to(self, device)`` moves a model, not a batch
+            return f"{cls.name.value}.to"
+        return None
+
     def collates_unpinnable(self, call: cst.Call) -> bool:
         """A ``collate_fn`` that batches into an object without the ``pin_memory()`` method a
         DataLoader pins through: graphs (``dgl.batch(graphs)``, PyG's ``Batch.from_data_list``)
@@ -1839,6 +1886,18 @@ def _builds_plain_dataclass(ctx: "FileContext", call: cst.Call) -> bool:
     if not any((dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("dataclass") for d in cls.decorators):
         return False
     return not any(isinstance(s, cst.FunctionDef) and s.name.value == "pin_memory" for s in cls.body.body)
+
+
+def _model_like(ctx: "FileContext", cls: cst.ClassDef) -> bool:
+    """A class that is a model rather than a batch: named or derived like one (``...Model``,
+    ``nn.Module``), or with a model's methods (``forward``, ``fit``, ``predict``)."""
+    spelled = [cls.name.value, *(ctx.code(base.value) for base in cls.bases)]
+    if any("Model" in text or "Module" in text for text in spelled):
+        return True
+    return any(
+        isinstance(statement, cst.FunctionDef) and statement.name.value in ("forward", "fit", "predict", "__call__")
+        for statement in cls.body.body
+    )
 
 
 def _returns_its_parameter(function: cst.FunctionDef) -> bool:
