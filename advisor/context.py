@@ -441,6 +441,14 @@ class FileContext:
             return bindings[0].value
         return None
 
+    def assigned_name(self, node: cst.CSTNode) -> str | None:
+        """The plain name ``node`` is assigned to on its own (``trainer = Trainer(...)``); None
+        for a tuple, an attribute, several targets, or a value not assigned at all."""
+        parent = self.parent.get(node)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            return parent.targets[0].target.value
+        return None
+
     def parameter_of(self, name: cst.Name) -> tuple[cst.Param, cst.FunctionDef, int] | None:
         """The positional parameter ``name`` is bound to, its function, and the position a caller
         passes it at (``self`` taken off for a method of a class body); None for anything else

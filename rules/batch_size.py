@@ -1192,7 +1192,7 @@ def _feeds_pretrained(ctx: FileContext, node: cst.CSTNode, name: str | None = No
     """The config built at ``node`` (or held by ``name``) comes from or goes to
     ``from_pretrained``: its vocabulary must match the checkpoint's."""
     holders: list[cst.CSTNode] = [node]
-    name = name or _assigned_name(ctx, node)
+    name = name or ctx.assigned_name(node)
     if name is not None:
         holders += [n for n in ctx.nodes(cst.Name) if n.value == name]
         if any(_is_from_pretrained(b.value) for b in ctx.lookup(name, node) if b.value is not None):
@@ -1245,13 +1245,6 @@ def _parameter_for(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> s
     return params[index].name.value if index < len(params) else None
 
 
-def _assigned_name(ctx: FileContext, node: cst.CSTNode) -> str | None:
-    parent = ctx.parent.get(node)
-    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-        return parent.targets[0].target.value
-    return None
-
-
 def _builds_language_model(ctx: FileContext, node: cst.CSTNode, name: str | None) -> bool:
     """Whether the config goes to a model with an output layer over the vocabulary: a
     transformers class named for it (``GPT2LMHeadModel``, ``AutoModelForCausalLM.from_config``,
@@ -1296,7 +1289,7 @@ def _config_sites(ctx: FileContext) -> Iterator[VocabSite]:
         config = _config_name(ctx, call.func)
         if not config.endswith("Config") or _TOKENIZER.search(config) or _feeds_pretrained(ctx, call):
             continue
-        if not _builds_language_model(ctx, call, _assigned_name(ctx, call)):
+        if not _builds_language_model(ctx, call, ctx.assigned_name(call)):
             continue
         if any(arg.keyword is not None and arg.keyword.value in _LABEL_COUNTS for arg in call.args):
             continue  # a classifier (SpikeGPT's ``GPTConfig(..., num_classes=2)``): its head is over labels
@@ -1346,9 +1339,9 @@ def _dict_config_sites(ctx: FileContext) -> Iterator[VocabSite]:
         if key not in _VOCAB_KEYS or not isinstance(element.value, cst.Integer):
             continue
         literal = ctx.parent.get(element)
-        if not isinstance(literal, cst.Dict) or not _builds_language_model(ctx, literal, _assigned_name(ctx, literal)):
+        if not isinstance(literal, cst.Dict) or not _builds_language_model(ctx, literal, ctx.assigned_name(literal)):
             continue
-        if loads and not _built_without_weights(ctx, _consumers(ctx, literal, _assigned_name(ctx, literal)), loads):
+        if loads and not _built_without_weights(ctx, _consumers(ctx, literal, ctx.assigned_name(literal)), loads):
             continue
         value = Value(element.value.evaluated_value, element.value)
         yield VocabSite(value.value, element, value)
@@ -1432,7 +1425,7 @@ def _dataclass_default_sites(ctx: FileContext, reassigned: bool) -> Iterator[Voc
         if constructions and all(
             not c.args or (ctx.argument(c, "vocab_size") is MISSING and all(a.keyword is not None for a in c.args))
             for c in constructions
-        ) and any(_builds_language_model(ctx, c, _assigned_name(ctx, c)) for c in constructions):
+        ) and any(_builds_language_model(ctx, c, ctx.assigned_name(c)) for c in constructions):
             yield VocabSite(field.value.evaluated_value, field, Value(field.value.evaluated_value, field.value))
 
 

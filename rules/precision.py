@@ -88,7 +88,7 @@ def _arguments_may_train(ctx: FileContext, call: cst.Call) -> bool:
     """Whether ``TrainingArguments`` may serve training: False only where they go to Trainers
     of the file that only ``predict`` or ``evaluate`` (GPN's ``run_inference``: ``fp16=True``
     for ``trainer.predict``, where bf16 gains nothing and makes its scores coarser)."""
-    bound = _bound_name(ctx, call)
+    bound = ctx.assigned_name(call)
     if bound is None:
         return True
     trainers = [
@@ -101,7 +101,7 @@ def _arguments_may_train(ctx: FileContext, call: cst.Call) -> bool:
     if not trainers:
         return True
     for trainer in trainers:
-        name = _bound_name(ctx, trainer)
+        name = ctx.assigned_name(trainer)
         if name is None:
             return True
         for use in ctx.nodes(cst.Name):
@@ -116,14 +116,6 @@ def _arguments_may_train(ctx: FileContext, call: cst.Call) -> bool:
     return False
 
 
-def _bound_name(ctx: FileContext, call: cst.Call) -> str | None:
-    """The name ``call`` is assigned to (``trainer = Trainer(...)``), where that is all it is."""
-    assign = ctx.parent.get(call)
-    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-        return assign.targets[0].target.value
-    return None
-
-
 def _accelerator_may_train(ctx: FileContext, call: cst.Call) -> bool:
     """Whether the ``Accelerator`` may serve training: the file trains, or it hands the object to
     code it does not show. musubi-tuner's ``cache_text_encoder_outputs.py`` builds one with
@@ -131,10 +123,9 @@ def _accelerator_may_train(ctx: FileContext, call: cst.Call) -> bool:
     in a function of the file that encodes prompts: no backward, no optimizer anywhere."""
     if file_trains(ctx):
         return True
-    assign = ctx.parent.get(call)
-    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+    name = ctx.assigned_name(call)
+    if name is None:
         return True
-    name = assign.targets[0].target.value
     reads = [use for use in ctx.nodes(cst.Name) if use.value == name and ctx.is_read(use)]
     if not reads and ctx.enclosing(call, cst.FunctionDef) is None:
         return True  # a module-level object other modules may import and train with
@@ -475,29 +466,38 @@ def _no_bf16_fix_where_bf16_fails(ctx: FileContext, findings: Iterable[Finding])
     bentrevett's sentiment LSTMs); one that runs CuPy kernels (SpikeGPT's spikingjelly neurons);
     one whose model runs in ``nn.DataParallel`` replicas (cav-mae)."""
     for finding in findings:
-        if finding.fix is not None and runs_fft(ctx):
-            finding.as_advice(
-                "the model computes FFTs (`torch.fft`), which raise on bf16 input: cast them to float32 "
-                "(`x.float()` in the FFT block) before switching, so the fix is left as advice"
-            )
-        elif finding.fix is not None and runs_cudnn_rnn(ctx):
-            finding.as_advice(
-                "the model runs cuDNN recurrent layers (`nn.LSTM`, `nn.GRU`), which autocast runs in float16 "
-                "whatever dtype it is given: without a GradScaler they would train in fp16 unscaled, so the fix "
-                "is left as advice"
-            )
-        elif finding.fix is not None and runs_cupy_kernels(ctx):
-            finding.as_advice(
-                "the model runs CuPy kernels (`backend='cupy'`), hand-written CUDA that takes float32 and float16 "
-                "and raises on bf16, so the fix is left as advice"
-            )
-        elif finding.fix is not None and replicates_in_threads(ctx):
-            finding.as_advice(
-                "the model is wrapped in `nn.DataParallel`, whose replica threads enter autocast with its default "
-                "float16: bf16 would reach the main thread only, and the replicas would train in fp16 without a "
-                "GradScaler; move to DistributedDataParallel first, so the fix is left as advice"
-            )
+        if finding.fix is not None:
+            reason = next((why for premise, why in _WHERE_BF16_FAILS if premise(ctx)), None)
+            if reason is not None:
+                finding.as_advice(reason)
         yield finding
+
+
+# Checked in this order; the first that holds gives the reason.
+_WHERE_BF16_FAILS = (
+    (
+        runs_fft,
+        "the model computes FFTs (`torch.fft`), which raise on bf16 input: cast them to float32 "
+        "(`x.float()` in the FFT block) before switching, so the fix is left as advice",
+    ),
+    (
+        runs_cudnn_rnn,
+        "the model runs cuDNN recurrent layers (`nn.LSTM`, `nn.GRU`), which autocast runs in float16 "
+        "whatever dtype it is given: without a GradScaler they would train in fp16 unscaled, so the fix "
+        "is left as advice",
+    ),
+    (
+        runs_cupy_kernels,
+        "the model runs CuPy kernels (`backend='cupy'`), hand-written CUDA that takes float32 and float16 "
+        "and raises on bf16, so the fix is left as advice",
+    ),
+    (
+        replicates_in_threads,
+        "the model is wrapped in `nn.DataParallel`, whose replica threads enter autocast with its default "
+        "float16: bf16 would reach the main thread only, and the replicas would train in fp16 without a "
+        "GradScaler; move to DistributedDataParallel first, so the fix is left as advice",
+    ),
+)
 
 
 class Fp16OnBf16Gpu(Rule):

@@ -615,6 +615,18 @@ def test_a_requirement_in_another_subtree_speaks_where_the_files_own_folders_nam
     assert only(source, "ADV601", script).fix_applicability == "safe"
 
 
+# A causal LM resized to its tokenizer after a pad token is added, then trained by a Trainer.
+RESIZED_TO_THE_TOKENIZER = (
+    "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+    'tokenizer = AutoTokenizer.from_pretrained("EleutherAI/gpt-j-6B")\n'
+    'tokenizer.add_special_tokens({"pad_token": "[PAD]"})\n'
+    'model = AutoModelForCausalLM.from_pretrained("EleutherAI/gpt-j-6B").cuda()\n'
+    "model.resize_token_embeddings(len(tokenizer))\n"
+    "from transformers import Trainer, TrainingArguments\n"
+    'Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()\n'
+)
+
+
 def test_a_bundled_copy_of_a_package_gives_its_version(tmp_path):
     # PrefixTuning: `cd transformers; pip install -e .` installs the bundled transformers 3.2.0,
     # whose resize_token_embeddings has no pad_to_multiple_of (transformers 4.34): a TypeError.
@@ -624,15 +636,7 @@ def test_a_bundled_copy_of_a_package_gives_its_version(tmp_path):
         'from setuptools import setup\nextras = {"torch": ["torch>=1.0"]}\n'
         'setup(\n    name="transformers",\n    version="3.2.0",\n    extras_require=extras,\n)\n'
     )
-    source = (
-        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-        'tokenizer = AutoTokenizer.from_pretrained("EleutherAI/gpt-j-6B")\n'
-        'tokenizer.add_special_tokens({"pad_token": "[PAD]"})\n'
-        'model = AutoModelForCausalLM.from_pretrained("EleutherAI/gpt-j-6B").cuda()\n'
-        "model.resize_token_embeddings(len(tokenizer))\n"
-        "from transformers import Trainer, TrainingArguments\n"
-        'Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()\n'
-    )
+    source = RESIZED_TO_THE_TOKENIZER
     script = tmp_path / "gpt2" / "run_language_modeling.py"
     script.parent.mkdir()
     script.write_text(source)
@@ -1792,15 +1796,7 @@ def test_padding_the_vocabulary_on_resize_needs_transformers_4_34(tmp_path):
     # trlx pins transformers 4.32.0, whose resize_token_embeddings(pad_to_multiple_of=64) keeps
     # the unpadded size in the config: the saved model does not load again.
     (tmp_path / ".git").mkdir()
-    source = (
-        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-        'tokenizer = AutoTokenizer.from_pretrained("EleutherAI/gpt-j-6B")\n'
-        'tokenizer.add_special_tokens({"pad_token": "[PAD]"})\n'
-        'model = AutoModelForCausalLM.from_pretrained("EleutherAI/gpt-j-6B").cuda()\n'
-        "model.resize_token_embeddings(len(tokenizer))\n"
-        "from transformers import Trainer, TrainingArguments\n"
-        'Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()\n'
-    )
+    source = RESIZED_TO_THE_TOKENIZER
     for pin, fixed in [("transformers==4.32.0", False), ("transformers>=4.34", True)]:
         (tmp_path / "requirements.txt").write_text(pin + "\n")
         finding = only(source, "ADV403", fresh_script(tmp_path / "train.py", source))
