@@ -697,13 +697,13 @@ def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
         if isinstance(ancestor, cst.With):
             for item in ancestor.items:
                 managed = item.item.func if isinstance(item.item, cst.Call) else item.item
-                if ctx.qualname(managed) in NO_GRAD:
+                if _names_no_grad(ctx, managed):
                     return True
         elif isinstance(ancestor, cst.FunctionDef):
             for decorator in ancestor.decorators:
                 expression = decorator.decorator
                 expression = expression.func if isinstance(expression, cst.Call) else expression
-                if ctx.qualname(expression) in NO_GRAD:
+                if _names_no_grad(ctx, expression):
                     return True
                 # A project's own wrapper named for it (YOLOv5's ``@smart_inference_mode()``,
                 # which picks ``torch.inference_mode`` or ``torch.no_grad`` by version).
@@ -714,6 +714,16 @@ def under_no_grad(ctx: "FileContext", node: cst.CSTNode) -> bool:
 
 
 _NO_GRAD_WRAPPER = re.compile(r"inference_mode|no_grad", re.I)
+
+
+def _names_no_grad(ctx: "FileContext", expression: cst.BaseExpression) -> bool:
+    """``torch.no_grad`` by import, or by spelling where the file never binds ``torch`` (scArches'
+    ``classifier.py`` writes ``with torch.no_grad():`` and imports only ``torch.optim as optim``;
+    the name fails at run time either way, and the author meant autograd off)."""
+    qualname = ctx.qualname(expression)
+    if qualname is not None:
+        return qualname in NO_GRAD
+    return dotted_name(expression) in NO_GRAD
 
 
 # -- accumulation as written by hand ----------------------------------------------------------

@@ -160,7 +160,9 @@ class DataLoaderPinMemory(Rule):
           (`mean[i] += inputs[:, i].mean()`, a data set's statistics) or appends them to a
           list (a data set loaded into memory once), or hands its parts to a function of the
           project that makes NumPy arrays of them first (TransUNet's `test_single_volume`,
-          copied into many segmentation repositories): pinning would copy each batch into
+          copied into many segmentation repositories), or reads its copy with `.numpy()`
+          (`inputs = inputs.to(device)` then `inputs.numpy()`: NumPy cannot read a CUDA
+          tensor, so the loop only runs on the CPU): pinning would copy each batch into
           page-locked memory for nothing (batches drawn by `next()` from an `iter(loader)`
           too); or every read of it draws one batch (`next(iter(loader))` outside a loop,
           a loop that ends in `break`); or nothing reads the name it is bound to, beside a
@@ -169,6 +171,20 @@ class DataLoaderPinMemory(Rule):
           (`for image, label in testset:`), and, at module level, no other file names it.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def output_image(model, eval_dataset):
+                device = "cuda:0" if torch.cuda.is_available() else "cpu"
+                for inputs, labels in DataLoader(eval_dataset, batch_size=1, num_workers=4):
+                    inputs = inputs.to(device)
+                    preds = model(inputs)
+                    save(preds.cpu().numpy(), inputs.numpy())
+            """,
+            note="the copy is read with `.numpy()`: the loop only runs where the device is the CPU (super-image's test.py)",
+        ),
         Valid(
             """
             import torch
@@ -1167,11 +1183,28 @@ class BlockingHostToDeviceCopy(Rule):
           defines a `to()` that takes no `non_blocking` (maskrcnn-benchmark's `BoxList.to(self,
           device)`): a part of the batch may be one, and the keyword would raise;
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
+        - a copy of the batch is read with `.numpy()` later in the loop: NumPy cannot read a
+          CUDA tensor, so the loop only runs where its device is the CPU;
         - the loader does not pin and ADV101 leaves it so: over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
           non-blocking copy from pageable memory gains nothing, and ADV105 is the advice.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = "cuda:0" if torch.cuda.is_available() else "cpu"
+            loader = DataLoader(eval_set, batch_size=1, pin_memory=True)
+            for inputs, labels in loader:
+                inputs, labels = inputs.to(device), labels.to(device)
+                preds = model(inputs)
+                labels = labels.to(device)
+                show(inputs.numpy(), labels)
+            """,
+            note="`inputs.numpy()` after the copy: the loop only runs on the CPU",
+        ),
         Valid(
             """
             import torch
@@ -1495,7 +1528,7 @@ class BlockingHostToDeviceCopy(Rule):
         batches = ctx.facts.batches
         for scope, source in batches.scopes:
             unpinned = self._unpinned(ctx, source)
-            if unpinned is None:
+            if unpinned is None or batches.read_as_numpy(scope):
                 continue
             for call, scope in batches.copies(scope):
                 func = call.func

@@ -36,6 +36,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import keyword_arg, nested_block, remove_keyword, remove_statements, set_keyword
 from advisor.facts.branches import before_its_loop, runs_every_step, runs_once
 from advisor.facts.loaders import batch_target, target_names
+from advisor.facts.models import built_by_another_framework
 from advisor.facts.precision import file_trains, trains_within
 from advisor.facts.tensors import MAX_DEPTH, TensorFacts, every_step_interval, reads_variable, unpacked_element
 from advisor.loops import NO_GRAD, under_no_grad
@@ -1852,7 +1853,8 @@ class EvalWithoutNoGrad(Rule):
     """
     silent_when = """
         - the forward pass already runs under `torch.no_grad()`, `torch.inference_mode()` or
-          `torch.set_grad_enabled(False)` (a `with`, a decorator, or the call site of the
+          `torch.set_grad_enabled(False)` (a `with`, a decorator, also spelled so in a file
+          that never imports `torch`, or the call site of the
           evaluation function: `with torch.no_grad(): evaluate(model, loader)`, in the file
           or, for a module-level function the file never calls, at every call in the project
           files that import it);
@@ -1861,6 +1863,8 @@ class EvalWithoutNoGrad(Rule):
           adversarial examples), or it is a training loop; also through a function of the
           project it calls, or a method of an object the file cannot type whose project
           classes do (an attack's `perturb`);
+        - the model is built by another framework (`jt_Network()` from `jittor`, Paddle,
+          MindSpore, TensorFlow): `torch.no_grad()` does not reach it;
         - the model's parameters are frozen (`model.requires_grad_(False)`, or
           `requires_grad = False` in a loop over its `parameters()` / `named_parameters()`);
         - the model is switched back with `model.train()` before the loop, or the loop only
@@ -1873,6 +1877,33 @@ class EvalWithoutNoGrad(Rule):
           the loss the step backpropagates): its result may need gradients.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            import jittor as jt
+            from jittor.lib.network import Network as jt_Network
+
+            jittor_model = jt_Network()
+            jittor_model.eval()
+            for i in range(100):
+                jittor_result = jittor_model(jittor_test_img)
+                jittor_result[0].sync()
+            """,
+            note="a Jittor model timed beside a torch one (SINet-V2's `fps.py`): torch's `no_grad` does not reach it",
+        ),
+        Valid(
+            """
+            import torch.optim as optim
+
+            class Classifier:
+                def eval(self, data_loader):
+                    self.net.eval()
+                    with torch.no_grad():
+                        for batch in data_loader:
+                            outputs = self.net(batch.x.to(self.device))
+            """,
+            note="`torch.no_grad()` by name in a file that never binds `torch` (scArches' classifier): autograd is off as written",
+        ),
         Valid(
             """
             import torch
@@ -2098,6 +2129,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             reported.add(loop)
             if self._needs_gradients(ctx, loop, model) or self._grad_off_at(ctx, call):
+                continue
+            if built_by_another_framework(ctx, call.func):
                 continue
             if self._part_of_a_training_step(ctx, loop):
                 continue

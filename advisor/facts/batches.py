@@ -276,6 +276,41 @@ class BatchFacts:
             converted, direct = converted + found[0], direct + found[1]
         return converted > 0 and direct == 0
 
+    def read_as_numpy(self, scope: BatchScope) -> bool:
+        """A copy of the batch in ``scope`` is read with ``.numpy()`` later in the same body, the
+        name not bound again in between (super-image's ``output_image``: ``inputs =
+        inputs.to(device)``, then ``inputs.numpy()``). NumPy cannot read a CUDA tensor: the loop
+        runs only where its device is the CPU."""
+        ctx = self.ctx
+        for call, owner in self.copies(scope):
+            bound, name = _bound_name(ctx, call)
+            if bound is None:
+                continue
+            rebinds = [
+                ctx.order[a]
+                for a in ctx.walk(owner.loop.body, cst.Assign)
+                if a is not bound and any(name in target_names(t.target) for t in a.targets)
+            ]
+            for read in ctx.walk(owner.loop.body, cst.Call):
+                func = read.func
+                if not (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "numpy"
+                    and isinstance(func.value, cst.Name)
+                    and func.value.value == name
+                    and ctx.order[read] > ctx.order[bound]
+                ):
+                    continue
+                if not any(ctx.order[bound] < order < ctx.order[read] for order in rebinds):
+                    return True
+        return False
+
+    def only_on_the_cpu(self, loader: cst.Call) -> bool:
+        """Every loop of the file over ``loader`` reads a copy of its batch with ``.numpy()``
+        (:meth:`read_as_numpy`): its batches never reach a GPU."""
+        scopes = self._scopes_drawing_from(loader)
+        return bool(scopes) and all(self.read_as_numpy(scope) for scope in scopes)
+
     def handed_to_numpy(self, loader: cst.Call) -> bool:
         """Every loop of the file over ``loader`` copies nothing of its batch to a device and hands
         the parts it passes on to functions of the project that make NumPy arrays of them first
@@ -395,6 +430,24 @@ class BatchFacts:
             if parts and all(scope.holds_batch(part, value) for part in parts):
                 return True
         return False
+
+
+def _bound_name(ctx: "FileContext", value: cst.BaseExpression) -> "tuple[cst.Assign, str] | tuple[None, None]":
+    """The assignment that binds ``value`` and the name it binds: ``x = value``, or ``x`` in
+    ``x, y = value, other``."""
+    parent = ctx.parent.get(value)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        return parent, parent.targets[0].target.value
+    if isinstance(parent, cst.Element):
+        values = ctx.parent.get(parent)
+        assign = ctx.parent.get(values)
+        if isinstance(values, cst.Tuple) and isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            targets = assign.targets[0].target
+            if isinstance(targets, (cst.Tuple, cst.List)) and len(targets.elements) == len(values.elements):
+                target = targets.elements[list(values.elements).index(parent)].value
+                if isinstance(target, cst.Name):
+                    return assign, target.value
+    return None, None
 
 
 def _parameter_for(function: cst.FunctionDef, index: int, arg: cst.Arg, offset: int = 0) -> str | None:

@@ -668,6 +668,8 @@ class LoaderFacts:
             return False
         if self.ctx.facts.batches.handed_to_numpy(call):
             return False  # a helper of the project makes NumPy arrays of the batch (TransUNet's test_single_volume)
+        if self.ctx.facts.batches.only_on_the_cpu(call):
+            return False  # its copies are read by NumPy: the device is the CPU
         return self.runs_for_training(call)
 
     def never_read(self, call: cst.Call) -> bool:

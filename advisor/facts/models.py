@@ -95,6 +95,20 @@ def params_clearly_on_cpu(ctx: FileContext, call: cst.Call) -> bool:
     return any(_placements(ctx, owner, call) == {Where.CPU} for owner in owners)
 
 
+# Deep-learning frameworks beside torch whose modules a script may run next to a torch model
+# (SINet-V2's ``utils/fps.py`` times a Jittor port against the torch model): torch's autograd
+# switches, devices and loaders mean nothing to them.
+OTHER_FRAMEWORKS = ("jittor", "paddle", "mindspore", "oneflow", "tensorflow", "keras", "jax", "flax", "mxnet")
+
+
+def built_by_another_framework(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """``expr`` (a name bound once) is built by a class of another framework:
+    ``jittor_model = jt_Network()`` with ``from jittor.lib.network import Network as jt_Network``."""
+    call = ctx.bound_call(expr)
+    qualname = ctx.qualname(call.func) if call is not None else None
+    return qualname is not None and qualname.split(".", 1)[0] in OTHER_FRAMEWORKS
+
+
 def handed_to_deepspeed(ctx: FileContext, call: cst.Call) -> bool:
     """``deepspeed.initialize(optimizer=opt)`` wraps the optimizer and owns where its state lives."""
     parent = ctx.parent.get(call)

@@ -300,6 +300,19 @@ def _mentions(ctx: FileContext, expr: cst.BaseExpression, pattern: re.Pattern, d
 _FP16_KERNEL_LIBRARIES = ("auto_gptq.", "gptqmodel.", "awq.", "transformers.GPTQConfig", "transformers.AwqConfig")
 
 
+def _casts_or_loads_half(ctx: FileContext) -> bool:
+    """``model.half()``, or 8-bit weights (``load_in_8bit=True``), whose LLM.int8 matmuls
+    bitsandbytes computes in float16."""
+    if any(not call.args for call in ctx.method_calls("half")):
+        return True
+    for arg in ctx.nodes(cst.Arg):
+        if arg.keyword is not None and arg.keyword.value == "load_in_8bit":
+            value = ctx.values.resolve(arg.value)
+            if value is None or value.value:
+                return True
+    return False
+
+
 def half_weights(ctx: FileContext) -> bool:
     """Whether the model itself is loaded or cast to float16 (``torch_dtype=torch.float16``,
     ``bnb_4bit_compute_dtype=torch.float16``, ``.half()``, ``.to(torch.float16)``, GPTQ / AWQ
@@ -319,13 +332,8 @@ def half_weights(ctx: FileContext) -> bool:
             dtype = resolve_dtype(ctx, arg.value)
             if dtype is not None and dtype.name == FP16:
                 return True
-    if any(not call.args for call in ctx.method_calls("half")):
+    if _casts_or_loads_half(ctx):
         return True
-    for arg in ctx.nodes(cst.Arg):  # LLM.int8 (``load_in_8bit=True``) computes its matmuls in float16
-        if arg.keyword is not None and arg.keyword.value == "load_in_8bit":
-            value = ctx.values.resolve(arg.value)
-            if value is None or value.value:
-                return True
     if ctx.method_calls("from_quantized") or any(q.startswith(_FP16_KERNEL_LIBRARIES) for q in ctx.called_qualnames):
         return True  # GPTQ / AWQ kernels compute in float16: the activations must stay float16
     for call in ctx.method_calls("to"):
@@ -430,13 +438,8 @@ def _find_reduced_precision(ctx: FileContext) -> bool:
             return True
     if ctx.method_calls("autocast") or ctx.method_calls("bfloat16"):
         return True
-    if any(not call.args for call in ctx.method_calls("half")):
+    if _casts_or_loads_half(ctx):
         return True
-    for arg in ctx.nodes(cst.Arg):  # LLM.int8 (``load_in_8bit=True``) computes its matmuls in float16
-        if arg.keyword is not None and arg.keyword.value == "load_in_8bit":
-            value = ctx.values.resolve(arg.value)
-            if value is None or value.value:
-                return True
     for node in ctx.nodes(cst.Attribute):
         if TORCH_DTYPES.get(ctx.qualname(node) or "") in (FP16, BF16):
             return True
