@@ -1185,7 +1185,8 @@ class BlockingHostToDeviceCopy(Rule):
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
         - a copy of the batch is read with `.numpy()` later in the loop: NumPy cannot read a
           CUDA tensor, so the loop only runs where its device is the CPU;
-        - the loader does not pin and ADV101 leaves it so: over tensors held in memory
+        - the loader does not pin and ADV101 leaves it so, also where it is built in another file
+          that a run over the folder leaves out by default (`test_utils.py`): over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
           non-blocking copy from pageable memory gains nothing, and ADV105 is the advice.
     """
@@ -1598,7 +1599,10 @@ class BlockingHostToDeviceCopy(Rule):
             return None
         if all(owner.pinned(c) for owner, c in loaders):
             state = "pinned"
-        elif all(owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes for owner, c in loaders):
+        elif all(
+            owner.pin_unset(c) and owner.pinnable(c) and owner.ctx.facts.devices.gpu.yes and not _left_out(ctx, owner.ctx)
+            for owner, c in loaders
+        ):
             # ADV101 pins it: the copies go with it, in the same run; or, without workers on batches
             # not known to be large, both wait for the workers.
             state = "pinned by ADV101" if all(owner.pinning_pays(c) for owner, c in loaders) else "no workers"
@@ -1610,6 +1614,13 @@ class BlockingHostToDeviceCopy(Rule):
         if any(facts.handed_to_framework(spelling) for spelling in spellings):
             return None
         return state
+
+
+def _left_out(ctx: FileContext, owner: FileContext) -> bool:
+    """``owner`` is another file, one that a run over the folder leaves out by default (CNO's
+    ``test_and_fine_tune_utils/test_utils.py`` builds the loader ``TestCNO_ALL.py`` copies from;
+    ``test_*.py`` is a default exclusion): ADV101 does not pin its loader there."""
+    return owner is not ctx and ctx.project is not None and ctx.project.project.is_test_code(owner.path)
 
 
 # -- ADV104 ------------------------------------------------------------------------------------

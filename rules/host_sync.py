@@ -1172,7 +1172,9 @@ class HostAllocThenCopy(Rule):
         `__init__` (a KV cache), a script's top level outside a loop, or a lazy
         initialisation (an optimizer's `if len(state) == 0:`, `if key not in self.cache:`
         that fills the cache, `if not self.initialized:` where a method sets the flag,
-        `if self.x is None:` that assigns it, or a function called only under one), or once a
+        `if self.x is None:` that assigns it, or a function called only under one), a data
+        set's own methods other than those serving items, called from its `__init__` (a
+        `download()` that parses raw records once, loop and all), or once a
         call of a decoding function (`generate`, a beam search) before its decoding loop (a
         token buffer), unless the code is seen to run every training step. A helper
         with no loop of its own keeps the fix: a `forward` in another file may call it every step.
@@ -1385,6 +1387,25 @@ class HostAllocThenCopy(Rule):
                     self.cache_k = torch.zeros(max_batch, max_len, heads, dim).cuda()
             """,
             note="made once, in `__init__`: one copy saved would not show, so the fix is left as advice (LLaMA's KV cache)",
+        ),
+        Invalid(
+            """
+            import torch
+
+            class PersonActivity:
+                def __init__(self, root, download=False):
+                    self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+                    if download:
+                        self.download()
+
+                def download(self):
+                    for line in open(self.raw_file):
+                        vals = [torch.zeros(len(self.tag_ids), 3).to(self.device)]
+
+                def __getitem__(self, index):
+                    return self.data[index]
+            """,
+            note="a data set's `download`, which its `__init__` calls to parse the raw records once: advice only (latent_ode)",
         ),
         Invalid(
             """

@@ -28,6 +28,7 @@ from advisor.facts.models import (
     handed_to_deepspeed,
     handed_to_signature_reader,
     complex_parameters,
+    complex_parameters_elsewhere,
     lightning_refuses_fused,
     local_module_classes,
     project_class,
@@ -117,7 +118,10 @@ class AdamNotFused(Rule):
           nothing to fuse;
         - the file, or a project module it imports, creates complex weights
           (`dtype=torch.cfloat`: a Fourier neural operator's spectral convolution): the fused
-          kernels take real floating-point parameters only and raise for these.
+          kernels take real floating-point parameters only and raise for these. Where a module
+          the file names resolves only from another folder of the project (a script that runs
+          once copied beside its modules: `from Problems.FNOBenchmarks import Darcy`) and it,
+          or a module it names, creates them, the fix is advice.
 
         The fused kernels need parameters in a floating point dtype on a supported device
         (CUDA; the CPU since torch 2.4): where the optimizer is built before the model moves,
@@ -413,7 +417,14 @@ class AdamNotFused(Rule):
                 f"`{spelling}` without `fused=True`: the unfused update launches many small kernels "
                 f"per step; pass `fused=True` (guide: {GUIDE})"
             )
-            yield self.report(call, message, self._fused_fix(ctx, call))
+            finding = self.report(call, message, self._fused_fix(ctx, call))
+            complex_elsewhere = complex_parameters_elsewhere(ctx) if finding.fix is not None else None
+            if complex_elsewhere is not None:
+                finding.as_advice(
+                    f"`{complex_elsewhere}` makes complex weights, which fused Adam refuses, and the model "
+                    f"this optimizer gets may be built there, so the fix is left as advice"
+                )
+            yield finding
 
     def _fused_fix(self, ctx: FileContext, call: cst.Call):
         edit = Edit(call, set_keyword(call, "fused", "True"))

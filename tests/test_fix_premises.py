@@ -1086,14 +1086,16 @@ def test_a_data_set_modules_smoke_test_loader_is_not_pinned(tmp_path):
     assert "ADV101" not in [d.code for d in lint(module.read_text(), gpu="A100", path=str(module))]
 
 
-def test_detr_nested_tensor_batches_are_not_pinned(tmp_path):
+@pytest.mark.parametrize("builder", ["nested_tensor_from_tensor_list", "nested_tensor_from_videos_list"])
+def test_detr_nested_tensor_batches_are_not_pinned(tmp_path, builder):
+    # DETR's images; ReferFormer's videos.
     (tmp_path / ".git").mkdir()
     (tmp_path / "util").mkdir()
     (tmp_path / "util" / "__init__.py").write_text("")
-    (tmp_path / "util" / "misc.py").write_text(textwrap.dedent("""
+    (tmp_path / "util" / "misc.py").write_text(textwrap.dedent(f"""
         def collate_fn(batch):
             batch = list(zip(*batch))
-            batch[0] = nested_tensor_from_tensor_list(batch[0])
+            batch[0] = {builder}(batch[0])
             return tuple(batch)
     """))
     source = textwrap.dedent("""
@@ -3005,6 +3007,73 @@ def test_fused_adam_is_not_offered_for_a_model_with_complex_weights(tmp_path):
     assert only(source, "ADV601", script).fix_applicability == "safe"
 
 
+def test_fused_adam_is_advice_where_a_module_named_from_another_folder_makes_complex_weights(tmp_path):
+    # ConvolutionalNeuralOperator's ``_OtherModels/TrainFNO.py`` imports ``Problems.FNOBenchmarks``,
+    # which lives in ``CNO2d_classic/`` and builds ``FNOModules.FNO2d`` with ``torch.cfloat``
+    # weights: the script runs once copied beside them, and fused AdamW raises on complex weights.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "_OtherModels").mkdir()
+    (tmp_path / "CNO2d_classic" / "Problems").mkdir(parents=True)
+    (tmp_path / "_OtherModels" / "FNOModules.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass FNO2d(nn.Module):\n"
+        "    def __init__(self, n):\n        super().__init__()\n"
+        "        self.weights1 = nn.Parameter(torch.rand(n, n, dtype=torch.cfloat))\n"
+    )
+    (tmp_path / "CNO2d_classic" / "Problems" / "FNOBenchmarks.py").write_text(
+        "from FNOModules import FNO2d\n\n\nclass Darcy:\n    def __init__(self, n, device):\n"
+        "        self.model = FNO2d(n).to(device)\n"
+    )
+    source = textwrap.dedent(
+        """
+        import torch
+        from Problems.FNOBenchmarks import Darcy
+
+        device = torch.device("cuda")
+        example = Darcy(64, device)
+        model = example.model
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        """
+    )
+    script = fresh_script(tmp_path / "_OtherModels" / "TrainFNO.py", source)
+    finding = only(source, "ADV601", script)
+    assert finding.fix_applicability is None and "`_OtherModels/FNOModules.py` makes complex weights" in finding.message
+    # Real weights there: the fix is offered.
+    modules = tmp_path / "_OtherModels" / "FNOModules.py"
+    modules.write_text(modules.read_text().replace(", dtype=torch.cfloat", ""))
+    script = fresh_script(tmp_path / "_OtherModels" / "TrainFNO.py", source)
+    assert only(source, "ADV601", script).fix_applicability == "safe"
+
+
+@pytest.mark.parametrize("helper, fixable", [("test_utils.py", False), ("data_utils.py", True)])
+def test_copies_wait_for_pinning_only_where_a_folder_run_pins_the_loader(tmp_path, helper, fixable):
+    # ConvolutionalNeuralOperator's ``TestCNO_ALL.py`` copies batches of a loader built in
+    # ``test_and_fine_tune_utils/test_utils.py``: ``test_*.py`` is a default exclusion, so a run
+    # over the folder does not pin it there, and a non-blocking copy from pageable memory gains nothing.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / helper).write_text(
+        "from torch.utils.data import DataLoader\n\n\ndef _load_data(dataset, batch_size):\n"
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=2)\n"
+    )
+    module = helper.removesuffix(".py")
+    source = textwrap.dedent(
+        f"""
+        import torch
+        from utils.{module} import _load_data
+
+        device = torch.device("cuda")
+        model = Net().to(device)
+        with torch.no_grad():
+            for inputs, outputs in _load_data(dataset, 16):
+                inputs = inputs.to(device)
+                error = (model(inputs) - outputs.to(device)).abs().mean()
+        """
+    )
+    script = fresh_script(tmp_path / "evaluate.py", source)
+    found = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV103"]
+    assert bool(found) == fixable and all(d.fix_applicability == "safe" for d in found)
+
+
 def test_fused_adam_in_a_helper_whose_callers_hand_gpu_parameters_is_fixed(tmp_path):
     # Score-Entropy-Discrete-Diffusion's losses.get_optimizer: the training script calls it with
     # the parameters of models it moved to the GPU first; a wrapper (DDP) keeps the placement.
@@ -3252,6 +3321,8 @@ def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
         ("README.md", "## Prerequisites\n    * Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)\n"),
         # Talking-Face-Generation-DAVS, a full-width parenthesis: "（We use version 0.2.0)".
         ("README.md", "## Requirements\n* [PyTorch](https://pytorch.org/)（We use version 0.2.0)\n"),
+        # CRIS: "- [PyTorch](www.pytorch.org) (e.g. 1.10.0)".
+        ("README.md", "## Preparation\n1. Environment\n   - [PyTorch](www.pytorch.org) (e.g. 1.10.0)\n"),
     ],
 )
 def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):

@@ -242,8 +242,8 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         cls = ctx.enclosing(function, cst.ClassDef)
         if not isinstance(cls, cst.ClassDef):
             return False
-        if is_module_class(ctx, cls):
-            return True
+        if is_module_class(ctx, cls) or _serves_items(cls):
+            return True  # a model or a data set is built once a run, not every step
         if depth >= 2:
             return False
         name = cls.name.value
@@ -251,7 +251,7 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         if ctx.project is not None and ctx.enclosing(cls, cst.FunctionDef, cst.ClassDef) is None:
             built += ctx.project.calls_from_importers(name, defined_by=(cst.ClassDef,))
         return bool(built) and all(runs_once(other, call, depth + 1) for other, call in built)
-    if depth >= 2 or _repeats_within(ctx, node, function):
+    if depth >= 2 or (_repeats_within(ctx, node, function) and not _prepares_data(ctx, function)):
         return False  # a loop in a function called once may be the training loop itself
     callers = calls_of(ctx, function)
     return bool(callers) and all(
@@ -282,6 +282,25 @@ def before_its_loop(ctx: "FileContext", node: cst.CSTNode) -> cst.FunctionDef | 
     if not loops or runs_every_step(ctx, node):
         return None
     return function
+
+
+# What a data set class runs per item or per batch: the rest of its methods prepare data.
+_PER_ITEM_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__", "__len__", "__call__"})
+
+
+def _prepares_data(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """``function`` is a method of a data set class (one with ``__getitem__``) that serves no
+    item: latent_ode's ``PersonActivity.download``, which its ``__init__`` calls to parse the raw
+    files once. Its loops walk records, not training steps."""
+    if function.name.value in _PER_ITEM_METHODS or "collate" in function.name.value:
+        return False
+    cls = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    return isinstance(cls, cst.ClassDef) and _serves_items(cls)
+
+
+def _serves_items(cls: cst.ClassDef) -> bool:
+    """A data set class: it defines ``__getitem__``."""
+    return any(isinstance(statement, cst.FunctionDef) and statement.name.value == "__getitem__" for statement in cls.body.body)
 
 
 def _repeats_within(ctx: "FileContext", node: cst.CSTNode, function: cst.FunctionDef) -> bool:

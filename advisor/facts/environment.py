@@ -163,9 +163,10 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)"; PEN-Net:
     # "Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)"; DAVS, in a
-    # full-width parenthesis: "[PyTorch](https://pytorch.org/)（We use version 0.2.0)".
+    # full-width parenthesis: "[PyTorch](https://pytorch.org/)（We use version 0.2.0)"; CRIS:
+    # "[PyTorch](www.pytorch.org) (e.g. 1.10.0)".
     aside = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*[(（][^()（）]*?\b(?:versions?|releases?)\s+v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*[(（][^()（）]*?(?:\b(?:versions?|releases?)\s+|\be\.g\.,?\s*)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # FedRepo: "  * `torch`: 1.9.0", a list of packages and versions (a line of its own, or the
     # name in backquotes: not a Docker image's ``nvcr.io/nvidia/pytorch:21.11``).

@@ -1853,7 +1853,8 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
     batched_graph, labels`` with ``batched_graph = dgl.batch(graphs)``) or a plain dataclass,
     or the function builds a ``NestedTensor`` (``batch[0] = nested_tensor_from_tensor_list(batch[0])``)."""
     for called in ctx.walk(function, cst.Call):
-        if (dotted_name(called.func) or "").rsplit(".", 1)[-1] in _NESTED_TENSOR_BUILDERS:
+        built = (dotted_name(called.func) or "").rsplit(".", 1)[-1]
+        if built in _NESTED_TENSOR_BUILDERS or built.startswith("nested_tensor_from_"):  # ReferFormer: ``..._videos_list``
             return True
 
     def graph_call(expr: cst.BaseExpression) -> bool:

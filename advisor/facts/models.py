@@ -11,6 +11,7 @@ wrappers (DDP, PEFT, compile) and framework hand-overs to the call that builds i
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -657,6 +658,48 @@ def complex_parameters(ctx: FileContext) -> bool:
 
 
 _COMPLEX_DTYPE = re.compile(rb"dtype[ \t]*=[ \t]*torch\.(?:cfloat|cdouble|complex64|complex128)\b")
+
+
+def complex_parameters_elsewhere(ctx: FileContext) -> str | None:
+    """A module the file imports by a name that resolves only from another folder of the
+    project creates complex weights (:func:`complex_parameters`), itself or through a module it
+    imports the same way; its path, relative to the project's root. CNO's
+    ``_OtherModels/TrainFNO.py`` imports ``Problems.FNOBenchmarks``, which lives in
+    ``CNO2d_classic/`` and builds ``FNOModules.FNO2d`` with ``torch.cfloat`` spectral weights:
+    scripts of such repositories run after being copied beside the modules they name."""
+    view = ctx.project
+    if view is None or not view.member or not view.project.texts_matching(_COMPLEX_DTYPE):
+        return None
+    project = view.project
+    seen: set[str] = set()
+    level = _modules_named_in(project, ctx.source.encode("utf-8", "replace"))
+    for _ in range(2):
+        following: list[str] = []
+        for path in level:
+            if path in seen or project.is_test_code(path):
+                continue
+            seen.add(path)
+            view.consulted.add(path)
+            text = project.text(path)
+            if _COMPLEX_DTYPE.search(text):
+                return os.path.relpath(path, project.root)
+            following += _modules_named_in(project, text)
+        level = following
+    return None
+
+
+_IMPORTED_MODULE = re.compile(rb"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
+
+
+def _modules_named_in(project, text: bytes) -> list[str]:
+    """The project files whose path ends in a module name ``text`` imports
+    (``Problems.FNOBenchmarks``: any ``.../Problems/FNOBenchmarks.py``)."""
+    found: list[str] = []
+    for match in _IMPORTED_MODULE.finditer(text):
+        module = (match.group(1) or match.group(2)).decode()
+        tail = os.sep + module.replace(".", os.sep)
+        found += [p for p in project.files if p.endswith(tail + ".py") or p.endswith(tail + os.sep + "__init__.py")]
+    return found
 
 
 def lightning_refuses_fused(ctx: FileContext, optimizer: cst.Call) -> bool:
