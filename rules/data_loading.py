@@ -1185,6 +1185,10 @@ class BlockingHostToDeviceCopy(Rule):
         - the batch is on the GPU already (the dataset or `collate_fn` moves it there);
         - a copy of the batch is read with `.numpy()` later in the loop: NumPy cannot read a
           CUDA tensor, so the loop only runs where its device is the CPU;
+        - (advice, no fix) a blocking copy of a tensor the step made on the host follows in the
+          same step (`targets = torch.tensor(mlb.transform(targets.numpy()))`, then
+          `targets.to(device)`; `target.type(torch.LongTensor).cuda()`): from pageable memory the
+          host waits for it, and for every copy queued before it;
         - the loader does not pin and ADV101 leaves it so, also where it is built in another file
           that a run over the folder leaves out by default (`test_utils.py`): over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
@@ -1317,6 +1321,24 @@ class BlockingHostToDeviceCopy(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=64, num_workers=3, pin_memory=True)
+            for step, batch in enumerate(loader):
+                age_ids, input_ids, targets = batch
+                targets = torch.tensor(mlb.transform(targets.numpy()), dtype=torch.float32)
+                age_ids = age_ids.to("cuda")
+                input_ids = input_ids.to("cuda")
+                targets = targets.to("cuda")
+                loss = model(input_ids, age_ids, labels=targets)
+                loss.backward()
+            """,
+            count=2,
+            note="a tensor made on the host is copied blocking after the batch: it waits for the batch's copies, advice only (BEHRT)",
+        ),
         Invalid(
             """
             import torch
@@ -1575,6 +1597,15 @@ class BlockingHostToDeviceCopy(Rule):
                     finding.as_advice(
                         f"the loader's own `collate_fn` may batch objects of the project, and `{refusing}` takes no "
                         f"`non_blocking`, so the fix is left as advice"
+                    )
+                waiting = batches.blocking_host_copy_after(scope, call) if fix is not None else None
+                if waiting is not None:
+                    # BEHRT: ``targets = torch.tensor(mlb.transform(targets.numpy()))``, then a
+                    # blocking ``targets.to(device)``, which waits for the copies queued before it.
+                    finding.as_advice(
+                        f"the step then copies a tensor made on the host with a blocking "
+                        f"`{ctx.snippet(waiting)}` (line {ctx.position(waiting)[0]}), which waits for this copy: "
+                        f"pin that one too, or the non-blocking copy overlaps nothing, so the fix is left as advice"
                     )
                 if fix is not None and ctx.facts.devices.may_pick_mps:
                     # seed-vc: ``args.device = "mps"`` where Apple's GPU is found; there a non-blocking

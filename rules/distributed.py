@@ -14,7 +14,9 @@ import libcst as cst
 from advisor.apis import DATALOADER
 from advisor.context import MISSING, FileContext
 from advisor.edits import expression, nested_block, remove_keyword, set_keyword, statement
+from advisor.facts.branches import calls_of
 from advisor.facts.distributed import DISTRIBUTED_SAMPLERS
+from advisor.facts.precision import file_trains
 from advisor.loops import TrainingLoop, modulo_divisor
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
@@ -856,7 +858,9 @@ class GlooOnCuda(Rule):
         - the backend follows the machine (`"nccl" if torch.cuda.is_available() else "gloo"`,
           a variable set in more than one place, `"gloo"` under an `if` about the platform or
           the device, another `init_process_group` with another backend) or cannot be read;
-        - the file does not train on CUDA.
+        - the file does not train on CUDA; or the group is set up by a function only this file
+          calls, in a file that trains nothing (a `__main__` self-test of a data module that
+          prints what each rank's sampler loads).
 
         The fix writes `"cpu:gloo,cuda:nccl"` (torch 2.0 or later): NCCL for CUDA tensors,
         Gloo still for the collectives a script runs on CPU tensors (an `all_reduce` of a metric
@@ -865,6 +869,28 @@ class GlooOnCuda(Rule):
         else "gloo"`, following it. Unsafe: the process group's communicator changes.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def setup(rank, world_size):
+                dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+            def worker(rank, world_size):
+                setup(rank, world_size)
+                torch.cuda.set_device(rank)
+                sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+                for batch in DataLoader(dataset, batch_size=4, sampler=sampler):
+                    print(rank, batch["path"])
+
+            if __name__ == "__main__":
+                mp.spawn(worker, args=(2,), nprocs=2)
+            """,
+            note="a data module's self-test, which trains nothing (SRe2L's `multi_gpu/data_utils.py`)",
+        ),
         Valid(
             """
             import torch
@@ -935,6 +961,8 @@ class GlooOnCuda(Rule):
         for backend in ctx.facts.distributed.backends:
             if backend.value != "gloo" or backend.follows_availability or backend.expr is None:
                 continue
+            if _group_for_a_self_test(ctx, backend.call):
+                continue
             fix = None
             if isinstance(backend.expr, cst.SimpleString):
                 nccl = backend.expr.with_changes(value=backend.expr.value.replace("gloo", "cpu:gloo,cuda:nccl"))
@@ -956,6 +984,19 @@ class GlooOnCuda(Rule):
                 'use "nccl" for GPU training ("cpu:gloo,cuda:nccl" if the script also reduces CPU tensors)',
                 fix,
             )
+
+
+def _group_for_a_self_test(ctx: FileContext, call: cst.Call) -> bool:
+    """The process group is set up by a function only this file calls, in a file that trains
+    nothing and hands no training elsewhere (SRe2L's ``multi_gpu/data_utils.py``: a ``__main__``
+    test that prints the paths each rank's sampler loads, over Gloo)."""
+    if ctx.facts.frameworks.sites or file_trains(ctx):
+        return False
+    function = ctx.enclosing(call, cst.FunctionDef)
+    if function is None:
+        return False
+    callers = calls_of(ctx, function)
+    return bool(callers) and all(owner is ctx for owner, _ in callers)
 
 
 class SamplerWithoutSetEpoch(Rule):

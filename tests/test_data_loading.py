@@ -719,3 +719,26 @@ def test_non_blocking_copies_stay_advice_where_the_script_may_pick_mps():
     """
     (finding,) = [d for d in lint(textwrap.dedent(source), gpu="A100") if d.code == "ADV103"]
     assert finding.fix_applicability is None and "pytorch#139550" in finding.message
+
+
+def test_a_later_blocking_copy_of_a_host_tensor_makes_non_blocking_copies_advice():
+    # SRe2L's train_KD.py: ``target = target.type(torch.LongTensor)``, then a blocking
+    # ``target.cuda()`` after ``data.cuda()``: the host waits for it, and for the copy before it.
+    later = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+        for data, target in loader:
+            target = target.type(torch.LongTensor)
+            data, target = data.cuda(), target.cuda()
+            model(data).sum().backward()
+        """
+    )
+    (finding,) = [d for d in lint(later, gpu="A100") if d.code == "ADV103"]
+    assert finding.fix_applicability is None and "`target.cuda()` (line 8)" in finding.message
+    # The host tensor copied first: the batch's copy after it still overlaps what follows.
+    earlier = later.replace("data, target = data.cuda(), target.cuda()", "target = target.cuda()\n    data = data.cuda()")
+    (finding,) = [d for d in lint(earlier, gpu="A100") if d.code == "ADV103"]
+    assert finding.fix_applicability == "safe"

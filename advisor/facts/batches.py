@@ -351,7 +351,13 @@ class BatchFacts:
         """(copies of the batch converted on the host first, copies of it as it comes) in ``scope``."""
         ctx = self.ctx
         direct = sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
-        converted = 0
+        converted = sum(1 for _ in self._converted_copies(scope))
+        converted += self._recomputed_handed_to_copiers(scope)
+        return converted, direct
+
+    def _converted_copies(self, scope: "BatchScope") -> Iterator[cst.Call]:
+        """Copies to the GPU in ``scope``'s loop of the batch converted or computed on first."""
+        ctx = self.ctx
         for call in ctx.walk(scope.loop.body, cst.Call):
             if scope.outside(call) or not isinstance(call.func, cst.Attribute) or not to_gpu(ctx, call):
                 continue
@@ -365,9 +371,50 @@ class BatchFacts:
                 and not receiver.args
                 and scope.holds_batch(receiver.func.value, call)
             ) or _arithmetic_on(receiver, lambda leaf: scope.holds_batch(leaf, call)) or self._recomputed_from_batch(scope, receiver):
-                converted += 1
-        converted += self._recomputed_handed_to_copiers(scope)
-        return converted, direct
+                yield call
+
+    def blocking_host_copy_after(self, scope: "BatchScope", copy: cst.Call) -> cst.Call | None:
+        """A blocking copy to the GPU, later in the same step than ``copy``, of a tensor the step
+        made on the host: a part of the batch converted first (``frame.float().to(device)``), or
+        a tensor built there (BEHRT's ``targets = torch.tensor(mlb.transform(targets.numpy()))``,
+        then ``targets.to(device)``). From pageable memory the host waits for that copy, and so
+        for ``copy``, queued before it: a non-blocking ``copy`` overlaps nothing."""
+        ctx = self.ctx
+        after = ctx.order[copy]
+        for call in self._converted_copies(scope):
+            if ctx.order[call] > after and blocking_copy(ctx, call):
+                return call
+        for call in ctx.walk(scope.loop.body, cst.Call):
+            if ctx.order[call] <= after or scope.outside(call) or not isinstance(call.func, cst.Attribute):
+                continue
+            if not blocking_copy(ctx, call):
+                continue
+            receiver = call.func.value
+            if isinstance(receiver, cst.Name):
+                binding = ctx.facts.tensors.reaching(receiver)
+                if not isinstance(binding, cst.Assign) or scope.outside(binding):
+                    continue
+                receiver = binding.value
+            if isinstance(receiver, cst.Call) and self._made_on_host(scope, receiver):
+                return call
+        return None
+
+    def _made_on_host(self, scope: "BatchScope", value: cst.Call) -> bool:
+        """``value`` makes a new host tensor: from Python or NumPy data (``torch.tensor(...)``
+        without ``device=``), or a conversion of the batch on the host (``target.type(
+        torch.LongTensor)``: SRe2L's ``train_KD.py``; ``labels.long()``)."""
+        ctx = self.ctx
+        if ctx.qualname(value.func) in _HOST_CONSTRUCTORS:
+            return ctx.keyword_arg(value, "device") is None
+        if not isinstance(value.func, cst.Attribute) or not scope.holds_batch(value.func.value, value):
+            return False
+        if value.func.attr.value in _HOST_CONVERSIONS:
+            return not value.args
+        if value.func.attr.value == "type" and len(value.args) == 1 and value.args[0].keyword is None:
+            return (ctx.qualname(value.args[0].value) or "").startswith("torch.") and not ctx.facts.devices.cuda_tensor_type(
+                value.args[0].value
+            )
+        return False
 
     def _recomputed_handed_to_copiers(self, scope: "BatchScope") -> int:
         """Calls in ``scope``'s loop that hand a function of the file a host tensor computed from
@@ -527,4 +574,9 @@ def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
 # What an importer that copies batches has in its text.
 _COPIES = re.compile(rb"\.(?:to|cuda)\(")
 # Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
+# Tensors made from Python or NumPy data: on the host, in pageable memory.
+_HOST_CONSTRUCTORS = frozenset({
+    "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
+    "torch.IntTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.ByteTensor",
+})
 _HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})
