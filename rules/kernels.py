@@ -55,6 +55,22 @@ FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
 GUIDE = "Optimizer choice"
 
 
+def _never_used(ctx: FileContext, call: cst.Call) -> bool:
+    """The optimizer is bound to a local name nothing in its function reads: not stepped, not
+    handed to a scheduler, a function or a framework (LKU-Net's ``validation_all.py`` builds one
+    beside the model it only evaluates)."""
+    parent = ctx.parent.get(call)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        return False
+    name = parent.targets[0].target.value
+    scope = ctx.enclosing(call, cst.FunctionDef, cst.ClassDef)
+    if isinstance(scope, cst.ClassDef):
+        return False
+    if scope is None:
+        return False  # a script's or notebook's module-level name: snippets, cells run by hand
+    return not any(n.value == name and ctx.is_read(n) for n in ctx.walk(scope, cst.Name))
+
+
 class AdamNotFused(Rule):
     code = "ADV601"
     name = "adam-not-fused"
@@ -113,6 +129,8 @@ class AdamNotFused(Rule):
           for a fused optimizer there;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
           or with `use_cpu=True`;
+        - the optimizer is bound to a name nothing reads (an evaluation script that builds one
+          beside its model and never steps it);
         - the optimizer updates one or two tensors written out by name (SAC's
           `Adam([log_alpha])`, a Lagrange multiplier): a step of a few small kernels, with
           nothing to fuse;
@@ -132,6 +150,21 @@ class AdamNotFused(Rule):
         parameter at construction and raises on the 4-bit ones.
     """
     valid = [
+        Valid(
+            """
+            import torch
+
+            def main():
+                model = Net().cuda()
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+                model.load_state_dict(torch.load("best.pth"))
+                model.eval()
+                with torch.no_grad():
+                    for x in loader:
+                        print(model(x.cuda()).mean())
+            """,
+            note="built and never stepped: the script only evaluates (LKU-Net's `validation_all.py`)",
+        ),
         Valid(
             """
             import torch
@@ -412,6 +445,8 @@ class AdamNotFused(Rule):
                 continue  # SAC's ``Adam([log_alpha])``: one small tensor, nothing to fuse
             if complex_parameters(ctx):
                 continue  # fused Adam raises for complex parameters (FNO's spectral weights)
+            if _never_used(ctx, call):
+                continue  # LKU-Net's validation_all.py builds one it never steps
             spelling = dotted_name(call.func) or "Adam"
             message = (
                 f"`{spelling}` without `fused=True`: the unfused update launches many small kernels "

@@ -3334,6 +3334,27 @@ def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
     assert finding.fix_applicability is None, (name, finding.message)
 
 
+@pytest.mark.parametrize(
+    "workflow, capped",
+    [
+        # ICON's GPU job: ``python-version: 3.7`` beside CPU jobs on 3.9 to 3.12.
+        ("jobs:\n  test:\n    steps:\n    - uses: actions/setup-python@v2\n      with:\n        python-version: 3.7\n", True),
+        ("jobs:\n  test:\n    strategy:\n      matrix:\n        python-version: ['3.7', '3.11']\n", True),
+        ("jobs:\n  test:\n    strategy:\n      matrix:\n        python-version: ['3.10', '3.12']\n", False),
+    ],
+)
+def test_the_oldest_python_a_ci_workflow_tests_caps_torch(tmp_path, workflow, capped):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "test.yml").write_text(workflow)
+    (tmp_path / "requirements.txt").write_text("torch\n")
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert (finding.fix_applicability is None) == capped, finding.message
+    if capped:
+        assert "the project's CI tests on Python 3.7, whose newest torch is 1.13.1" in finding.message
+
+
 def test_a_config_yaml_is_not_a_conda_environment(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "train.yaml").write_text("model: resnet\ndependencies:\n  - pytorch=1.5.1\n")

@@ -211,20 +211,27 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
 
 # A CI matrix of the versions a project is tested on (neural_sp's ``.travis.yml``:
 # ``PYTORCH_VERSION=1.0.0`` ... ``1.8.1``): the oldest is the floor it keeps working on.
-def _ci_tested(ctx: "FileContext", package: str) -> str | None:
-    """``>=X``, X the oldest version of ``package`` a CI configuration at the project's root
-    tests (``PYTORCH_VERSION=1.0.0``, ``torch==1.6.0``, ``torch-version: [1.8, 1.9]``)."""
+def _ci_texts(ctx: "FileContext") -> list[str]:
+    """The CI configurations at the project's root: Travis, GitLab, GitHub's workflows, Azure's
+    pipelines (lightning-bolts' ``.azure/gpu-tests.yml``), CircleCI."""
     project = getattr(ctx, "project", None)
-    if project is None or package != "torch":
-        return None
+    if project is None:
+        return []
     root = project.project.root
     texts = [read_project_file(ctx, os.path.join(root, name)) or "" for name in (".travis.yml", "azure-pipelines.yml", ".gitlab-ci.yml")]
-    # GitHub's workflows, Azure's pipelines (lightning-bolts' ``.azure/gpu-tests.yml``: TORCH_VERSION 1.13.1, 2.0.1)
     for folder in (os.path.join(root, ".github", "workflows"), os.path.join(root, ".azure"), os.path.join(root, ".circleci")):
         if os.path.isdir(folder):
             names = [name for name in sorted(os.listdir(folder)) if name.endswith((".yml", ".yaml"))]
             texts += [read_project_file(ctx, os.path.join(folder, name)) or "" for name in names[:16]]
-    text = "\n".join(texts)
+    return texts
+
+
+def _ci_tested(ctx: "FileContext", package: str) -> str | None:
+    """``>=X``, X the oldest version of ``package`` a CI configuration at the project's root
+    tests (``PYTORCH_VERSION=1.0.0``, ``torch==1.6.0``, ``torch-version: [1.8, 1.9]``)."""
+    if package != "torch":
+        return None
+    text = "\n".join(_ci_texts(ctx))
     versions = re.findall(r"(?:PYTORCH|TORCH)_VERSION\s*[=:]\s*[\"']?v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text, re.I)
     versions += re.findall(r"(?<![\w-])torch\s*==\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
     return ">=" + min(versions, key=_version) if versions else None
@@ -760,6 +767,9 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         python = _python_cap(ctx)
         if python is not None and _version(python[1]) < _version(version):
             return f"the project's environment pins Python {python[0]}, whose newest torch is {python[1]}"
+        tested = _ci_python_cap(ctx)
+        if tested is not None and _version(tested[1]) < _version(version):
+            return f"the project's CI tests on Python {tested[0]}, whose newest torch is {tested[1]}"
         companion = _companion_cap(ctx)
         if companion is not None and _version(companion[2]) < _version(version):
             package_name, pinned, newest = companion
@@ -1352,6 +1362,31 @@ def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
             if newest is not None:
                 return f"3.{minor}", newest
     return None
+
+
+# GitHub Actions' ``python-version: 3.7`` / ``python-version: ['3.7', '3.8']`` (also in a
+# ``matrix:``), Travis's ``python: - "3.6"``.
+_CI_PYTHON = re.compile(r"^\s*(?:-\s*)?python(?:-version)?\s*:\s*(\[[^\]\n]*\]|[\"']?3\.[0-9]+[\"']?)", re.M)
+_CI_PYTHON_LIST_ITEM = re.compile(r"^\s*-\s*[\"']?3\.([0-9]+)[\"']?\s*$", re.M)
+
+
+def _ci_python_cap(ctx: "FileContext") -> tuple[str, str] | None:
+    """The oldest Python the project's CI runs on, and the newest torch for it, when that is an
+    old one (ICON's GPU workflow: ``python-version: 3.7``, so torch 1.13.1 at most, beside CPU
+    jobs on 3.9 to 3.12): a fix that needs a newer torch breaks that job."""
+    minors = [int(m) for text in _ci_texts(ctx) for m in _ci_python_minors(text)]
+    oldest = min(minors, default=None)
+    newest = _NEWEST_TORCH_FOR_PYTHON.get((3, oldest)) if oldest is not None else None
+    return (f"3.{oldest}", newest) if newest is not None else None
+
+
+def _ci_python_minors(text: str) -> list[str]:
+    found: list[str] = []
+    for match in _CI_PYTHON.finditer(text):
+        found += re.findall(r"3\.([0-9]+)", match.group(1))
+    for block in re.finditer(r"^(\s*)python\s*:\s*$((?:\n\1\s+-[^\n]*)+)", text, re.M):  # Travis's list
+        found += [m.group(1) for m in _CI_PYTHON_LIST_ITEM.finditer(block.group(2))]
+    return found
 
 
 def _notebook(ctx: "FileContext") -> dict:
