@@ -2416,6 +2416,10 @@ def test_a_project_to_method_without_non_blocking_keeps_the_copies_as_they_are(t
         f"class BoxList:\n    def __init__(self, bbox):\n        self.bbox = bbox\n\n"
         f"    def to({signature}):\n        return BoxList(self.bbox.to(device))\n"
     )
+    (tmp_path / "dataset.py").write_text(
+        "from bounding_box import BoxList\n\n\nclass COCODataset:\n"
+        "    def __getitem__(self, index):\n        return self.images[index], BoxList(self.boxes[index])\n"
+    )
     source = (
         "import torch\nfrom bounding_box import BoxList\nmodel = Net().cuda()\n"
         "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, collate_fn=BatchCollator())\n"
@@ -2430,6 +2434,29 @@ def test_a_project_to_method_without_non_blocking_keeps_the_copies_as_they_are(t
     assert findings and all((d.fix_applicability is not None) == fixable for d in findings), [d.message for d in findings]
     if not fixable:
         assert all("`BoxList.to` takes no `non_blocking`" in d.message for d in findings)
+
+
+def test_a_class_only_its_own_methods_build_does_not_hold_back_the_batch_copies(tmp_path):
+    # CrowdCounting-P2PNet keeps DETR's `NestedTensor` (whose `to(self, device)` takes no
+    # `non_blocking`), but its `nested_tensor_from_tensor_list` returns a plain tensor: only
+    # `NestedTensor.to` itself builds one, so no batch is one.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "misc.py").write_text(
+        "import torch\n\n\ndef collate_fn_crowd(batch):\n    batch = list(zip(*batch))\n"
+        "    batch[0] = torch.stack(batch[0])\n    return tuple(batch)\n\n\n"
+        "class NestedTensor(object):\n    def __init__(self, tensors, mask):\n        self.tensors = tensors\n\n"
+        "    def to(self, device):\n        return NestedTensor(self.tensors.to(device), None)\n"
+    )
+    source = (
+        "import torch\nimport misc as utils\nmodel = Net().cuda()\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, collate_fn=utils.collate_fn_crowd)\n"
+        "for samples, targets in loader:\n"
+        "    samples = samples.to(device)\n"
+        "    loss = model(samples, targets)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    assert only(source, "ADV103", fresh_script(tmp_path / "train.py", source)).fix_applicability == "safe"
 
 
 def test_a_models_own_to_method_does_not_hold_back_the_batch_copies(tmp_path):

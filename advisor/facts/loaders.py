@@ -1061,6 +1061,8 @@ class LoaderFacts:
             cls = owner.enclosing(method, cst.ClassDef)
             if not isinstance(cls, cst.ClassDef) or _model_like(owner, cls):
                 continue  # setfit's ``SetFitModel.to(self, device)`` moves a model, not a batch
+            if not _built_outside_itself(owner, cls):
+                continue  # P2PNet's ``NestedTensor``: only its own ``to()`` makes one, so no batch is one
             return f"{cls.name.value}.to"
         return None
 
@@ -1846,6 +1848,24 @@ def _returns_batch_encoding(ctx: "FileContext", function: cst.FunctionDef) -> bo
     return bool(returns) and all(
         built(value) or (isinstance(value, cst.Name) and value.value in encodings) for value in returns
     )
+
+
+def _built_outside_itself(ctx: "FileContext", cls: cst.ClassDef) -> bool:
+    """Some project file calls ``cls`` by name outside the class's own body (CrowdCounting-P2PNet
+    keeps DETR's ``NestedTensor`` class, but its ``nested_tensor_from_tensor_list`` returns a
+    plain tensor: only ``NestedTensor.to`` builds one)."""
+    name = cls.name.value
+    call = re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\(")
+    view = ctx.project
+    if view is None:
+        return True
+    inside = len(call.findall(ctx.code(cls).encode("utf-8", "replace")))
+    total = 0
+    for path in view.project.texts_matching(call):
+        if path.endswith(".py"):
+            view.consulted.add(path)
+            total += len(call.findall(view.project.text(path)))
+    return total > inside
 
 
 def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
