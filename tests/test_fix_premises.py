@@ -390,9 +390,10 @@ def test_a_predict_loader_assigned_from_a_private_method_is_left_alone_when_noth
     ],
 )
 def test_poetry_requirements_give_the_floor(tmp_path, name, text, floor):
+    # AdamW: its `fused=` needs torch 2.0, above every floor here (Adam's needs 1.13).
     (tmp_path / ".git").mkdir()
     (tmp_path / name).write_text(text)
-    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
     script = tmp_path / "train.py"
     script.write_text(source)
     finding = only(source, "ADV601", script)
@@ -2540,7 +2541,8 @@ def test_a_requirement_file_the_install_instructions_name_by_path(tmp_path, dire
     else:
         (tmp_path / "README.md").write_text("## Setup\nRun `./images/init_venv.sh` (Linux only).\n")
         (tmp_path / "images" / "init_venv.sh").write_text("#!/bin/sh\npip install --no-deps -r images/requirements.txt\n")
-    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    # AdamW's `fused=` needs torch 2.0 (Adam's 1.13, which torch==1.13.1 has).
+    source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is None and "torch==1.13.1" in finding.message
 
@@ -2628,8 +2630,8 @@ def test_the_trainers_fused_optim_in_a_file_that_imports_deepspeed_needs_torch_2
 )
 def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
     # pytorch/examples' legacy/snli: `from torchtext.legacy import data` (torchtext <= 0.11,
-    # torch <= 1.10), where Adam has no `fused`.
-    source = f"import torch\n{imports}model = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+    # torch <= 1.10), where AdamW has no `fused` (it came with 2.0; Adam's with 1.13).
+    source = f"import torch\n{imports}model = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters())\n"
     (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV601"]
     assert finding.fix_applicability is None and cap in finding.message
     guarded = source.replace(imports, "try:\n    " + imports + "except ImportError:\n    pass\n")
@@ -3380,6 +3382,17 @@ def test_the_oldest_python_a_ci_workflow_tests_caps_torch(tmp_path, workflow, ca
     assert (finding.fix_applicability is None) == capped, finding.message
     if capped:
         assert "the project's CI tests on Python 3.7, whose newest torch is 1.13.1" in finding.message
+
+
+def test_fused_adam_needs_torch_1_13_and_fused_adamw_2_0(tmp_path):
+    # ICON: CI on Python 3.7 (torch 1.13.1 at most) and `torch.optim.Adam` on CUDA parameters,
+    # whose `fused=` came with torch 1.13; AdamW's came with 2.0.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch==1.13.1\n")
+    for optimizer, fixable in (("Adam", True), ("AdamW", False)):
+        source = f"import torch\nmodel = Net().cuda()\noptimizer = torch.optim.{optimizer}(model.parameters())\n"
+        finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+        assert (finding.fix_applicability is not None) == fixable, finding.message
 
 
 def test_a_config_yaml_is_not_a_conda_environment(tmp_path):

@@ -377,15 +377,27 @@ class BatchFacts:
         """A blocking copy to the GPU, later in the same step than ``copy``, of a tensor the step
         made on the host: a part of the batch converted first (``frame.float().to(device)``), or
         a tensor built there (BEHRT's ``targets = torch.tensor(mlb.transform(targets.numpy()))``,
-        then ``targets.to(device)``). From pageable memory the host waits for that copy, and so
-        for ``copy``, queued before it: a non-blocking ``copy`` overlaps nothing."""
+        then ``targets.to(device)``), before the step reads what ``copy`` made. From pageable
+        memory the host waits for that copy, and so for ``copy``, queued before it: a
+        non-blocking ``copy`` overlaps nothing."""
         ctx = self.ctx
+        bound, name = _bound_name(ctx, copy)
+        if bound is None:
+            return None  # handed on as it is copied (``model(x.cuda())``): used at once
         after = ctx.order[copy]
+        # Only a copy before the step first reads this one: later, the copy has overlapped the
+        # host work up to that read (ReSC's evaluation copies a visualisation image at its end).
+        reads = [
+            ctx.order[n] for n in ctx.walk(scope.loop.body, cst.Name)
+            if n.value == name and ctx.order[n] > ctx.end_order[bound] and ctx.is_read(n)
+        ]
+        before = min(reads, default=ctx.end_order[scope.loop])
+        within = lambda call: after < ctx.order[call] < before  # noqa: E731
         for call in self._converted_copies(scope):
-            if ctx.order[call] > after and blocking_copy(ctx, call):
+            if within(call) and blocking_copy(ctx, call):
                 return call
         for call in ctx.walk(scope.loop.body, cst.Call):
-            if ctx.order[call] <= after or scope.outside(call) or not isinstance(call.func, cst.Attribute):
+            if not within(call) or scope.outside(call) or not isinstance(call.func, cst.Attribute):
                 continue
             if not blocking_copy(ctx, call):
                 continue
