@@ -136,7 +136,7 @@ class DataLoaderPinMemory(Rule):
           silent too;
         - the dataset is `range(n)`: the batches are integer indices, not the data; or a
           Python list of strings (prompts): pinning leaves strings as they are; or the
-          `collate_fn` (a function of the project) only gathers the items into Python lists
+          `collate_fn` (`lambda x: x`, or a function of the project) only gathers the items into Python lists
           and dicts and makes no tensor: the batch is the dataset's items as they are (PIL
           images, strings), made into tensors later, if at all; or the dataset's
           `__getitem__` reads nothing by its index (DreamBooth's `PromptDataset` returns the
@@ -171,6 +171,19 @@ class DataLoaderPinMemory(Rule):
           (`for image, label in testset:`), and, at module level, no other file names it.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_data, batch_size=32, shuffle=True, num_workers=4, collate_fn=lambda x: x)
+            for batch in train_loader:
+                nlu = [example["question"] for example in batch]
+                tokens = torch.tensor([tokenize(q) for q in nlu]).cuda()
+                model(tokens).sum().backward()
+            """,
+            note="`collate_fn=lambda x: x`: the batch is the data set's records, made into tensors later (sqlova)",
+        ),
         Valid(
             """
             import torch

@@ -1006,6 +1006,15 @@ class LoaderFacts:
         b: b[0]`` hands over a batch the dataset made."""
         ctx = self.ctx
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if _identity_lambda(collate):
+            # sqlova's ``collate_fn=lambda x: x``: the batch is the list of the data set's items
+            # (raw JSON records), turned into tensors later, if at all. Not with
+            # ``batch_size=None`` (Cutie's GUI reader): each item is handed on as it is, tensors and all.
+            size = ctx.argument(call, "batch_size", DATALOADER_POSITION["batch_size"])
+            resolved = ctx.values.resolve(size) if isinstance(size, cst.BaseExpression) and size is not MISSING else None
+            if size is None or (resolved is not None and resolved.value is None):
+                return False
+            return ctx.facts.batches.copied_as_it_comes(call) is not True
         if collate is None or collate is MISSING or not isinstance(collate, cst.Name):
             return False
         found = self.function_named(collate)
@@ -1866,6 +1875,13 @@ def _built_outside_itself(ctx: "FileContext", cls: cst.ClassDef) -> bool:
             view.consulted.add(path)
             total += len(call.findall(view.project.text(path)))
     return total > inside
+
+
+def _identity_lambda(expr) -> bool:
+    """``lambda x: x``."""
+    if not isinstance(expr, cst.Lambda) or len(expr.params.params) != 1 or expr.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return False
+    return isinstance(expr.body, cst.Name) and expr.body.value == expr.params.params[0].name.value
 
 
 def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> bool:
