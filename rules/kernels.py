@@ -55,12 +55,6 @@ FUSED_ENUM_MEMBER = "ADAMW_TORCH_FUSED"
 GUIDE = "Optimizer choice"
 
 
-def _fused_cuda_since(ctx: FileContext, call: cst.Call) -> str:
-    """The torch whose optimizer first takes ``fused=True`` on CUDA: Adam's came with 1.13
-    (ICON's fused Adam under its CI's Python 3.7, whose newest torch is 1.13.1), AdamW's with 2.0."""
-    return "1.13" if (ctx.qualname(call.func) or "").endswith(".Adam") else "2.0"
-
-
 def _never_used(ctx: FileContext, call: cst.Call) -> bool:
     """The optimizer is bound to a local name nothing in its function reads: not stepped, not
     handed to a scheduler, a function or a framework (LKU-Net's ``validation_all.py`` builds one
@@ -147,9 +141,11 @@ class AdamNotFused(Rule):
           once copied beside its modules: `from Problems.FNOBenchmarks import Darcy`) and it,
           or a module it names, creates them, the fix is advice.
 
-        `Adam(fused=True)` came with torch 1.13 and `AdamW(fused=True)` with 2.0; the fix says
-        which it needs, and is advice where the project's declared environment (requirements, a
-        README, the oldest Python its CI tests on) holds an older torch. The fused kernels
+        The fix needs torch 2.0 (`AdamW(fused=True)` came with 2.0; `Adam`'s exists from 1.13,
+        but asking 1.13 for it let fixes into LightningModules whose parameters a project's CPU
+        tests hold, where fused Adam raises before 2.4), and is advice where the project's
+        declared environment (requirements, a README, the oldest Python its CI tests on) holds
+        an older torch. The fused kernels
         need parameters in a floating point dtype on a supported device (CUDA; the CPU since
         torch 2.4): where the optimizer is built before the model moves,
         where the script runs on the CPU unless told to use the GPU (`--backend` defaulting
@@ -496,8 +492,8 @@ class AdamNotFused(Rule):
                 available, imports = ctx.reference("torch.cuda.is_available", call)
                 guarded = Edit(call, set_keyword(call, "fused", ctx.code(available) + "()"))
                 description = f"Pass `fused={ctx.code(available)}()` (the script falls back to the CPU, which has no fused kernel before torch 2.4)"
-                return self.fix(description, guarded, imports=imports, requires=[("torch", _fused_cuda_since(ctx, call))])
-            return self.fix("Pass `fused=True`", edit, requires=[("torch", _fused_cuda_since(ctx, call))])
+                return self.fix(description, guarded, imports=imports, requires=[("torch", "2.0")])
+            return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
         # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.
         description = "Pass `fused=True` (torch >= 2.4: the optimizer is built before the model moves to the GPU)"
         return self.fix(description, edit, requires=[("torch", "2.4")])
