@@ -391,7 +391,13 @@ class BatchFacts:
             ctx.order[n] for n in ctx.walk(scope.loop.body, cst.Name)
             if n.value == name and ctx.order[n] > ctx.end_order[bound] and ctx.is_read(n)
         ]
-        before = min(reads, default=ctx.end_order[scope.loop])
+        # A host sync on the way (``.cpu()``, ``.item()``: MakeItTalk's landmark pass) waits for
+        # the copy there already; a blocking copy after it takes nothing more away.
+        syncs = [
+            ctx.order[c] for c in ctx.walk(scope.loop.body, cst.Call)
+            if ctx.order[c] > after and isinstance(c.func, cst.Attribute) and c.func.attr.value in _HOST_SYNCS
+        ]
+        before = min(reads + syncs, default=ctx.end_order[scope.loop])
         within = lambda call: after < ctx.order[call] < before  # noqa: E731
         for call in self._converted_copies(scope):
             if within(call) and blocking_copy(ctx, call):
@@ -586,6 +592,8 @@ def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
 # What an importer that copies batches has in its text.
 _COPIES = re.compile(rb"\.(?:to|cuda)\(")
 # Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
+# Calls that wait for the GPU: what they read must be there.
+_HOST_SYNCS = frozenset({"cpu", "item", "numpy", "tolist", "synchronize"})
 # Tensors made from Python or NumPy data: on the host, in pageable memory.
 _HOST_CONSTRUCTORS = frozenset({
     "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
