@@ -59,15 +59,11 @@ def _never_used(ctx: FileContext, call: cst.Call) -> bool:
     """The optimizer is bound to a local name nothing in its function reads: not stepped, not
     handed to a scheduler, a function or a framework (LKU-Net's ``validation_all.py`` builds one
     beside the model it only evaluates)."""
-    parent = ctx.parent.get(call)
-    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
-        return False
-    name = parent.targets[0].target.value
+    name = ctx.assigned_name(call)
     scope = ctx.enclosing(call, cst.FunctionDef, cst.ClassDef)
-    if isinstance(scope, cst.ClassDef):
+    # Not a class attribute, nor a script's or notebook's module-level name (snippets, cells run by hand).
+    if name is None or not isinstance(scope, cst.FunctionDef):
         return False
-    if scope is None:
-        return False  # a script's or notebook's module-level name: snippets, cells run by hand
     return not any(n.value == name and ctx.is_read(n) for n in ctx.walk(scope, cst.Name))
 
 

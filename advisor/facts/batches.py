@@ -286,22 +286,15 @@ class BatchFacts:
             bound, name = _bound_name(ctx, call)
             if bound is None:
                 continue
-            rebinds = [
-                ctx.order[a]
-                for a in ctx.walk(owner.loop.body, cst.Assign)
-                if a is not bound and any(name in target_names(t.target) for t in a.targets)
-            ]
             for read in ctx.walk(owner.loop.body, cst.Call):
                 func = read.func
-                if not (
+                if (
                     isinstance(func, cst.Attribute)
                     and func.attr.value == "numpy"
                     and isinstance(func.value, cst.Name)
                     and func.value.value == name
-                    and ctx.order[read] > ctx.order[bound]
+                    and ctx.facts.tensors.reaching(func.value) is bound
                 ):
-                    continue
-                if not any(ctx.order[bound] < order < ctx.order[read] for order in rebinds):
                     return True
         return False
 
@@ -501,8 +494,9 @@ def _bound_name(ctx: "FileContext", value: cst.BaseExpression) -> "tuple[cst.Ass
     """The assignment that binds ``value`` and the name it binds: ``x = value``, or ``x`` in
     ``x, y = value, other``."""
     parent = ctx.parent.get(value)
-    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-        return parent, parent.targets[0].target.value
+    name = ctx.assigned_name(value)
+    if name is not None:
+        return parent, name  # type: ignore[return-value]
     if isinstance(parent, cst.Element):
         values = ctx.parent.get(parent)
         assign = ctx.parent.get(values)
@@ -591,7 +585,6 @@ def _arithmetic_on(expr: cst.BaseExpression, is_batch) -> bool:
 
 # What an importer that copies batches has in its text.
 _COPIES = re.compile(rb"\.(?:to|cuda)\(")
-# Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
 # Calls that wait for the GPU: what they read must be there.
 _HOST_SYNCS = frozenset({"cpu", "item", "numpy", "tolist", "synchronize"})
 # Tensors made from Python or NumPy data: on the host, in pageable memory.
@@ -599,4 +592,5 @@ _HOST_CONSTRUCTORS = frozenset({
     "torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
     "torch.IntTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.ByteTensor",
 })
+# Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
 _HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})

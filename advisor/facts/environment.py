@@ -1368,23 +1368,29 @@ def _python_cap(ctx: "FileContext") -> tuple[str, str] | None:
 # ``matrix:``), Travis's ``python: - "3.6"``.
 _CI_PYTHON = re.compile(r"^\s*(?:-\s*)?python(?:-version)?\s*:\s*(\[[^\]\n]*\]|[\"']?3\.[0-9]+[\"']?)", re.M)
 _CI_PYTHON_LIST_ITEM = re.compile(r"^\s*-\s*[\"']?3\.([0-9]+)[\"']?\s*$", re.M)
+_CI_PYTHON_LIST = re.compile(r"^(\s*)python\s*:\s*$((?:\n\1\s+-[^\n]*)+)", re.M)  # Travis's list
+_PYTHON_3_MINOR = re.compile(r"3\.([0-9]+)")
 
 
 def _ci_python_cap(ctx: "FileContext") -> tuple[str, str] | None:
     """The oldest Python the project's CI runs on, and the newest torch for it, when that is an
     old one (ICON's GPU workflow: ``python-version: 3.7``, so torch 1.13.1 at most, beside CPU
     jobs on 3.9 to 3.12): a fix that needs a newer torch breaks that job."""
-    minors = [int(m) for text in _ci_texts(ctx) for m in _ci_python_minors(text)]
-    oldest = min(minors, default=None)
-    newest = _NEWEST_TORCH_FOR_PYTHON.get((3, oldest)) if oldest is not None else None
-    return (f"3.{oldest}", newest) if newest is not None else None
+    def find() -> tuple[str, str] | None:
+        minors = [int(m) for text in _ci_texts(ctx) for m in _ci_python_minors(text)]
+        oldest = min(minors, default=None)
+        newest = _NEWEST_TORCH_FOR_PYTHON.get((3, oldest)) if oldest is not None else None
+        return (f"3.{oldest}", newest) if newest is not None else None
+
+    return ctx.memo(_ci_python_cap, find)
 
 
 def _ci_python_minors(text: str) -> list[str]:
+    """The Python 3 minor versions a CI configuration names."""
     found: list[str] = []
     for match in _CI_PYTHON.finditer(text):
-        found += re.findall(r"3\.([0-9]+)", match.group(1))
-    for block in re.finditer(r"^(\s*)python\s*:\s*$((?:\n\1\s+-[^\n]*)+)", text, re.M):  # Travis's list
+        found += _PYTHON_3_MINOR.findall(match.group(1))
+    for block in _CI_PYTHON_LIST.finditer(text):
         found += [m.group(1) for m in _CI_PYTHON_LIST_ITEM.finditer(block.group(2))]
     return found
 
