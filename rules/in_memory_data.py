@@ -536,6 +536,9 @@ class InMemoryDatasetPerSample(Rule):
             Edit(call, updated.with_changes(args=args)),
             *edits,
             imports=imports,
+            # ``batch_size=None`` turns automatic batching off since torch 1.2; torch 1.0 builds
+            # ``BatchSampler(sampler, None, ...)`` from it and raises (DeepBach pins 1.0.0).
+            requires=[("torch", "1.2")],
         )
 
 

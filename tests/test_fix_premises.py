@@ -3187,6 +3187,17 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
         },
         "torch>=1.4.0",
     ),
+    # IGEV: the top README says `bash env.sh`; the one env.sh is in IGEV-Stereo/ and pins
+    # torch 1.12.1 for IGEV-MVS's training too (fused AdamW raised there).
+    "readme-install-script-in-a-subfolder": (
+        {
+            "README.md": "## Dependencies\n```Shell\nbash env.sh\n```\n",
+            "IGEV-Stereo/env.sh": "pip install torch==1.12.1+cu113 torchvision==0.13.1+cu113\npip install tqdm\n",
+            "IGEV-Stereo/train_stereo.py": "import torch\n",
+            "script": "IGEV-MVS/train_mvs.py",
+        },
+        "torch>=1.12.1",
+    ),
     # neural_sp's .travis.yml: PYTORCH_VERSION=1.0.0 ... 1.8.1, and nothing else names a version.
     "ci-matrix": (
         {
@@ -3331,6 +3342,34 @@ def test_a_method_nothing_calls_gets_advice_not_a_fix(tmp_path):
     assert found[11].fix_applicability is None and "nothing in the project calls the method `sample_grid`" in found[11].message
     assert found[14].fix_applicability is not None  # called from train.py
     assert found[18].fix_applicability is not None  # a Lightning hook
+
+
+def test_a_method_nothing_calls_on_a_subclass_of_a_project_module_gets_advice(tmp_path):
+    # ZZWaang's DisentangleVAE(PytorchModel), PytorchModel an nn.Module of its amc_dl package:
+    # `get_chroma`'s only call is commented out. A base of a library (Lightning) is not plain.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "base.py").write_text("import torch.nn as nn\n\nclass PytorchModel(nn.Module):\n    pass\n")
+    module = tmp_path / "model.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        from base import PytorchModel
+
+        class DisentangleVAE(PytorchModel):
+            def get_chroma(self, pr_mat):
+                return torch.zeros(4).to(pr_mat.device)
+
+            def run(self, x):
+                # cc = self.get_chroma(x)
+                return x
+    """))
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom model import DisentangleVAE\nif __name__ == '__main__':\n"
+        "    net = DisentangleVAE().cuda()\n    for step in range(100):\n        net.run(torch.zeros(4, device='cuda'))\n"
+    )
+    forget_projects()
+    found = [d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"]
+    assert len(found) == 1 and found[0].fix_applicability is None, found
+    assert "nothing in the project calls the method `get_chroma`" in found[0].message
 
 
 @pytest.mark.parametrize(
@@ -3577,6 +3616,25 @@ def test_a_loader_nothing_reads_is_not_pinned(tmp_path):
     (tmp_path / "train.py").write_text("from samples import train_loader\nfor x, y in train_loader:\n    pass\n")
     findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "samples.py", source))) if d.code == "ADV101"]
     assert sorted(f.line for f in findings) == [3, 4], findings
+
+
+def test_a_loader_read_only_in_a_function_nothing_calls_is_not_pinned(tmp_path):
+    # GANet's train.py: `testing_data_loader` is drawn from in `val()`, whose one call in
+    # `__main__` is commented out (`#        loss=val()`).
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import torch\nmodel = Net().cuda()\n"
+        "training_data_loader = torch.utils.data.DataLoader(train_set, batch_size=4, shuffle=True, num_workers=4)\n"
+        "testing_data_loader = torch.utils.data.DataLoader(test_set, batch_size=1, num_workers=4)\n"
+        "def train():\n    for x, y in training_data_loader:\n        model(x.cuda())\n"
+        "def val():\n    for x, y in testing_data_loader:\n        model(x.cuda())\n"
+        "if __name__ == '__main__':\n    train()\n#    loss=val()\n"
+    )
+    findings = [d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV101"]
+    assert [f.line for f in findings] == [3], findings
+    called = source.replace("#    loss=val()", "    loss = val()")
+    findings = [d for d in lint(called, gpu="A100", path=str(fresh_script(tmp_path / "train.py", called))) if d.code == "ADV101"]
+    assert [f.line for f in findings] == [3, 4], findings
 
 
 def test_a_loader_built_beside_a_loop_over_its_own_data_set_is_not_pinned(tmp_path):
@@ -4347,3 +4405,55 @@ def test_an_old_torchvision_pin_holds_the_torch_it_is_built_for(tmp_path):
     current = fresh_script(tmp_path / "train2.py", source)
     assert only(source, "ADV202", current).fix_applicability is not None
     assert only(source, "ADV601", current).fix_applicability is not None
+
+
+def test_whole_batch_indexing_needs_torch_1_2(tmp_path):
+    # DeepBach's environment.yml pins pytorch=1.0.0, whose DataLoader makes `BatchSampler(sampler,
+    # None, ...)` of `batch_size=None` and raises: the ADV105 rewrite is advice there.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "environment.yml").write_text("name: deepbach\ndependencies:\n  - pytorch=1.0.0\n  - pip:\n    - torch==1.0.0\n")
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "train_set = TensorDataset(x, y)\ntrain_loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
+        "model = Net().cuda()\n"
+        "for a, b in train_loader:\n    loss = model(a.cuda(), b.cuda())\n    loss.backward()\n    optimizer.step()\n"
+    )
+    finding = only(source, "ADV105", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "torch >= 1.2" in finding.message, finding.message
+
+
+def test_a_gpu_switch_every_caller_turns_off_keeps_the_class_on_the_cpu(tmp_path):
+    # DeepFM_with_PyTorch: `DeepFM(..., use_cuda=True)` picks `self.device` from the switch, and
+    # its one caller, main.py, builds `DeepFM(feature_sizes, use_cuda=False)`: the fit loop runs
+    # on the CPU, and neither autocast nor TF32 does anything there.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "model.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class DeepFM(nn.Module):
+            def __init__(self, n, use_cuda=True):
+                super().__init__()
+                self.fc = nn.Linear(n, n)
+                if use_cuda and torch.cuda.is_available():
+                    self.device = torch.device('cuda')
+                else:
+                    self.device = torch.device('cpu')
+
+            def fit(self, loader, optimizer, epochs=5):
+                model = self.train().to(device=self.device)
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        x = x.to(device=self.device)
+                        loss = model.fc(x).sum()
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+    """))
+    main = "import torch\nfrom model import DeepFM\nmodel = DeepFM(64, use_cuda={})\noptimizer = torch.optim.Adam(model.parameters())\nmodel.fit(loader, optimizer)\n"
+    for switch, expected in (("False", []), ("True", ["ADV203"])):
+        (tmp_path / "main.py").write_text(main.format(switch))
+        forget_projects()
+        found = [d.code for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code in ("ADV202", "ADV203")]
+        assert found == expected, (switch, found)

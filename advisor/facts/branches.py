@@ -317,6 +317,21 @@ def calls_of(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileC
     return [(ctx, call) for call in ctx.loops.callers(function)] + _calls_from_importers(ctx, function)
 
 
+def constructions_of(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileContext", cst.Call]]:
+    """For the ``__init__`` of a module-level class, the calls that build the class: in its file
+    (by its plain name) and in the project files importing it; for any other function, its calls."""
+    if function.name.value != "__init__":
+        return calls_of(ctx, function)
+    cls = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    if not isinstance(cls, cst.ClassDef) or ctx.enclosing(cls, cst.ClassDef, cst.FunctionDef) is not None:
+        return []
+    name = cls.name.value
+    found = [(ctx, call) for call in ctx.nodes(cst.Call) if isinstance(call.func, cst.Name) and call.func.value == name]
+    if ctx.project is not None:
+        found += ctx.project.calls_from_importers(name, (cst.ClassDef,))
+    return found
+
+
 def _calls_from_importers(ctx: "FileContext", function: cst.FunctionDef) -> list[tuple["FileContext", cst.Call]]:
     """The calls of a module's function, or of a top-level class's method, in the project files
     that import its module (as far as :class:`~advisor.project.ProjectView` can follow them)."""

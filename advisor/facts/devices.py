@@ -153,6 +153,7 @@ class DeviceFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
         self._kinds: dict[cst.CSTNode, Where] = {}
+        self._asking_branches = False
 
     # -- one expression ---------------------------------------------------------------------
     def where(self, expr: cst.BaseExpression | None) -> Where:
@@ -251,7 +252,7 @@ class DeviceFacts:
 
     def _name_device(self, name: cst.Name, depth: int) -> Where:
         ctx = self.ctx
-        bindings = ctx.lookup(name.value, name)
+        bindings = self._live(ctx.lookup(name.value, name), lambda b: b.node)
         values = [b.value for b in bindings if b.value is not None]
         if bindings and len(values) == len(bindings):
             found = join(self._where(v, depth + 1) for v in values)
@@ -277,7 +278,7 @@ class DeviceFacts:
         if imported is not None:
             return imported
         spelling = dotted_name(expr) or ""
-        assignments = self.ctx.attribute_assignments.get(spelling, [])
+        assignments = self._live(self.ctx.attribute_assignments.get(spelling, []), lambda a: a)
         values = [a.value for a in assignments if isinstance(a, cst.Assign) and len(a.targets) == 1]
         if values and len(values) == len(assignments):
             found = join(self._where(v, depth + 1) for v in values)
@@ -442,6 +443,8 @@ class DeviceFacts:
                 value = ctx.single_assignment(test)
                 if value is not None:
                     return self.gpu_test(value, depth + 1, switches)
+                if self._every_caller_passes_off(test):
+                    return Tri.NO
             else:
                 assignments = ctx.attribute_assignments.get(spelling, [])
                 if self._namespace_switch_off(test, assignments):
@@ -451,6 +454,43 @@ class DeviceFacts:
             if _GPU_TEST_NAME.match(spelling.split(".")[-1]):
                 return Tri.YES
         return Tri.UNKNOWN
+
+    def _every_caller_passes_off(self, name: cst.Name) -> bool:
+        """``name`` is a parameter that every call seen (in its file and in the project files
+        importing it) passes as ``False`` / ``0`` / ``None``, or leaves at such a default:
+        DeepFM's ``__init__(..., use_cuda=True)``, built once, in ``main.py``, as
+        ``DeepFM(feature_sizes, use_cuda=False)``."""
+        ctx = self.ctx
+        bindings = ctx.lookup(name.value, name)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+            return False
+        param = bindings[0].node
+        return ctx.memo(("every caller passes off", param), lambda: self._passed_off(param))
+
+    def _passed_off(self, param: cst.Param) -> bool:
+        from advisor.context import MISSING
+        from advisor.facts.branches import constructions_of
+
+        ctx = self.ctx
+        function = ctx.enclosing(param, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or param.star:
+            return False
+        positional = list(function.params.params)
+        method = isinstance(ctx.enclosing(function, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
+        position = positional.index(param) - (1 if method else 0) if param in positional else None
+        calls = constructions_of(ctx, function)
+        if not calls:
+            return False
+        for other, call in calls:
+            if any(arg.star for arg in call.args):
+                return False
+            passed = other.argument(call, param.name.value, position)
+            if passed is MISSING:
+                passed, other = param.default, ctx
+            value = other.values.resolve(passed) if isinstance(passed, cst.BaseExpression) else None
+            if value is None or isinstance(value.value, str) or value.value not in (False, 0, None):
+                return False
+        return True
 
     def _namespace_switch_off(self, test: cst.Attribute, assignments: list) -> bool:
         """``args.cuda`` where ``args = Namespace(..., cuda=False, ...)`` and every later
@@ -640,8 +680,32 @@ class DeviceFacts:
                     found.append((Where.CUDA, call))
         if self._hf_trainer_without_arguments():
             found.append((Where.CUDA_IF_AVAILABLE, self._hf_trainer_without_arguments()))
+        found = [(kind, node) for kind, node in found if not (kind.gpu and self._branch_off_with_a_gpu(node))]
         found.sort(key=lambda item: ctx.order.get(item[1], 0))
         return found
+
+    def _live(self, items: list, node_of) -> list:
+        """``items`` (bindings, assignments) without those in a branch that does not run with a
+        GPU (:meth:`_branch_off_with_a_gpu`), unless that leaves none."""
+        if len(items) < 2 or self._asking_branches:
+            return items
+        self._asking_branches = True  # a branch's test may name the device being resolved
+        try:
+            live = [item for item in items if not self._branch_off_with_a_gpu(node_of(item))]
+        finally:
+            self._asking_branches = False
+        return live or items
+
+    def _branch_off_with_a_gpu(self, node: cst.CSTNode) -> bool:
+        """``node`` is in the body of an ``if`` whose test does not hold on a run with a GPU
+        (:meth:`gpu_test`): DeepFM's ``if use_cuda and torch.cuda.is_available(): self.device =
+        torch.device('cuda')`` where every caller passes ``use_cuda=False``."""
+        ctx = self.ctx
+        for ancestor in ctx.ancestors(node):
+            if isinstance(ancestor, cst.If) and ctx.is_descendant(node, ancestor.body):
+                if self.gpu_test(ancestor.test) is Tri.NO:
+                    return True
+        return False
 
     def _hf_trainer_without_arguments(self) -> cst.Call | None:
         from advisor.apis import TRAINING_ARGUMENTS

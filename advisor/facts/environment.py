@@ -580,8 +580,22 @@ def _scripts_run_by(ctx: "FileContext", document: str, text: str) -> str:
     if ".sh" not in text or not os.path.basename(document).lower().startswith("readme"):
         return ""
     folder = os.path.dirname(document)
-    scripts = [read_project_file(ctx, os.path.join(folder, script)) for script in _RUNS_SCRIPT.findall(text)[:8]]
+    scripts = [_run_script(ctx, folder, script) for script in _RUNS_SCRIPT.findall(text)[:8]]
     return "".join("\n" + script for script in scripts if script)
+
+
+def _run_script(ctx: "FileContext", folder: str, script: str) -> str | None:
+    """The text of a script the README in ``folder`` runs: beside it, or, for a bare name
+    that is not, the one subfolder holding it (IGEV's top README says ``bash env.sh`` for
+    ``IGEV-Stereo/env.sh``, which pins ``torch==1.12.1`` for both of its projects)."""
+    found = read_project_file(ctx, os.path.join(folder, script))
+    if found is not None or "/" in script:
+        return found
+    try:
+        holders = [e.path for e in os.scandir(folder) if e.is_dir() and os.path.isfile(os.path.join(e.path, script))]
+    except OSError:
+        return None
+    return read_project_file(ctx, os.path.join(holders[0], script)) if len(holders) == 1 else None
 
 
 def _installed_by_path(folder: str, found: list[str]) -> list[str]:

@@ -681,7 +681,8 @@ class LoaderFacts:
         parent = ctx.parent.get(call)
         if not isinstance(parent, cst.Assign) or not all(isinstance(t.target, cst.Name) for t in parent.targets):
             return False
-        if self._plain_name_reads(call) is not None:
+        reads = self._plain_name_reads(call)
+        if reads is not None and not all(self._in_a_function_nothing_calls(read) for read in reads[1]):
             return False
         # Only beside a loader the file does read, or a loop over the loader's own data set (Long-CLIP's
         # CIFAR evaluation iterates ``testset`` one image at a time): a file that reads none (a
@@ -896,6 +897,20 @@ class LoaderFacts:
         (minimind's ``loader_for_count``, built to count the steps of an epoch)."""
         bound = self._plain_name_reads(call)
         return bound is not None and all(_argument_of_builtin(self.ctx, read, ("len",)) for read in bound[1])
+
+    def _in_a_function_nothing_calls(self, node: cst.CSTNode) -> bool:
+        """``node`` is in an undecorated module-level function that nothing in the project calls
+        (GANet's ``val()``, whose one call in ``__main__`` is commented out)."""
+        ctx = self.ctx
+        outermost = None
+        for ancestor in ctx.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                outermost = ancestor
+        if not isinstance(outermost, cst.FunctionDef) or outermost.decorators or ctx.project is None:
+            return False
+        if ctx.parent.get(outermost) is not ctx.module:
+            return False
+        return not ctx.project.called(outermost.name.value)
 
     def _plain_name_reads(self, call: cst.Call) -> "tuple[frozenset[str], list[cst.Name]] | None":
         """The plain names ``call`` is assigned to (``loader = DataLoader(...)``, or
