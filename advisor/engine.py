@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # A file that mentions none of these cannot hold a finding: skip it before parsing.
 RELEVANT = re.compile(rb"\b(torch|transformers|accelerate|lightning|pytorch_lightning|trl)\b")
 RELEVANT_TEXT = re.compile(RELEVANT.pattern.decode())  # the same, for a notebook's joined cells
+_IMPORTS_SOMETHING = re.compile(rb"(?m)^[ \t]*(?:from|import)[ \t]")
 SKIPPED_DIRS = {
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
     "build", "dist", "site-packages", "node_modules", ".mypy_cache", ".pytest_cache",
@@ -315,11 +316,35 @@ def _python_syntax_error(source: str, path: str) -> tuple[str, int, int] | None:
     return None
 
 
+def mentions_torch(data: bytes) -> bool:
+    return RELEVANT.search(data) is not None
+
+
+def worth_analysing(path: str, data: bytes, settings: Settings) -> bool:
+    """The prefilter: the file names torch or a library built on it, or, with project scope, it
+    imports a module of its project that does. An entry script can build and train its model
+    only through its package (improved-diffusion's ``scripts/image_train.py`` never names torch:
+    ``create_model_and_diffusion``, ``model.to(dist_util.dev())``, ``TrainLoop(...).run_loop()``)."""
+    if RELEVANT.search(data):
+        return True
+    if not settings.project_scope or is_notebook(path) or not _IMPORTS_SOMETHING.search(data):
+        return False
+    from advisor.project import project_for
+
+    return project_for(path, settings.target, parse).imports_relevant(os.path.abspath(path))
+
+
 def analyzable_context(
-    path: str, data: bytes, target: Target, errors: list[FileError], notebook: Notebook | None = None
+    path: str,
+    data: bytes,
+    target: Target,
+    errors: list[FileError],
+    notebook: Notebook | None = None,
+    relevant: bool | None = None,
 ) -> FileContext | None:
-    """The file's context, or None: skipped by the prefilter, or unparseable (added to ``errors``).
-    A notebook's context is that of its code cells joined (``notebook.python``)."""
+    """The file's context, or None: skipped by the prefilter (``relevant``, when the caller
+    has asked :func:`worth_analysing`), or unparseable (added to ``errors``). A notebook's
+    context is that of its code cells joined (``notebook.python``)."""
     if notebook is not None:
         if not RELEVANT_TEXT.search(notebook.python):
             return None
@@ -331,7 +356,7 @@ def analyzable_context(
                 message, line, column = notebook.first_cell_syntax_error() or (message, line, column)
             errors.append(notebook_error(path, notebook, message, line, column))
             return None
-    if not RELEVANT.search(data):
+    if not (RELEVANT.search(data) if relevant is None else relevant):
         return None
     try:
         return parse(path, data, target)
@@ -407,7 +432,8 @@ def project_context(
         if ctx is not None:
             attach_project(ctx, settings)
         return ctx
-    if settings.project_scope and RELEVANT.search(data):
+    relevant = worth_analysing(path, data, settings)
+    if settings.project_scope and relevant:
         from advisor.project import project_for
 
         cached = project_for(path, settings.target, parse).cached(os.path.abspath(path), len(data))
@@ -416,7 +442,7 @@ def project_context(
         if cached is not None and cached.project is not None and _same_text(cached, data):
             cached.path = path  # reported as the caller names it
             return cached
-    ctx = analyzable_context(path, data, settings.target, errors)
+    ctx = analyzable_context(path, data, settings.target, errors, relevant=relevant)
     if ctx is not None:
         attach_project(ctx, settings, data)
     return ctx
@@ -595,6 +621,23 @@ _MODULE_METHODS = frozenset({
 _PLAIN_BASES = frozenset({"object", "torch.nn.Module", "torch.nn.modules.module.Module", "torch.utils.data.Dataset"})
 
 
+def _plain_class(ctx: FileContext, cls: cst.ClassDef, depth: int = 0) -> bool:
+    """A class of :data:`_PLAIN_BASES`, or of project classes that are plain in turn
+    (ZZWaang's ``DisentangleVAE(PytorchModel)``, whose base is an ``nn.Module`` of its
+    ``amc_dl`` package): the project's own code is what calls their methods."""
+    if cls.keywords:
+        return False
+    for base in cls.bases:
+        if ctx.qualname(base.value) in _PLAIN_BASES:
+            continue
+        if depth >= 3 or ctx.project is None or not isinstance(base.value, (cst.Name, cst.Attribute)):
+            return False
+        found = ctx.project.binding(base.value)
+        if found is None or not isinstance(found[1].node, cst.ClassDef) or not _plain_class(found[0], found[1].node, depth + 1):
+            return False
+    return True
+
+
 def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode) -> str | None:
     """The method of a module-level class around ``node`` that nothing in the project names
     beyond its ``def`` (stable-dreamfusion's never-called ``log_images`` paths, DiffDock's
@@ -602,7 +645,7 @@ def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode
     only the project's own code calls, and not a method nn.Module calls itself (``forward``)."""
     if not isinstance(cls, cst.ClassDef):
         return None
-    if any(ctx.qualname(base.value) not in _PLAIN_BASES for base in cls.bases) or cls.keywords:
+    if not _plain_class(ctx, cls):
         return None  # a framework's subclass (Lightning, HF Trainer) may have its hooks called by name
     from advisor.project import CALLED_BY_FRAMEWORKS
 
@@ -982,7 +1025,7 @@ def check_paths(
         except OSError:
             misses.append(index)  # check_file reports it
             continue
-        if not RELEVANT.search(data):
+        if not worth_analysing(path, data, settings):
             done[index] = FileResult(path)  # the prefilter is cheaper than a cache lookup
             continue
         cached = cache.get(path, digest(data))

@@ -479,6 +479,12 @@ class Project:
             self._imported[path] = found
         return found
 
+    def imports_relevant(self, path: str) -> bool:
+        """Whether ``path`` imports a project module that names torch or a library on it."""
+        from advisor.engine import mentions_torch
+
+        return any(self.matches(imported, mentions_torch) for imported in self.imports(path))
+
     def neighbourhood(self, path: str) -> list[str]:
         """The files that run together with ``path``: itself, what it imports, and each of its
         importers with what that importer imports (``train.py`` builds the data set of

@@ -535,3 +535,127 @@ for feats, caps, lens in loader:
 def test_forward_loop_over_the_batchs_lengths(bound_setup, bound, expected):
     source = DECODER.format(bound_setup=bound_setup, bound=bound)
     assert len(findings(source, "ADV602")) == expected
+
+
+# -- a model handed to a trainer of another module of the project ---------------------------------
+TRAINER_MODULE = """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class TrainLoop:
+        def __init__(self, *, model, data, lr):
+            self.model = model
+            self.data = data
+            self.model_params = list(self.model.parameters())
+            self.master_params = self.model_params
+            self.opt = torch.optim.AdamW(self.master_params, lr=lr)
+
+        def run_loop(self):
+            for batch, cond in self.data:
+                loss = self.model(batch.cuda()).mean()
+                loss.backward()
+                self.opt.step()
+                self.opt.zero_grad()
+"""
+
+
+def _project(tmp_path, files: dict[str, str]) -> None:
+    from advisor.project import forget_projects
+
+    (tmp_path / ".git").mkdir()
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    forget_projects()
+
+
+def test_a_model_a_project_factory_builds_and_a_project_trainer_steps(tmp_path):
+    # improved-diffusion: scripts/image_train.py names no torch at all; its model comes from
+    # `create_model_and_diffusion` (a tuple) of a sibling module and is trained by
+    # `TrainLoop(model=model, ...).run_loop()`, whose AdamW steps `self.master_params`.
+    _project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/unet.py": "import torch.nn as nn\n\nclass UNetModel(nn.Module):\n    pass\n",
+        "pkg/script_util.py": """
+            from .unet import UNetModel
+
+            def create_model(channels):
+                return UNetModel(channels)
+
+            def create_model_and_diffusion(channels):
+                model = create_model(channels)
+                diffusion = object()
+                return model, diffusion
+        """,
+        "pkg/train_util.py": TRAINER_MODULE,
+        "pkg/dist_util.py": "import torch\n\ndef dev():\n    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
+        "scripts/image_train.py": """
+            from pkg import dist_util
+            from pkg.script_util import create_model_and_diffusion
+            from pkg.train_util import TrainLoop
+
+
+            def main():
+                model, diffusion = create_model_and_diffusion(64)
+                model.to(dist_util.dev())
+                TrainLoop(model=model, data=load(), lr=1e-4).run_loop()
+
+
+            if __name__ == "__main__":
+                main()
+        """,
+    })
+    script = tmp_path / "scripts/image_train.py"
+    found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
+    assert [d.line for d in found] == [8], found
+    # The trainer does not step what it is handed: nothing is trained there.
+    (tmp_path / "pkg/train_util.py").write_text(textwrap.dedent(TRAINER_MODULE).replace("self.master_params, lr", "[], lr"))
+    from advisor.project import forget_projects
+
+    forget_projects()
+    assert not [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
+
+
+def test_a_model_handed_to_a_trainer_class_that_moves_it(tmp_path):
+    # minGPT: chargpt.py builds `GPT(config)` and runs `Trainer(config, model, dataset).run()`;
+    # the Trainer moves it (`self.model = self.model.to(self.device)`) and steps the optimizer
+    # `model.configure_optimizers(...)` returns, with `model, config = self.model, self.config`.
+    _project(tmp_path, {
+        "mingpt/__init__.py": "",
+        "mingpt/model.py": "import torch.nn as nn\n\nclass GPT(nn.Module):\n    pass\n",
+        "mingpt/trainer.py": """
+            import torch
+
+
+            class Trainer:
+                def __init__(self, config, model, train_dataset):
+                    self.config = config
+                    self.model = model
+                    self.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+                    self.model = self.model.to(self.device)
+
+                def run(self):
+                    model, config = self.model, self.config
+                    self.optimizer = model.configure_optimizers(config)
+                    while True:
+                        logits, loss = model(self.x, self.y)
+                        model.zero_grad(set_to_none=True)
+                        loss.backward()
+                        self.optimizer.step()
+        """,
+        "chargpt.py": """
+            import torch
+            from mingpt.model import GPT
+            from mingpt.trainer import Trainer
+
+            if __name__ == '__main__':
+                model = GPT(config.model)
+                trainer = Trainer(config.trainer, model, train_dataset)
+                trainer.run()
+        """,
+    })
+    script = tmp_path / "chargpt.py"
+    found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
+    assert [d.line for d in found] == [7], found
+    assert "model.compile()" in found[0].message

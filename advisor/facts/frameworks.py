@@ -45,7 +45,7 @@ _TRAINS = re.compile(
 
 # What a file that hands training to another module names: an optimizer or a trainer to pass,
 # a ``train...(`` / ``fit(`` / ``run(`` call. Files without any of these are not parsed for it.
-_HANDS_OVER_TRAINING = re.compile(r"optim|[Tt]rainer|\btrain\w*\(|\bfit\(|\.run\(")
+_HANDS_OVER_TRAINING = re.compile(r"optim|[Tt]rainer|[Tt]rain\w*\(|\bfit\(|\.run\w*\(")
 
 
 def is_hf_trainer_class(qualname: str | None) -> bool:
@@ -85,11 +85,15 @@ class _MethodBinding:
 
     node: cst.FunctionDef
     value: None = None
+    # The call that built the instance (``Trainer(config, model, dataset)``) and its class.
+    constructor: cst.Call | None = None
+    owner: cst.ClassDef | None = None
 
 
 class FrameworkFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
+        self._constructors: dict[cst.Call, tuple[cst.Call, cst.ClassDef]] = {}
 
     # -- HF Trainer and TRL -----------------------------------------------------------------
     @cached_property
@@ -293,15 +297,28 @@ class FrameworkFacts:
             other, binding = resolved
             if isinstance(binding.node, cst.FunctionDef) and other.facts.frameworks.function_trains(binding.node):
                 found.append((call, other, binding.node))
+                if isinstance(binding, _MethodBinding) and binding.constructor is not None:
+                    self._constructors[call] = (binding.constructor, binding.owner)
         return found
+
+    def handed_over_through(self, call: cst.Call) -> tuple[cst.Call, cst.ClassDef | None]:
+        """For a call of :attr:`delegated_training`, the call whose arguments the trainer receives
+        and the trainer's class: ``Trainer(config, model, dataset)`` and ``Trainer`` for
+        ``trainer.run()``; the call itself and None for a function."""
+        self.delegated_training  # noqa: B018 (fills ``_constructors``)
+        return self._constructors.get(call, (call, None))
 
     def _project_method(self, call: cst.Call):
         """``trainer.run()`` where ``trainer = Trainer(...)`` builds a class of another project
-        module (minGPT's ``Trainer``): that module's context and the method's binding."""
+        module (minGPT's ``Trainer``), or ``Trainer(...).run()``: that module's context and the
+        method's binding."""
         func = call.func
-        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+        if not isinstance(func, cst.Attribute):
             return None
-        built = self.ctx.single_assignment(func.value)
+        # ``TrainLoop(...).run_loop()`` (improved-diffusion) builds and runs in one expression.
+        built = func.value if isinstance(func.value, cst.Call) else None
+        if built is None and isinstance(func.value, cst.Name):
+            built = self.ctx.single_assignment(func.value)
         if not isinstance(built, cst.Call) or not isinstance(built.func, (cst.Name, cst.Attribute)):
             return None
         found = self.ctx.project.binding(built.func, _TRAINS)  # type: ignore[union-attr]
@@ -312,7 +329,7 @@ class FrameworkFacts:
         body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
         for statement in body:
             if isinstance(statement, cst.FunctionDef) and statement.name.value == func.attr.value:
-                return other, _MethodBinding(statement)
+                return other, _MethodBinding(statement, None, built, cls)
         return None
 
     def function_trains(self, function: cst.FunctionDef, depth: int = 0) -> bool:

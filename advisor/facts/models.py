@@ -329,6 +329,8 @@ class Trace:
     placements: set[Where] = field(default_factory=set)
     quantized: bool = False
     seen: set[tuple[str, int]] = field(default_factory=set)
+    # The parameters the trace reached (function, name): a model a caller hands over.
+    parameters: set[tuple[cst.FunctionDef, str]] = field(default_factory=set)
 
 
 def trained_models(ctx: FileContext) -> list[TrainedModel]:
@@ -347,7 +349,7 @@ def trace_builds(ctx: FileContext, spelling: str, at: cst.CSTNode) -> list["Mode
 
 def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
     if not _stepped_optimizer_names(ctx) or not ctx.facts.devices.gpu.yes:  # the cheap question first
-        return []
+        return _handed_to_project_trainers(ctx, [])
     models: list[TrainedModel] = []
     for optimizer, owners in _stepped_optimizers(ctx):
         for owner, at in owners:
@@ -367,7 +369,78 @@ def _find_trained_models(ctx: FileContext) -> list[TrainedModel]:
                     owner, optimizer, trace.builds, trace.handed_to, trace.placements, trace.quantized, spellings
                 )
             )
+    return _handed_to_project_trainers(ctx, models)
+
+
+def _handed_to_project_trainers(ctx: FileContext, models: list[TrainedModel]) -> list[TrainedModel]:
+    """``models``, and the models this file builds and hands to a trainer of another project
+    module that steps their parameters itself: minGPT's ``Trainer(config, model, dataset).run()``,
+    improved-diffusion's ``TrainLoop(model=model, ...).run_loop()``. Where the trainer moves or
+    wraps the model counts as if this file did."""
+    if ctx.project is None:
+        return models
+    for call, other, function in ctx.facts.frameworks.delegated_training:
+        arguments, cls = ctx.facts.frameworks.handed_over_through(call)
+        for name, (position, inside) in trainer_parameters(other, function, cls).items():
+            passed = ctx.argument(arguments, name, position)
+            spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+            if spelling is None:
+                continue
+            trace = Trace()
+            trace_model(ctx, spelling, arguments, trace, None, 0)
+            if not trace.builds or any({b.call for b in m.builds} & {b.call for b in trace.builds} for m in models):
+                continue
+            spellings = {s for s, _ in trace.seen} | {b.name for b in trace.builds if b.name}
+            models.append(
+                TrainedModel(
+                    spelling,
+                    arguments,
+                    trace.builds,
+                    trace.handed_to | inside.handed_to,
+                    trace.placements | inside.placements,
+                    trace.quantized or inside.quantized,
+                    spellings,
+                )
+            )
     return models
+
+
+def trainer_parameters(
+    ctx: FileContext, function: cst.FunctionDef, cls: cst.ClassDef | None
+) -> dict[str, tuple[int | None, Trace]]:
+    """The parameters of a trainer of this file (``function``, or ``cls`` through its
+    ``__init__``) that receive the model it trains: an optimizer stepped in a training loop of
+    the function (of the class) updates their parameters. Each with the position callers pass
+    it at (None: keyword only) and the trace inside, which tells where the trainer moves it."""
+
+    def find() -> dict[str, tuple[int | None, Trace]]:
+        scope: cst.CSTNode = cls if cls is not None else function
+        entry = function if cls is None else _method_of(cls, "__init__")
+        if entry is None:
+            return {}
+        params = list(entry.params.params)
+        offset = 1 if cls is not None or isinstance(ctx.parent.get(ctx.parent.get(entry)), cst.ClassDef) else 0
+        positions: dict[str, int | None] = {p.name.value: i - offset for i, p in enumerate(params)}
+        positions.update({p.name.value: None for p in entry.params.kwonly_params})
+        found: dict[str, tuple[int | None, Trace]] = {}
+        for optimizer, owners in _stepped_optimizers(ctx):
+            if not ctx.is_descendant(optimizer, scope):
+                continue
+            for owner, at in owners:
+                trace = Trace()
+                trace_model(ctx, owner, at, trace, None, 0)
+                for reached, name in trace.parameters:
+                    if reached is entry and name in positions and name not in found and not trace.builds:
+                        position = positions[name]
+                        found[name] = (None if position is None or position < 0 else position, trace)
+        return found
+
+    return ctx.memo(("trainer parameters", function, cls), find)
+
+
+def _method_of(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
 
 
 def _stepped_optimizers(ctx: FileContext) -> list[tuple[cst.Call, list[tuple[str, cst.CSTNode]]]]:
@@ -536,6 +609,20 @@ def _parameter_owners(ctx: FileContext, params: cst.BaseExpression, depth: int =
                 for owner, at in _parameter_owners(ctx, value, depth + 1):
                     if all(owner != known for known, _ in owners):
                         owners.append((owner, at))
+        # ``AdamW(self.master_params)`` with ``self.master_params = self.model_params`` and
+        # ``self.model_params = list(self.model.parameters())`` (improved-diffusion's TrainLoop).
+        for attribute in ctx.walk(params, cst.Attribute):
+            spelling = dotted_name(attribute)
+            parent = ctx.parent.get(attribute)
+            if spelling is None or spelling.count(".") != 1 or not spelling.startswith("self."):
+                continue
+            if isinstance(parent, cst.Attribute) and parent.value is attribute:
+                continue  # ``self.model.parameters()``: read above
+            for assignment in ctx.attribute_assignments.get(spelling, ()):
+                if isinstance(assignment, cst.Assign) and len(assignment.targets) == 1:
+                    for owner, at in _parameter_owners(ctx, assignment.value, depth + 1):
+                        if all(owner != known for known, _ in owners):
+                            owners.append((owner, at))
     return owners
 
 
@@ -879,6 +966,16 @@ def _trace_unpacked(
     ctx: FileContext, node: cst.Assign, spelling: str, trace: Trace, outer, depth: int
 ) -> None:
     target, value = node.targets[0].target, node.value
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        # ``model, config = self.model, self.config`` (minGPT's ``Trainer.run``)
+        names = [dotted_name(e.value) for e in target.elements]
+        if spelling in names and len(names) == len(value.elements) and not any(
+            isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)
+        ):
+            inner = dotted_name(value.elements[names.index(spelling)].value)
+            if inner is not None and inner != spelling:
+                trace_model(ctx, inner, value, trace, outer or (spelling, node), depth + 1)
+        return
     if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Call):
         return
     qualname = ctx.qualname(value.func) or ""
@@ -915,9 +1012,12 @@ def _trace_returned_element(ctx: FileContext, node: cst.Assign, spelling: str, t
     assert isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, cst.Call)
     function = ctx.loops.callee(value)
     names = [dotted_name(e.value) for e in target.elements]
-    if function is None or spelling not in names:
+    if spelling not in names:
         return
     index = names.index(spelling)
+    if function is None:
+        _trace_project_factory(ctx, value, (index, len(names)), trace, outer or (spelling, node), depth)
+        return
     for statement in ctx.walk(function, cst.Return):
         returned = statement.value
         if ctx.scope_of.get(statement) is not function or not isinstance(returned, cst.Tuple):
@@ -934,6 +1034,7 @@ def _trace_parameter(ctx: FileContext, param: cst.Param, trace: Trace, depth: in
     function = ctx.scope_of.get(param)
     if not isinstance(function, cst.FunctionDef):
         return
+    trace.parameters.add((function, param.name.value))
     positional = list(function.params.params)
     index = next((i for i, p in enumerate(positional) if p is param), None)
     callee = function.name.value
@@ -951,9 +1052,43 @@ def _trace_parameter(ctx: FileContext, param: cst.Param, trace: Trace, depth: in
             trace_model(ctx, inner, call, trace, None, depth + 1)
 
 
+def _trace_project_factory(
+    ctx: FileContext, call: cst.Call, element: tuple[int, int] | None, trace: Trace, outer, depth: int
+) -> None:
+    """``model, diffusion = create_model_and_diffusion(...)`` (``element``: the index and count
+    of the names unpacked) or ``model = build_model(...)``, where the function is in another
+    module of the project and returns a model it builds: the call is the model's build, of a
+    class of the project ("imported"), and where that function moves or wraps it counts."""
+    if ctx.project is None or depth > _MAX_TRACE_DEPTH or not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return
+    found = ctx.project.binding(call.func)
+    if found is None or not isinstance(found[1].node, cst.FunctionDef) or found[0] is ctx:
+        return
+    other, function = found[0], found[1].node
+    inner = Trace()
+    for statement in other.walk(function, cst.Return):
+        returned = statement.value
+        if other.scope_of.get(statement) is not function or returned is None:
+            continue
+        if element is not None:
+            if not isinstance(returned, cst.Tuple) or len(returned.elements) != element[1]:
+                continue
+            returned = returned.elements[element[0]].value
+        _trace_value(other, returned, "", statement, inner, None, depth + 1)
+    if inner.builds:
+        name, binding = outer
+        trace.builds.append(ModelBuild(call, "imported", name, binding))
+        trace.placements |= inner.placements
+        trace.handed_to |= inner.handed_to
+        trace.quantized = trace.quantized or inner.quantized
+
+
 def _trace_factory(ctx: FileContext, call: cst.Call, outer, trace: Trace, depth: int) -> None:
     """``model = build_model(args)`` where ``build_model`` is a function of this file."""
     bindings = ctx.lookup(call.func.value, call)  # type: ignore[attr-defined]
+    if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ImportFrom, cst.Import)):
+        _trace_project_factory(ctx, call, None, trace, outer, depth)
+        return
     if len(bindings) != 1 or not isinstance(bindings[0].node, cst.FunctionDef):
         return
     function = bindings[0].node
@@ -1151,11 +1286,12 @@ def called_directly(ctx: FileContext, model: TrainedModel) -> bool:
                 func = dotted_name(call.func) or ""
                 if func.split(".")[-1] not in _NOT_RUNNING:
                     return True
-    # Handed to a training function of another project module, which runs it.
+    # Handed to a training function (or a trainer's constructor) of another project module, which runs it.
+    frameworks = ctx.facts.frameworks
     return any(
         dotted_name(arg.value) in model.spellings
-        for call, _, _ in ctx.facts.frameworks.delegated_training
-        for arg in call.args
+        for call, _, _ in frameworks.delegated_training
+        for arg in frameworks.handed_over_through(call)[0].args
     )
 
 
