@@ -568,6 +568,40 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     method = _uncalled_method(ctx, view, finding.node, outermost)
     if method is not None:
         finding.as_advice(f"nothing in the project calls the method `{method}`, so the fix is left as advice")
+        return
+    hook = _lightning_hook_nothing_runs(ctx, view, finding.node, outermost)
+    if hook is not None:
+        finding.as_advice(hook)
+
+
+# Lightning hooks that only ``trainer.predict(...)`` / ``trainer.test(...)`` run.
+_HOOKS_RUN_BY = {
+    "predict_dataloader": "predict", "predict_step": "predict", "on_predict_start": "predict",
+    "test_dataloader": "test", "test_step": "test", "on_test_start": "test",
+}
+_LIGHTNING_BASES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
+
+
+def _lightning_hook_nothing_runs(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode) -> str | None:
+    """A ``predict_dataloader`` (``test_dataloader``...) of a LightningModule or DataModule in a
+    project where no file calls ``.predict(`` (``.test(``): earth-forecasting-transformer's
+    scripts fit and test, and never predict."""
+    if not isinstance(cls, cst.ClassDef):
+        return None
+    method = next(
+        (a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(a)) is cls), None
+    )
+    run_by = _HOOKS_RUN_BY.get(method.name.value) if method is not None else None
+    if run_by is None or not any(base in _LIGHTNING_BASES for base in ctx.base_qualnames(cls)):
+        return None
+    pattern = _TRAINER_CALLS[run_by]
+    project = view.project
+    if project.texts_matching(pattern) or any(pattern.search(project.text(path)) for path in project.notebooks):
+        return None
+    return f"`{method.name.value}` runs only under `trainer.{run_by}(...)`, which nothing in the project calls, so the fix is left as advice"
+
+
+_TRAINER_CALLS = {name: re.compile(rb"\." + name.encode() + rb"\s*\(") for name in ("predict", "test")}
 
 
 def _outermost_definition(ctx: FileContext, node: cst.CSTNode) -> "cst.FunctionDef | cst.ClassDef | None":

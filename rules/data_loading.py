@@ -1620,6 +1620,14 @@ class BlockingHostToDeviceCopy(Rule):
                         f"`{ctx.snippet(waiting)}` (line {ctx.position(waiting)[0]}), which waits for this copy: "
                         f"pin that one too, or the non-blocking copy overlaps nothing, so the fix is left as advice"
                     )
+                moved_module = _helper_also_moves_a_model(ctx, call) if fix is not None else None
+                if moved_module is not None:
+                    # GCE-GNN: ``trans_to_cuda(variable)`` copies the batches and, in main.py, the
+                    # model; ``nn.Module.cuda()`` takes no ``non_blocking`` and raises.
+                    finding.as_advice(
+                        f"the copy is in a helper that also moves a model (`{moved_module}`), whose `.{func.attr.value}()` "
+                        f"takes no `non_blocking`, so the fix is left as advice"
+                    )
                 if fix is not None and ctx.facts.devices.may_pick_mps:
                     # seed-vc: ``args.device = "mps"`` where Apple's GPU is found; there a non-blocking
                     # copy from pageable memory can read freed storage (pytorch#139550, #189690).
@@ -2010,3 +2018,25 @@ def _settings_changed(before: cst.Call, after: cst.Call) -> str:
         if arg.keyword and old.get(arg.keyword.value) != cst.Module([]).code_for_node(arg.value)
     ]
     return " and ".join(new)
+
+
+def _helper_also_moves_a_model(ctx: FileContext, copy: cst.Call) -> str | None:
+    """Where ``copy`` moves a parameter of the function around it (``def trans_to_cuda(variable):
+    return variable.cuda()``), a call of that function, in its file or a file importing it, that
+    passes a model: ``trans_to_cuda(CombineGraph(...))`` (as the caller spells it)."""
+    from advisor.facts.branches import calls_of
+    from advisor.facts.models import model_build_kind, trace_builds
+
+    receiver = copy.func.value if isinstance(copy.func, cst.Attribute) else None
+    bound = ctx.parameter_of(receiver) if isinstance(receiver, cst.Name) else None
+    if bound is None:
+        return None
+    param, function, position = bound
+    for other, call in calls_of(ctx, function):
+        passed = other.argument(call, param.name.value, position)
+        if isinstance(passed, cst.Call) and model_build_kind(other, passed) is not None:
+            return other.snippet(call)
+        spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
+        if spelling is not None and trace_builds(other, spelling, call):
+            return other.snippet(call)
+    return None

@@ -1867,7 +1867,9 @@ class EmptyCacheInLoop(Rule):
           a flag (only `if torch.cuda.is_available():` and other device checks are seen through);
         - in an `except` handler (recovery from an OOM), before or after the loop, in an
           evaluation loop, or in an epoch loop around a helper that holds the step loop;
-        - `torch_empty_cache_steps` larger than 1.
+        - `torch_empty_cache_steps` larger than 1;
+        - the file places its work on the CPU, or no file of its project moves anything to a
+          device: without CUDA work the call releases nothing.
 
         The fix removes the call (and a device check left empty; `pass` where a block would
         be emptied). `torch_empty_cache_steps=1` loses its argument. Where a comment above the
@@ -1907,6 +1909,21 @@ class EmptyCacheInLoop(Rule):
                 maybe_demo(step)
             """,
             note="a helper that returns unless the step is the N-th runs every N steps (stable-audio-tools' demos)",
+        ),
+        Valid(
+            """
+            import torch
+            device = torch.device("cpu")
+            model = Net().to(device)
+            for batch in loader:
+                loss = model(batch.to(device)).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            """,
+            note="nothing runs on CUDA: the call releases nothing (GMAN-PyTorch trains on the CPU)",
         ),
         Valid(
             """
@@ -2115,6 +2132,9 @@ class EmptyCacheInLoop(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         calls = ctx.calls(*EMPTY_CACHE)
+        devices = ctx.facts.devices
+        if calls and devices.gpu.no and (devices.placements or devices.project_places_nothing):
+            calls = []  # the work is placed on the CPU, or nothing is placed anywhere (GMAN-PyTorch): it releases nothing
         if calls:
             for call in (c for c in calls if ctx.facts.steps.step_of(c) is not None):
                 spelling = dotted_name(call.func) or "empty_cache"

@@ -4457,3 +4457,72 @@ def test_a_gpu_switch_every_caller_turns_off_keeps_the_class_on_the_cpu(tmp_path
         forget_projects()
         found = [d.code for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code in ("ADV202", "ADV203")]
         assert found == expected, (switch, found)
+
+
+def test_a_predict_dataloader_nothing_predicts_with_gets_advice(tmp_path):
+    # earth-forecasting-transformer: its scripts call trainer.fit and trainer.test, never
+    # trainer.predict, so a data module's predict_dataloader never runs.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "data.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        from lightning.pytorch import LightningDataModule
+
+        class MovingMNIST(LightningDataModule):
+            def train_dataloader(self):
+                return torch.utils.data.DataLoader(self.train_set, batch_size=16, shuffle=True, num_workers=4)
+
+            def predict_dataloader(self):
+                return torch.utils.data.DataLoader(self.test_set, batch_size=16, num_workers=4)
+    """))
+    train = (
+        "import torch\nimport lightning.pytorch as pl\nfrom data import MovingMNIST\n"
+        "if __name__ == '__main__':\n    dm = MovingMNIST()\n    trainer = pl.Trainer(accelerator='gpu')\n"
+        "    trainer.fit(model, datamodule=dm)\n    trainer.test(model, datamodule=dm)\n"
+    )
+    (tmp_path / "train.py").write_text(train)
+    forget_projects()
+    found = {d.line: d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV101"}
+    assert found[7].fix_applicability is not None
+    assert found[10].fix_applicability is None and "trainer.predict" in found[10].message, found[10].message
+    (tmp_path / "train.py").write_text(train + "    trainer.predict(model, datamodule=dm)\n")
+    forget_projects()
+    found = {d.line: d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV101"}
+    assert found[10].fix_applicability is not None
+
+
+def test_a_copy_in_a_helper_that_also_moves_the_model_is_advice(tmp_path):
+    # GCE-GNN: `trans_to_cuda(variable)` returns `variable.cuda()`; the step passes it the batch
+    # from a pinned loader, main.py passes it the model, whose `.cuda()` takes no `non_blocking`.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "model.py"
+    source = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class CombineGraph(nn.Module):
+            pass
+
+        def trans_to_cuda(variable):
+            if torch.cuda.is_available():
+                return variable.cuda()
+            return variable
+
+        def train_test(model, train_data):
+            loader = torch.utils.data.DataLoader(train_data, batch_size=100, shuffle=True, pin_memory=True, num_workers=4)
+            for items, targets in loader:
+                scores = model(trans_to_cuda(items))
+                loss = model.loss_function(scores, trans_to_cuda(targets))
+                loss.backward()
+                model.optimizer.step()
+    """)
+    module.write_text(source)
+    main = "import torch\nfrom model import CombineGraph, trans_to_cuda, train_test\nif __name__ == '__main__':\n    model = trans_to_cuda(CombineGraph())\n    train_test(model, data)\n"
+    (tmp_path / "main.py").write_text(main)
+    forget_projects()
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV103"]
+    assert finding.fix_applicability is None and "also moves a model" in finding.message, finding.message
+    (tmp_path / "main.py").write_text(main.replace("trans_to_cuda(CombineGraph())", "CombineGraph().cuda()"))
+    forget_projects()
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV103"]
+    assert finding.fix_applicability is not None

@@ -75,6 +75,12 @@ DTYPE_NAMES = frozenset({
     "float", "float16", "half", "bfloat16", "float32", "float64", "double", "int", "int8", "int16", "int32",
     "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
 })
+_PLACES_ANYTHING = re.compile(
+    rb"\.cuda\(|\bdevice\s*=|[\"']cuda"
+    rb"|\.to\((?!\s*(?:dtype\s*=|torch\.(?:u?int\d*|float\d*|bool|long|half|double|bfloat16|complex\d*)\s*\)))"
+)
+# Calls that release cached GPU memory: no-ops where nothing ran on CUDA, so no sign that anything does.
+_CACHE_HOUSEKEEPING = frozenset({"torch.cuda.empty_cache", "torch.cuda.ipc_collect"})
 _AVAILABILITY_TESTS = ("torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.cuda.is_built")
 # An argparse ``Namespace`` written out by hand (notebooks that mimic a script's arguments).
 _NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
@@ -744,8 +750,29 @@ class DeviceFacts:
                 continue  # the inner part of a longer reference: the outer one decides
             if qualname in _AVAILABILITY_TESTS and self._answer_unread(node):
                 continue  # Person_reID's prepare_static.py: ``use_gpu = torch.cuda.is_available()``, never read
+            if (qualname in _CACHE_HOUSEKEEPING or (qualname in _AVAILABILITY_TESTS and self._guards_only_housekeeping(node))) and self.project_places_nothing:
+                continue  # GMAN's ``if torch.cuda.is_available(): torch.cuda.empty_cache()``: a no-op without CUDA work
             found.append(node)
         return found
+
+    @cached_property
+    def project_places_nothing(self) -> bool:
+        """No file of the project moves anything to a device or names CUDA as one (no
+        ``.cuda(``, ``.to(``, ``device=``, ``"cuda"``): GMAN-PyTorch trains on the CPU, and its
+        step's ``torch.cuda.empty_cache()`` is no sign of a GPU there."""
+        project = self.ctx.project
+        return project is not None and not project.project.texts_matching(_PLACES_ANYTHING)
+
+    def _guards_only_housekeeping(self, func: cst.CSTNode) -> bool:
+        """``if torch.cuda.is_available(): torch.cuda.empty_cache()``: a test whose ``if`` does
+        nothing but release the caching allocator's memory."""
+        ctx = self.ctx
+        call = ctx.parent.get(func)
+        statement = ctx.parent.get(call) if isinstance(call, cst.Call) else None
+        if not isinstance(statement, cst.If) or statement.test is not call or statement.orelse is not None:
+            return False
+        calls = list(ctx.walk(statement.body, cst.Call))
+        return bool(calls) and all(ctx.qualname(c.func) in _CACHE_HOUSEKEEPING for c in calls)
 
     def _answer_unread(self, func: cst.CSTNode) -> bool:
         """``name = torch.cuda.is_available()`` where the file never reads ``name``: a question
