@@ -107,6 +107,8 @@ _CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w
 # A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
 _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# ``super(DropBlock2d, self)``: the class naming itself in its own methods (Python 2 style).
+_OWN_SUPER = re.compile(rb"\bsuper[ \t]*\([ \t]*[A-Za-z_]\w*[ \t]*,[ \t]*self[ \t]*\)")
 # A ``def`` or ``class`` statement's name: the name defined, not a use of it (Point-MAE's two
 # ``random_dropping``, one in ``utils/misc.py`` and a copy in ``segmentation/misc.py``, neither called).
 _DEFINITION = re.compile(rb"\b(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
@@ -120,8 +122,8 @@ _NAMES_WITHOUT_USE = re.compile(
     rb"|^[ \t]*\"?[ \t]*#[^\n]*"
     # ``isinstance(m, SpectralNormLinear)`` asks about a class; it builds none (residual-flows'
     # training scripts test for classes nothing instantiates).
-    # (A class's own ``super(Cls, self)`` stays a use: RecBole's and mammoth's registries build
-    # classes by a name put together at run time, which no text shows.)
+    # (A class's own ``super(Cls, self)`` is left to ``Project._without_non_uses``: a use only
+    # where the project imports by name.)
     rb"|\b(?:isinstance|issubclass)[ \t]*\([^()\n]*,[ \t]*(?:\([^()\n]*\)|[\w.]+)[ \t]*\)",
     re.M,
 )
@@ -684,7 +686,13 @@ class Project:
 
     def _without_non_uses(self, path: str, text: bytes) -> bytes:
         keep = os.path.basename(path) == "__init__.py" and self._installable
-        return _without_non_uses(text, keep_imports=keep)
+        text = _without_non_uses(text, keep_imports=keep)
+        if self._reached is not None and not self._reached[1]:
+            # A class's own ``super(Cls, self)`` builds nothing. Where an entry point imports by
+            # name (RecBole's and mammoth's registries put class names together at run time) it
+            # stays a use: no other text may name the class.
+            text = _OWN_SUPER.sub(b"super()", text)
+        return text
 
     @cached_property
     def _installable(self) -> bool:

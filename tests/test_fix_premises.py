@@ -4526,3 +4526,61 @@ def test_a_copy_in_a_helper_that_also_moves_the_model_is_advice(tmp_path):
     forget_projects()
     (finding,) = [d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV103"]
     assert finding.fix_applicability is not None
+
+
+def test_batches_joined_on_the_host_before_the_copy_are_not_pinned(tmp_path):
+    # StrongSORT's AFLink: `torch.cat((pair1[0], pair2[0], ...)).cuda()`; what is copied is the
+    # new tensor `torch.cat` makes in pageable memory, never the (pinned) batch.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+
+        def train():
+            model = PostLinker().cuda()
+            dataloader = DataLoader(dataset=LinkData(), batch_size=16, shuffle=True, num_workers=4)
+            for i, (pair1, pair2, label) in enumerate(dataloader):
+                pairs_1 = torch.cat((pair1[0], pair2[0]), dim=0).cuda()
+                label = torch.cat(label, dim=0).cuda()
+                loss = loss_fn(model(pairs_1), label)
+                loss.backward()
+                optimizer.step()
+    """)
+    script = fresh_script(tmp_path / "train.py", source)
+    assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(script))]
+    copied = source.replace("pairs_1 = torch.cat((pair1[0], pair2[0]), dim=0).cuda()", "pairs_1 = pair1.cuda()")
+    assert "ADV101" in [d.code for d in lint(copied, gpu="A100", path=str(fresh_script(tmp_path / "train.py", copied)))]
+
+
+def test_a_class_named_only_in_its_own_super_call_is_unused(tmp_path):
+    # earth-forecasting-transformer's EarthNet2021xLightningDataModule, fast-reid's DropBlock2d:
+    # `super(Cls, self).__init__()` is the only text that names them beyond the `class` line and
+    # a package import. Where an entry point imports by name (a registry), it stays a use.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "layers.py"
+    source = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class DropBlock(nn.Module):
+            def __init__(self):
+                super(DropBlock, self).__init__()
+
+            def forward(self, x):
+                return x * torch.ones(4).cuda()
+
+        class Used(nn.Module):
+            def forward(self, x):
+                return x * torch.ones(4).cuda()
+    """)
+    module.write_text(source)
+    train = "import torch\nfrom layers import DropBlock, Used\nif __name__ == '__main__':\n    net = Used().cuda()\n    net(torch.zeros(4, device='cuda'))\n"
+    (tmp_path / "train.py").write_text(train)
+    forget_projects()
+    found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[10].fix_applicability is None and "the class `DropBlock`" in found[10].message, found[10].message
+    assert found[14].fix_applicability is not None
+    (tmp_path / "train.py").write_text("import importlib\n" + train.replace("    net = Used()", "    net = getattr(importlib.import_module('layers'), name)()"))
+    forget_projects()
+    found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[10].fix_applicability is not None

@@ -813,14 +813,27 @@ class LoaderFacts:
         """Every read of the ``batch`` names in ``body`` measures, keeps or reduces it on the host."""
         ctx = self.ctx
         for use in ctx.walk(body, cst.Name):
-            if use.value not in batch or not ctx.is_read(use):
+            if use.value not in batch or not ctx.is_read(use) or self._rebound_to_a_copy(use, body):
                 continue
             holder = ctx.parent.get(use)
             if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
                 continue
             if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
-                return False
+                if not _joined_on_host(ctx, use):
+                    return False
         return True
+
+    def _rebound_to_a_copy(self, use: cst.Name, body: cst.CSTNode) -> bool:
+        """``use`` reads what an assignment in ``body`` rebound its name to, a moved copy:
+        ``label = torch.cat(label, dim=0).cuda()`` then ``loss_fn(output, label)``."""
+        ctx = self.ctx
+        reaching = ctx.facts.tensors.reaching(use)
+        if not isinstance(reaching, cst.Assign) or not ctx.is_descendant(reaching, body):
+            return False
+        return any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in ("cuda", "to")
+            for call in ctx.walk(reaching.value, cst.Call)
+        )
 
     @cached_property
     def makes_cuda_tensors_by_default(self) -> bool:
@@ -1639,6 +1652,22 @@ def _reduced_on_host(ctx: "FileContext", node: cst.CSTNode) -> bool:
         return False
     after = ctx.parent.get(call)
     return not (isinstance(after, cst.Attribute) and after.value is call and after.attr.value in ("to", "cuda"))
+
+
+_JOINS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack", "torch.vstack")
+
+
+def _joined_on_host(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """``node`` (or a part of it, ``pair1[0]``) goes into ``torch.cat`` / ``torch.stack``, which
+    makes a new tensor in pageable host memory: StrongSORT's AFLink copies
+    ``torch.cat((pair1[0], pair2[0], ...)).cuda()``, never the pinned batch itself."""
+    holder = ctx.parent.get(node)
+    while isinstance(holder, (cst.Subscript, cst.SubscriptElement, cst.Index)):
+        holder = ctx.parent.get(holder)
+    while isinstance(holder, (cst.Element, cst.Tuple, cst.List)):
+        holder = ctx.parent.get(holder)
+    call = ctx.parent.get(holder) if isinstance(holder, cst.Arg) else None
+    return isinstance(call, cst.Call) and ctx.qualname(call.func) in _JOINS and call.args[0] is holder
 
 
 def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:
