@@ -25,6 +25,7 @@ Two shared models sit under the rules:
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -1778,6 +1779,31 @@ def _takes_gradients(ctx: FileContext, function: cst.FunctionDef, depth: int) ->
     return _calls_gradient_helper(ctx, function, depth + 1)
 
 
+_AUTOGRAD_GRAD_TEXT = re.compile(rb"\bautograd\.grad\s*\(|\bfrom\s+torch\.autograd\s+import\b[^\n]*\bgrad\b")
+
+
+def _differentiates_in_forward(ctx: FileContext) -> bool:
+    """A module of the project takes gradients inside its ``forward`` (``torch.autograd.grad``):
+    an interatomic potential's forces are minus the energy's gradient, computed by the model
+    (SevenNet's ``ForceOutput``). Its evaluation needs autograd, and ``no_grad`` raises there."""
+    view = ctx.project
+    if view is None:
+        return False
+
+    def find() -> bool:
+        for path in view.project.texts_matching(_AUTOGRAD_GRAD_TEXT):
+            other = ctx if os.path.abspath(path) == os.path.abspath(ctx.path) else view.context_of(path)
+            if other is None:
+                continue
+            for call in other.calls(*_GRADIENT_CALLS[:1]):
+                function = other.enclosing(call, cst.FunctionDef)
+                if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
+                    return True
+        return False
+
+    return ctx.memo(_differentiates_in_forward, find)
+
+
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
     """``root`` calls a function that takes gradients (``torch.autograd.grad``, ``.backward()``),
     directly or through one more such function: of the file, or of a project module it imports
@@ -2151,7 +2177,7 @@ class EvalWithoutNoGrad(Rule):
             reported.add(loop)
             if self._needs_gradients(ctx, loop, model) or self._grad_off_at(ctx, call):
                 continue
-            if built_by_another_framework(ctx, call.func):
+            if built_by_another_framework(ctx, call.func) or _differentiates_in_forward(ctx):
                 continue
             if self._part_of_a_training_step(ctx, loop):
                 continue

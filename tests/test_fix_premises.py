@@ -4584,3 +4584,35 @@ def test_a_class_named_only_in_its_own_super_call_is_unused(tmp_path):
     forget_projects()
     found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
     assert found[10].fix_applicability is not None
+
+
+def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_path):
+    # SevenNet: ForceOutput.forward takes `torch.autograd.grad(energy, pos)` for the forces; its
+    # inference loop under `torch.no_grad()` would raise (the energy has no grad_fn).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "force_output.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class ForceOutput(nn.Module):
+            def forward(self, data):
+                grad = torch.autograd.grad(data.energy, data.pos, create_graph=self.training)[0]
+                data.force = -grad
+                return data
+    """))
+    source = textwrap.dedent("""
+        import torch
+        from force_output import ForceOutput
+
+        def inference(model, loader, device):
+            model.eval()
+            for batch in loader:
+                output = model(batch.to(device)).detach().cpu()
+                record(output)
+    """)
+    script = fresh_script(tmp_path / "inference.py", source)
+    assert "ADV705" not in [d.code for d in lint(source, gpu="A100", path=str(script))]
+    (tmp_path / "force_output.py").write_text("import torch.nn as nn\n\nclass ForceOutput(nn.Module):\n    def forward(self, data):\n        return data\n")
+    script = fresh_script(tmp_path / "inference.py", source)
+    assert "ADV705" in [d.code for d in lint(source, gpu="A100", path=str(script))]
+
