@@ -107,6 +107,13 @@ _CONFIG_TARGET = re.compile(rb"^[ \t-]*_?target_?[ \t]*:[ \t]*[\"']?([A-Za-z_]\w
 # A dotted name in a Python string (``class_name='training.networks.EDMPrecond'``).
 _DOTTED_STRING = re.compile(rb"[\"']([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)[\"']")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# Looking a class up by a name made at run time (:meth:`Project._builds_by_name`).
+_LOOKS_UP_BY_NAME = re.compile(rb"__dict__\[|globals\(\)\s*\[|\bvars\([^)\n]*\)\s*\[|\bgetattr\(")
+_LOOKUP_TABLE = re.compile(rb"__dict__\[|globals\(\)\s*\[|\bvars\([^)\n]*\)\s*\[")
+_GETATTR_OF_NAME = re.compile(rb"\bgetattr\(\s*([A-Za-z_]\w*)\s*,\s*(?![\"'\s])")
+_IMPORTED_MODULE = re.compile(
+    rb"^[ \t]*(?:import[ \t]+([\w.]+)|from[ \t]+[\w.]+[ \t]+import[ \t]+(\w+))(?:[ \t]+as[ \t]+(\w+))?", re.M
+)
 # ``super(DropBlock2d, self)``: the class naming itself in its own methods (Python 2 style).
 _OWN_SUPER = re.compile(rb"\bsuper[ \t]*\([ \t]*[A-Za-z_]\w*[ \t]*,[ \t]*self[ \t]*\)")
 # A ``def`` or ``class`` statement's name: the name defined, not a use of it (Point-MAE's two
@@ -687,12 +694,28 @@ class Project:
     def _without_non_uses(self, path: str, text: bytes) -> bytes:
         keep = os.path.basename(path) == "__init__.py" and self._installable
         text = _without_non_uses(text, keep_imports=keep)
-        if self._reached is not None and not self._reached[1]:
+        if self._reached is not None and not self._reached[1] and not self._builds_by_name:
             # A class's own ``super(Cls, self)`` builds nothing. Where an entry point imports by
             # name (RecBole's and mammoth's registries put class names together at run time) it
             # stays a use: no other text may name the class.
             text = _OWN_SUPER.sub(b"super()", text)
         return text
+
+    @cached_property
+    def _builds_by_name(self) -> bool:
+        """A file of the project looks a class up by a name made at run time: DeepCore's
+        ``methods.__dict__[args.selection](...)``, ``globals()[name]``, or ``getattr(module,
+        name)`` on a module the file imports."""
+        for path in self.texts_matching(_LOOKS_UP_BY_NAME):
+            text = self._peek(path)
+            if _LOOKUP_TABLE.search(text):
+                return True
+            imported = {
+                (m.group(3) or m.group(2) or m.group(1).split(b".")[-1]) for m in _IMPORTED_MODULE.finditer(text)
+            }
+            if any(m.group(1) in imported for m in _GETATTR_OF_NAME.finditer(text)):
+                return True
+        return False
 
     @cached_property
     def _installable(self) -> bool:

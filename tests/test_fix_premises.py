@@ -4584,6 +4584,11 @@ def test_a_class_named_only_in_its_own_super_call_is_unused(tmp_path):
     forget_projects()
     found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
     assert found[10].fix_applicability is not None
+    # DeepCore's main.py: `methods.__dict__[args.selection](...)` builds a class by a run-time name.
+    (tmp_path / "train.py").write_text(train.replace("from layers import", "import layers\nfrom layers import").replace("    net = Used()", "    net = layers.__dict__[name]()"))
+    forget_projects()
+    found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[10].fix_applicability is not None
 
 
 def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_path):
