@@ -1783,7 +1783,8 @@ _AUTOGRAD_GRAD_TEXT = re.compile(rb"\bautograd\.grad\s*\(|\bfrom\s+torch\.autogr
 
 
 def _differentiates_in_forward(ctx: FileContext) -> bool:
-    """A module of the project takes gradients inside its ``forward`` (``torch.autograd.grad``):
+    """A module the file imports (directly or through others) takes gradients inside its
+    ``forward`` (``torch.autograd.grad``):
     an interatomic potential's forces are minus the energy's gradient, computed by the model
     (SevenNet's ``ForceOutput``). Its evaluation needs autograd, and ``no_grad`` raises there."""
     view = ctx.project
@@ -1791,8 +1792,21 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
         return False
 
     def find() -> bool:
-        for path in view.project.texts_matching(_AUTOGRAD_GRAD_TEXT):
-            other = ctx if os.path.abspath(path) == os.path.abspath(ctx.path) else view.context_of(path)
+        project = view.project
+        candidates = set(project.texts_matching(_AUTOGRAD_GRAD_TEXT))
+        if not candidates:
+            return False
+        # Only modules the file imports, directly or through others (DIG's explainers, which
+        # differentiate in their own forward, are not what its ProNet example evaluates).
+        reached, todo = set(), [os.path.abspath(ctx.path)]
+        while todo and len(reached) < 400:
+            path = todo.pop()
+            if path in reached:
+                continue
+            reached.add(path)
+            todo.extend(project.imports(path))
+        for path in candidates & reached:
+            other = ctx if path == os.path.abspath(ctx.path) else view.context_of(path)
             if other is None:
                 continue
             for call in other.calls(*_GRADIENT_CALLS[:1]):
