@@ -3198,6 +3198,12 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
         },
         "torch>=1.12.1",
     ),
+    # pytorch-maml: "You will need the latest version of PyTorch, v.0.2.0"; its to-do list's
+    # "- [ ] port to pytorch 0.4 from 0.2" is work not done, no floor of 0.4.
+    "readme-comma-v-and-a-to-do": (
+        {"README.md": "*Important*: You will need the latest version of PyTorch, v.0.2.0 to run this code\n\n## TODO\n - [ ] port to pytorch 0.4 from 0.2 and python 3 from 2\n"},
+        "torch>=0.2.0",
+    ),
     # neural_sp's .travis.yml: PYTORCH_VERSION=1.0.0 ... 1.8.1, and nothing else names a version.
     "ci-matrix": (
         {
@@ -4621,3 +4627,28 @@ def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_pa
     script = fresh_script(tmp_path / "inference.py", source)
     assert "ADV705" in [d.code for d in lint(source, gpu="A100", path=str(script))]
 
+
+
+def test_a_trainer_argument_lightning_2_removed_means_the_script_cannot_run(tmp_path):
+    # asteroid asks for pytorch-lightning>=2.0.0; its Multi-Decoder-DPRNN recipe still builds
+    # `pl.Trainer(resume_from_checkpoint=...)`, which raises TypeError before any batch loads.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent("""
+        import torch
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader
+
+        def main(conf):
+            train_loader = DataLoader(train_set, shuffle=True, batch_size=8, num_workers=4)
+            trainer = pl.Trainer(max_epochs=200, accelerator="gpu", resume_from_checkpoint=conf["resume_from"])
+            trainer.fit(system, train_loader)
+
+        if __name__ == "__main__":
+            main(conf)
+    """)
+    (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning>=2.0.0\n")
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "Lightning 2.0 removed" in finding.message, finding.message
+    (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning==1.6.4\n")
+    finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is not None

@@ -153,10 +153,11 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
     # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
+    # pytorch-maml: "the latest version of PyTorch, v.0.2.0".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
@@ -347,7 +348,9 @@ _DOCKER_ARG = re.compile(r"""^[ \t]*ARG[ \t]+(\w+)[ \t]*=[ \t]*["']?([^"'\s]+)["
 _PYTORCH_IMAGE = re.compile(r"\bpytorch/pytorch:v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 _OTHER_RELEASE_LINE = re.compile(
-    r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here",
+    r"/tree/|/tags?/|\b(?:switch|checkout|check out) to\b|\bswitch to (?:the )?(?:tag|branch)\b|looking for|version is here"
+    # pytorch-maml's to-do list: "- [ ] port to pytorch 0.4 from 0.2": work not done.
+    r"|^\s*[-*]\s*\[ \]|\bport(?:ed|ing)? to\b",
     re.I,
 )
 
@@ -970,6 +973,9 @@ def cannot_run_as_declared(ctx: "FileContext") -> str | None:
         spec = declared(ctx, "transformers")
         if spec and not spec.startswith("@") and admits_below(spec, "4.0") is False:
             return f"the file imports `{flat.group(1)}`, which transformers 4.0 removed, and the project asks for transformers{spec}"
+    removed = _removed_trainer_argument(ctx)
+    if removed is not None:
+        return removed
     legacy = scalar_loss_indexed(ctx.source)
     if legacy is None:
         return None
@@ -977,6 +983,35 @@ def cannot_run_as_declared(ctx: "FileContext") -> str | None:
     if not spec or spec.startswith("@") or admits_below(spec, "0.4") is not False:
         return None
     return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on, and the project asks for torch{spec}"
+
+
+# ``Trainer`` arguments Lightning 2.0 no longer takes (removed in 1.7 to 2.0): a project that asks
+# for Lightning 2 and passes one cannot build its Trainer (asteroid's Multi-Decoder-DPRNN recipe:
+# ``resume_from_checkpoint=``; its FilterbankDesign recipe: ``checkpoint_callback=``).
+_REMOVED_TRAINER_ARGUMENTS = frozenset({
+    "gpus", "tpu_cores", "ipus", "num_processes", "resume_from_checkpoint", "auto_select_gpus",
+    "track_grad_norm", "replace_sampler_ddp", "auto_lr_find", "auto_scale_batch_size", "amp_backend",
+    "amp_level", "move_metrics_to_cpu", "multiple_trainloader_mode", "checkpoint_callback",
+    "progress_bar_refresh_rate", "flush_logs_every_n_steps", "terminate_on_nan", "stochastic_weight_avg",
+    "weights_summary", "process_position", "weights_save_path", "prepare_data_per_node",
+})
+_LIGHTNING_TRAINERS = ("lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "lightning.pytorch.trainer.Trainer")
+
+
+def _removed_trainer_argument(ctx: "FileContext") -> str | None:
+    """A Lightning ``Trainer(...)`` of the file passes an argument Lightning 2.0 removed, in a
+    project that asks for Lightning 2.0 or later: the Trainer raises ``TypeError``."""
+    if "Trainer" not in ctx.source:
+        return None
+    for call in ctx.calls(*_LIGHTNING_TRAINERS):
+        passed = [arg.keyword.value for arg in call.args if arg.keyword is not None and arg.keyword.value in _REMOVED_TRAINER_ARGUMENTS]
+        if not passed:
+            continue
+        for package in ("pytorch-lightning", "lightning"):
+            spec = declared(ctx, package)
+            if spec and not spec.startswith("@") and admits_below(spec, "2.0") is False:
+                return f"its `Trainer({passed[0]}=...)` is an argument Lightning 2.0 removed, and the project asks for {package}{spec}"
+    return None
 
 
 # Imports of modules a later release removed, at the top of a file (not under ``try``): the
