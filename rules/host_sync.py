@@ -1926,6 +1926,9 @@ class EvalWithoutNoGrad(Rule):
           classes do (an attack's `perturb`);
         - the model is built by another framework (`jt_Network()` from `jittor`, Paddle,
           MindSpore, TensorFlow): `torch.no_grad()` does not reach it;
+        - a module the file imports (directly or through others) takes `torch.autograd.grad`
+          in its `forward`: an interatomic potential's forces are the energy's gradient, and
+          under `torch.no_grad()` its evaluation raises;
         - the model's parameters are frozen (`model.requires_grad_(False)`, or
           `requires_grad = False` in a loop over its `parameters()` / `named_parameters()`);
         - the model is switched back with `model.train()` before the loop, or the loop only
