@@ -463,6 +463,26 @@ class FileContext:
         method = isinstance(self.enclosing(function, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
         return param, function, list(function.params.params).index(param) - (1 if method else 0)
 
+    def outermost_definition(self, node: cst.CSTNode) -> "cst.FunctionDef | cst.ClassDef | None":
+        """The outermost ``def`` or ``class`` around ``node``; None at module level."""
+        outermost = None
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                outermost = ancestor
+        return outermost
+
+    def passed_positions(self, function: cst.FunctionDef) -> dict[str, int | None]:
+        """``function``'s parameters by name, each with the position a caller passes it at
+        (``self`` taken off for a method of a class body); None for a keyword-only parameter
+        and for ``self`` itself."""
+        method = isinstance(self.enclosing(function, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
+        offset = 1 if method else 0
+        positions: dict[str, int | None] = {
+            p.name.value: (i - offset if i >= offset else None) for i, p in enumerate(function.params.params)
+        }
+        positions.update({p.name.value: None for p in function.params.kwonly_params})
+        return positions
+
     def bound_call(self, expr: cst.BaseExpression, *qualnames: str) -> cst.Call | None:
         """The constructor call behind a name (``opt = torch.optim.AdamW(...)``), if it is one of ``qualnames``."""
         if isinstance(expr, cst.Name):

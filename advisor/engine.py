@@ -546,7 +546,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             f"passes, so the fix is left as advice"
         )
         return
-    outermost = _outermost_definition(ctx, finding.node)
+    outermost = ctx.outermost_definition(finding.node)
     if outermost is None or _called_by_its_decorator_or_protocol(outermost):
         return  # module-level code, or registered / called by a framework through its decorator
     if ctx.parent.get(outermost) is not ctx.module:
@@ -574,25 +574,25 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         finding.as_advice(hook)
 
 
-# Lightning hooks that only ``trainer.predict(...)`` / ``trainer.test(...)`` run.
+# Lightning hooks that only ``trainer.predict(...)`` / ``trainer.test(...)`` run, and those calls.
 _HOOKS_RUN_BY = {
     "predict_dataloader": "predict", "predict_step": "predict", "on_predict_start": "predict",
     "test_dataloader": "test", "test_step": "test", "on_test_start": "test",
 }
-_LIGHTNING_BASES = ("lightning.pytorch.LightningModule", "lightning.pytorch.LightningDataModule")
+_TRAINER_CALLS = {name: re.compile(rb"\." + name.encode() + rb"\s*\(") for name in ("predict", "test")}
 
 
 def _lightning_hook_nothing_runs(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode) -> str | None:
     """A ``predict_dataloader`` (``test_dataloader``...) of a LightningModule or DataModule in a
     project where no file calls ``.predict(`` (``.test(``): earth-forecasting-transformer's
     scripts fit and test, and never predict."""
+    from advisor.facts.frameworks import LIGHTNING_MODULES
+
     if not isinstance(cls, cst.ClassDef):
         return None
-    method = next(
-        (a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(a)) is cls), None
-    )
+    method = _method_around(ctx, node, cls)
     run_by = _HOOKS_RUN_BY.get(method.name.value) if method is not None else None
-    if run_by is None or not any(base in _LIGHTNING_BASES for base in ctx.base_qualnames(cls)):
+    if run_by is None or not any(base in LIGHTNING_MODULES for base in ctx.base_qualnames(cls)):
         return None
     pattern = _TRAINER_CALLS[run_by]
     project = view.project
@@ -601,16 +601,11 @@ def _lightning_hook_nothing_runs(ctx: FileContext, view, node: cst.CSTNode, cls:
     return f"`{method.name.value}` runs only under `trainer.{run_by}(...)`, which nothing in the project calls, so the fix is left as advice"
 
 
-_TRAINER_CALLS = {name: re.compile(rb"\." + name.encode() + rb"\s*\(") for name in ("predict", "test")}
-
-
-def _outermost_definition(ctx: FileContext, node: cst.CSTNode) -> "cst.FunctionDef | cst.ClassDef | None":
-    """The outermost ``def`` or ``class`` around ``node``; None at module level."""
-    outermost = None
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-            outermost = ancestor
-    return outermost
+def _method_around(ctx: FileContext, node: cst.CSTNode, cls: cst.ClassDef) -> cst.FunctionDef | None:
+    """The method of ``cls``'s body that holds ``node``."""
+    return next(
+        (a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(a)) is cls), None
+    )
 
 
 def _called_by_its_decorator_or_protocol(definition: "cst.FunctionDef | cst.ClassDef") -> bool:
@@ -632,7 +627,7 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
         return []  # named in a string too (a registry, ``getattr``)
     users: dict[str, None] = {}
     for use in uses:
-        user = _outermost_definition(ctx, use)
+        user = ctx.outermost_definition(use)
         if user is None:
             return []  # module-level code runs
         if user is definition:
@@ -685,11 +680,7 @@ def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode
 
     if cls.name.value in CALLED_BY_FRAMEWORKS:
         return None
-    method = None
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, cst.FunctionDef) and ctx.parent.get(ctx.parent.get(ancestor)) is cls:
-            method = ancestor
-            break
+    method = _method_around(ctx, node, cls)
     if method is None or _called_by_its_decorator_or_protocol(method):
         return None
     name = method.name.value

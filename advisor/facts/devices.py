@@ -481,9 +481,7 @@ class DeviceFacts:
         function = ctx.enclosing(param, cst.FunctionDef)
         if not isinstance(function, cst.FunctionDef) or param.star:
             return False
-        positional = list(function.params.params)
-        method = isinstance(ctx.enclosing(function, cst.ClassDef, cst.FunctionDef), cst.ClassDef)
-        position = positional.index(param) - (1 if method else 0) if param in positional else None
+        position = ctx.passed_positions(function).get(param.name.value)
         calls = constructions_of(ctx, function)
         if not calls:
             return False

@@ -14,6 +14,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable
 
+from advisor.apis import LIGHTNING_TRAINER
+
 if TYPE_CHECKING:
     from advisor.context import FileContext
 
@@ -995,7 +997,6 @@ _REMOVED_TRAINER_ARGUMENTS = frozenset({
     "progress_bar_refresh_rate", "flush_logs_every_n_steps", "terminate_on_nan", "stochastic_weight_avg",
     "weights_summary", "process_position", "weights_save_path", "prepare_data_per_node",
 })
-_LIGHTNING_TRAINERS = ("lightning.pytorch.Trainer", "lightning.pytorch.trainer.trainer.Trainer", "lightning.pytorch.trainer.Trainer")
 
 
 def _removed_trainer_argument(ctx: "FileContext") -> str | None:
@@ -1003,7 +1004,7 @@ def _removed_trainer_argument(ctx: "FileContext") -> str | None:
     project that asks for Lightning 2.0 or later: the Trainer raises ``TypeError``."""
     if "Trainer" not in ctx.source:
         return None
-    for call in ctx.calls(*_LIGHTNING_TRAINERS):
+    for call in ctx.calls(LIGHTNING_TRAINER):  # every spelling of Lightning's Trainer resolves to it
         passed = [arg.keyword.value for arg in call.args if arg.keyword is not None and arg.keyword.value in _REMOVED_TRAINER_ARGUMENTS]
         if not passed:
             continue

@@ -349,17 +349,13 @@ class FrameworkFacts:
     def stepped_parameters(self, function: cst.FunctionDef, depth: int = 0) -> dict[str, int | None]:
         """The parameters of ``function`` (name -> position, as callers pass them) that a training
         loop inside it steps as an optimizer."""
-        params = list(function.params.params)
-        method = isinstance(self.ctx.parent.get(self.ctx.parent.get(function)), cst.ClassDef)
-        positions = {p.name.value: i - (1 if method else 0) for i, p in enumerate(params)}
-        positions.update({p.name.value: None for p in function.params.kwonly_params})
+        positions = self.ctx.passed_positions(function)
         found: dict[str, int | None] = {}
         for loop in self.ctx.loops.training_loops:
             if self.ctx.is_descendant(loop.node, function):
                 for optimizer in loop.optimizers:
                     if optimizer in positions:
-                        position = positions[optimizer]
-                        found[optimizer] = position if position is None or position >= 0 else None
+                        found[optimizer] = positions[optimizer]
         if depth < 3:
             # ``train(model, loader, optimizer)`` passing its parameter on to ``train_step``.
             for call in self.ctx.walk(function, cst.Call):
@@ -370,8 +366,7 @@ class FrameworkFacts:
                     passed = self.ctx.argument(call, name, position)
                     spelling = dotted_name(passed) if isinstance(passed, cst.BaseExpression) else None
                     if spelling in positions and spelling not in found:
-                        outer = positions[spelling]
-                        found[spelling] = outer if outer is None or outer >= 0 else None
+                        found[spelling] = positions[spelling]
         return found
 
     def framework_backward(self, loop: TrainingLoop) -> bool:

@@ -915,10 +915,7 @@ class LoaderFacts:
         """``node`` is in an undecorated module-level function that nothing in the project calls
         (GANet's ``val()``, whose one call in ``__main__`` is commented out)."""
         ctx = self.ctx
-        outermost = None
-        for ancestor in ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                outermost = ancestor
+        outermost = ctx.outermost_definition(node)
         if not isinstance(outermost, cst.FunctionDef) or outermost.decorators or ctx.project is None:
             return False
         if ctx.parent.get(outermost) is not ctx.module:

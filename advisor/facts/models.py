@@ -418,10 +418,7 @@ def trainer_parameters(
         entry = function if cls is None else _method_of(cls, "__init__")
         if entry is None:
             return {}
-        params = list(entry.params.params)
-        offset = 1 if cls is not None or isinstance(ctx.parent.get(ctx.parent.get(entry)), cst.ClassDef) else 0
-        positions: dict[str, int | None] = {p.name.value: i - offset for i, p in enumerate(params)}
-        positions.update({p.name.value: None for p in entry.params.kwonly_params})
+        positions = ctx.passed_positions(entry)
         found: dict[str, tuple[int | None, Trace]] = {}
         for optimizer, owners in _stepped_optimizers(ctx):
             if not ctx.is_descendant(optimizer, scope):
@@ -431,8 +428,7 @@ def trainer_parameters(
                 trace_model(ctx, owner, at, trace, None, 0)
                 for reached, name in trace.parameters:
                     if reached is entry and name in positions and name not in found and not trace.builds:
-                        position = positions[name]
-                        found[name] = (None if position is None or position < 0 else position, trace)
+                        found[name] = (positions[name], trace)
         return found
 
     return ctx.memo(("trainer parameters", function, cls), find)
