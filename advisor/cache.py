@@ -163,9 +163,9 @@ class Cache:
             if result.reached is not None and reach_word(project.reached(path)) != result.reached:
                 return False
             own = os.path.abspath(path)
-            if any(project.called(name, own) != used for name, used in (result.called or {}).items()):
+            if any(project.called(*_named(key, own)) != used for key, used in (result.called or {}).items()):
                 return False
-            if any(project.mentions_outside(name, own) != count for name, count in (result.mentions or {}).items()):
+            if any(project.mentions_outside(*_named(key, own)) != count for key, count in (result.mentions or {}).items()):
                 return False
         return True
 
@@ -315,3 +315,11 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _named(key: str, own: str) -> tuple[str, str, bool]:
+    """The arguments to ask the project again what a view was asked under ``key``."""
+    from advisor.project import asked_name
+
+    name, module_level = asked_name(key)
+    return name, own, module_level

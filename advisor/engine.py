@@ -554,7 +554,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if any(not call.args for call in ctx.calls("fire.Fire")):
         return  # ``fire.Fire()`` makes every function of the module a command (pytorch-book's ``main.py train``)
     kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
-    if not view.called(outermost.name.value):
+    if not view.called(outermost.name.value, module_level=True):
         finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
         return
     users = _only_unused_users(ctx, view, outermost)
@@ -620,10 +620,11 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
     name = definition.name.value  # type: ignore[attr-defined]
     if depth > 1 or ctx.path.endswith(".ipynb") or view.reached() is not True or view.project.declared_entry(ctx.path):
         return []  # a library's functions are its interface; what an entry declaration runs is named outside the code
-    if view.mentions_outside(name):
+    if view.mentions_outside(name, module_level=True):
         return []  # used in another file too
-    uses = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
-    if len(uses) + 1 < view.project.mentions_in(name, ctx.source):
+    named = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
+    uses = [n for n in named if not _self_attribute(ctx, n)]  # ``self.name`` is a method's namesake
+    if len(named) + 1 < view.project.mentions_in(name, ctx.source):
         return []  # named in a string too (a registry, ``getattr``)
     users: dict[str, None] = {}
     for use in uses:
@@ -634,10 +635,21 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
             continue  # its own recursion
         if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(user):
             return []
-        if view.called(user.name.value) and not _only_unused_users(ctx, view, user, depth + 1):
+        if view.called(user.name.value, module_level=True) and not _only_unused_users(ctx, view, user, depth + 1):
             return []
         users[user.name.value] = None
     return list(users)
+
+
+def _self_attribute(ctx: FileContext, name: cst.Name) -> bool:
+    """``name`` is the attribute of ``self.name`` / ``cls.name``."""
+    attribute = ctx.parent.get(name)
+    return (
+        isinstance(attribute, cst.Attribute)
+        and attribute.attr is name
+        and isinstance(attribute.value, cst.Name)
+        and attribute.value.value in ("self", "cls")
+    )
 
 
 # Methods a framework calls by name: nn.Module's own, which an override replaces.

@@ -119,6 +119,10 @@ _OWN_SUPER = re.compile(rb"\bsuper[ \t]*\([ \t]*[A-Za-z_]\w*[ \t]*,[ \t]*self[ \
 # A ``def`` or ``class`` statement's name: the name defined, not a use of it (Point-MAE's two
 # ``random_dropping``, one in ``utils/misc.py`` and a copy in ``segmentation/misc.py``, neither called).
 _DEFINITION = re.compile(rb"\b(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
+# ``self.get_img_code(...)``: an attribute of an instance or class, which a method of that name
+# answers; never a module-level function or class (deep-cross-modal-hashing's ``valid.py``
+# functions, namesakes of the methods its trainers call).
+_SELF_ATTRIBUTE = re.compile(rb"\b(?:self|cls)[ \t]*\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 # Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
@@ -138,18 +142,41 @@ _NAMES_WITHOUT_USE = re.compile(
 CALLED_BY_FRAMEWORKS = frozenset({"TritonPythonModel"})
 
 
-def _without_non_uses(text: bytes, keep_imports: bool = False) -> bytes:
+# Strings and comments, in the order a tokenizer meets them (so that a closing quote never opens
+# another string). Of the strings, those no lookup can take for a name are not uses: docstrings
+# and other triple-quoted text, and one-line strings with a space in them (``'valid MAP: %3.4f'``
+# names nothing); not prefixed ones (an f-string's braces hold code), nor a one-word string
+# (``getattr(m, "valid")``).
+_STRING_OR_COMMENT = re.compile(
+    rb'(?P<prefix>\b[A-Za-z]{1,2})?(?P<string>"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\''
+    rb'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')|#[^\n]*'
+)
+_SPACE = re.compile(rb"[ \t]")
+
+
+def _prose_removed(match: "re.Match[bytes]") -> bytes:
+    string = match.group("string")
+    if string is None or match.group("prefix") is not None:
+        return match.group(0)
+    if string[:3] in (b'"""', b"'''") or _SPACE.search(string):
+        return b'""'
+    return string
+
+
+def _without_non_uses(text: bytes, keep_imports: bool = False, strings: bool = True) -> bytes:
     """``text`` without what names a function without using it (:data:`_NAMES_WITHOUT_USE`).
     An import that renames (``import NativeScalerWithGradNormCount as NativeScaler``) stays: the
     code uses the new name. ``keep_imports`` keeps every import (a package's ``__init__.py`` in
-    an installable project: its re-exports are the interface)."""
+    an installable project: its re-exports are the interface); ``strings`` drops the strings
+    that name nothing (:data:`_STRING_OR_COMMENT`)."""
     def strip(match: "re.Match[bytes]") -> bytes:
         found = match.group(0)
         if b"import" in found and (keep_imports or b" as " in found) and not found.lstrip(b' \t"').startswith(b"#"):
             return found
         return b""
 
-    return _NAMES_WITHOUT_USE.sub(strip, text)
+    text = _NAMES_WITHOUT_USE.sub(strip, text)
+    return _STRING_OR_COMMENT.sub(_prose_removed, text) if strings else text
 
 
 def _count_of(key: bytes, text: bytes) -> int:
@@ -319,6 +346,7 @@ class Project:
         self._closures: dict[str, list[str]] = {}
         self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
         self._file_definitions: dict[str, "collections.Counter[bytes]"] = {}
+        self._file_self_attributes: dict[str, "collections.Counter[bytes]"] = {}
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
@@ -596,38 +624,50 @@ class Project:
             todo.extend(self._packages_around(path))
         return frozenset(reached), by_name
 
-    def called(self, name: str, first: str | None = None) -> bool:
+    def called(self, name: str, first: str | None = None, module_level: bool = False) -> bool:
         """Whether the project's code names ``name`` beyond its ``def``s (a use), in any Python
         file or notebook: a module-level function or class named only where it is defined is
         code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``), and so
         is one whose copies in other modules are not called either. ``first``, the defining
-        module, is where a use is likeliest: it is read alone first."""
+        module, is where a use is likeliest: it is read alone first. For a ``module_level``
+        function or class, ``self.name`` / ``cls.name`` is a method's namesake, not a use."""
         key = name.encode()
         if self._reached is None:
             # A library (no entry point): its re-exports are its interface, and count.
             if first is not None and first in self._file_set and _count_of(key, self._peek(first)) > 1:
                 return True
-            return self._identifiers.get(key, 0) - self._definitions.get(key, 0) > 0
+            uses = self._identifiers.get(key, 0) - self._definitions.get(key, 0)
+            return uses - (self._self_attributes.get(key, 0) if module_level else 0) > 0
         # With entry points, a name that only imports, ``__all__`` or comments repeat is not
         # called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run by nothing).
         if first is None or first not in self._file_set:
-            return self._used_identifiers.get(key, 0) - self._definitions.get(key, 0) > 0
+            uses = self._used_identifiers.get(key, 0) - self._definitions.get(key, 0)
+            return uses - (self._self_attributes.get(key, 0) if module_level else 0) > 0
         own = self._used_identifiers_of(first).get(key, 0)
-        return own > 1 or own + self.mentions_outside(name, first) > 1
+        if module_level:
+            own -= self._self_attributes_of(first).get(key, 0)
+        return own > 1 or own + self.mentions_outside(name, first, module_level) > 1
 
-    def mentions_outside(self, name: str, path: str) -> int:
+    def mentions_outside(self, name: str, path: str, module_level: bool = False) -> int:
         """How often the project's code outside the file ``path`` names ``name`` where it may
         use it: in the files that import it, directly or through others, where what runs is
         known (a project with entry points, none importing by name); else in every file. A
-        ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted."""
+        ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted, nor,
+        for a ``module_level`` function or class, a ``self.name`` (a method's namesake)."""
         key = name.encode()
+
+        def attributes(p: str) -> int:
+            return self._self_attributes_of(p).get(key, 0) if module_level else 0
+
         if self._reached is not None and not self._reached[1] and path in self._reached[0]:
             found = _count_of(key, self._entry_declarations)
             return found + sum(
-                self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0)
+                self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - attributes(p)
                 for p in self._importer_closure(path)
             )
         used = self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
+        if module_level:
+            used -= self._self_attributes.get(key, 0) - attributes(path)
         return used - (self._definitions.get(key, 0) - self._definitions_of(path).get(key, 0))
 
     def _definitions_of(self, path: str) -> "collections.Counter[bytes]":
@@ -637,6 +677,21 @@ class Project:
                 _DEFINITION.findall(self._without_non_uses(path, self._peek(path)))
             )
         return found
+
+    def _self_attributes_of(self, path: str) -> "collections.Counter[bytes]":
+        found = self._file_self_attributes.get(path)
+        if found is None:
+            found = self._file_self_attributes[path] = collections.Counter(
+                _SELF_ATTRIBUTE.findall(self._without_non_uses(path, self._peek(path)))
+            )
+        return found
+
+    @cached_property
+    def _self_attributes(self) -> "collections.Counter[bytes]":
+        counts: collections.Counter[bytes] = collections.Counter()
+        for path in (*self.files, *self._walk[1]):
+            counts.update(self._self_attributes_of(path))
+        return counts
 
     @cached_property
     def _definitions(self) -> "collections.Counter[bytes]":
@@ -693,7 +748,7 @@ class Project:
 
     def _without_non_uses(self, path: str, text: bytes) -> bytes:
         keep = os.path.basename(path) == "__init__.py" and self._installable
-        text = _without_non_uses(text, keep_imports=keep)
+        text = _without_non_uses(text, keep_imports=keep, strings=not path.endswith(".ipynb"))  # a notebook's code is JSON strings
         if self._reached is not None and not self._reached[1] and not self._builds_by_name:
             # A class's own ``super(Cls, self)`` builds nothing. Where an entry point imports by
             # name (RecBole's and mammoth's registries put class names together at run time) it
@@ -1393,21 +1448,37 @@ class ProjectView:
         self.asked_reached = True
         return self.project.reached(self.path)
 
-    def called(self, name: str) -> bool:
+    def called(self, name: str, module_level: bool = False) -> bool:
         """Whether the project names this module's function or class ``name`` beyond its
         definition (:meth:`Project.called`); asked only of a file of the project."""
-        found = self.project.called(name, self.path)
-        self.asked_called[name] = found
+        found = self.project.called(name, self.path, module_level)
+        self.asked_called[asked_key(name, module_level)] = found
         return found
 
-    def mentions_outside(self, name: str) -> int:
+    def mentions_outside(self, name: str, module_level: bool = False) -> int:
         """How often the project's code beyond this file names ``name`` (:meth:`Project.mentions_outside`)."""
-        found = self.project.mentions_outside(name, self.path)
-        self.asked_mentions[name] = found
+        found = self.project.mentions_outside(name, self.path, module_level)
+        self.asked_mentions[asked_key(name, module_level)] = found
         return found
 
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)
+
+
+# How a question about a module-level name is kept for the cache: beside the method's namesake.
+_MODULE_LEVEL_MARK = "@module"
+
+
+def asked_key(name: str, module_level: bool) -> str:
+    """The key under which a view keeps the answer about ``name``, for the cache to ask again."""
+    return name + _MODULE_LEVEL_MARK if module_level else name
+
+
+def asked_name(key: str) -> tuple[str, bool]:
+    """The name and whether it was asked as module-level, from :func:`asked_key`'s key."""
+    if key.endswith(_MODULE_LEVEL_MARK):
+        return key[: -len(_MODULE_LEVEL_MARK)], True
+    return key, False
 
 
 def _lookup_in(

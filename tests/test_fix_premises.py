@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.project import forget_projects
+from advisor.engine import parse
+from advisor.project import Project, forget_projects
+from advisor.targets import lookup
 from helpers import fix, lint
 from test_cli import run
 
@@ -1194,6 +1196,54 @@ def test_a_helper_used_only_by_an_unused_function_gets_advice(tmp_path):
     assert found[5].fix_applicability is None
     assert "used only by `eval_model_special`, which nothing in the project uses" in found[5].message
     assert found[12].fix_applicability is not None
+
+
+def test_a_method_of_the_same_name_or_prose_in_a_string_does_not_make_a_function_used(tmp_path):
+    # deep-cross-modal-hashing's training/valid.py: module-level valid() and get_img_code(), which
+    # nothing calls; its trainers call their own methods self.valid() and self.get_img_code(), and
+    # their docstrings and prints say "valid".
+    (tmp_path / ".git").mkdir()
+    valid = tmp_path / "valid.py"
+    valid.write_text(textwrap.dedent("""
+        import torch
+
+        def get_img_code(model, loader):
+            return [model(x, torch.arange(8).cuda()) for x in loader]
+
+        def valid(model, loader):
+            model.eval()
+            return get_img_code(model, loader)
+
+        def get_mask(n):
+            return torch.ones(n).cuda()
+    """))
+    (tmp_path / "base.py").write_text(textwrap.dedent('''
+        import torch
+        from valid import get_mask
+
+        class TrainBase:
+            def valid(self, epoch):
+                """valid current training model, and save the best model"""
+                print("epoch %d, valid MAP" % epoch)
+                return self.get_img_code(self.model, self.loader)
+
+            def get_img_code(self, model, loader):
+                return [model(x) for x in loader]
+
+            def train(self):
+                for epoch in range(10):
+                    get_mask(4)
+                    self.valid(epoch)
+    '''))
+    (tmp_path / "run.py").write_text("from base import TrainBase\nif __name__ == '__main__':\n    TrainBase().train()\n")
+    forget_projects()
+    found = {d.line: d for d in lint(valid.read_text(), gpu="A100", path=str(valid)) if d.code == "ADV704"}
+    assert found[5].fix_applicability is None
+    assert "`get_img_code` is used only by `valid`, which nothing in the project uses" in found[5].message
+    assert found[12].fix_applicability is not None  # get_mask is imported and called by the trainer
+    project = Project(str(tmp_path), lookup("A100"), parse)
+    assert project.called("valid", str(valid), module_level=True) is False
+    assert project.called("valid", str(valid)) is True  # a method's name: self.valid() calls one
 
 
 def test_a_copy_of_the_function_in_a_sibling_project_does_not_make_it_used(tmp_path):

@@ -920,7 +920,7 @@ class LoaderFacts:
             return False
         if ctx.parent.get(outermost) is not ctx.module:
             return False
-        return not ctx.project.called(outermost.name.value)
+        return not ctx.project.called(outermost.name.value, module_level=True)
 
     def _plain_name_reads(self, call: cst.Call) -> "tuple[frozenset[str], list[cst.Name]] | None":
         """The plain names ``call`` is assigned to (``loader = DataLoader(...)``, or
