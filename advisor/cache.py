@@ -321,5 +321,5 @@ def _named(key: str, own: str) -> tuple[str, str, bool]:
     """The arguments to ask the project again what a view was asked under ``key``."""
     from advisor.project import asked_name
 
-    name, module_level = asked_name(key)
-    return name, own, module_level
+    name, kind = asked_name(key)
+    return name, own, kind

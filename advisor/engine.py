@@ -26,6 +26,7 @@ from libcst import CSTNode
 from advisor.context import FileContext
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion, nesting_error
 from advisor.registry import all_rules
+from advisor.project import METHOD, MODULE_LEVEL
 from advisor.noqa import FILE_NOQA, FILE_NOQA_MENTION, OWN_LINE_FILE_NOQA, suppressed
 from advisor.notebooks import Notebook, NotebookError, is_notebook
 from advisor.rule import Applicability, Finding, Rule
@@ -554,7 +555,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     if any(not call.args for call in ctx.calls("fire.Fire")):
         return  # ``fire.Fire()`` makes every function of the module a command (pytorch-book's ``main.py train``)
     kind = "class" if isinstance(outermost, cst.ClassDef) else "function"
-    if not view.called(outermost.name.value, module_level=True):
+    if not view.called(outermost.name.value, kind=MODULE_LEVEL):
         finding.as_advice(f"nothing in the project uses the {kind} `{outermost.name.value}`, so the fix is left as advice")
         return
     users = _only_unused_users(ctx, view, outermost)
@@ -565,9 +566,9 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             f"so the fix is left as advice"
         )
         return
-    method = _uncalled_method(ctx, view, finding.node, outermost)
-    if method is not None:
-        finding.as_advice(f"nothing in the project calls the method `{method}`, so the fix is left as advice")
+    uncalled = _uncalled_method(ctx, view, finding.node, outermost)
+    if uncalled is not None:
+        finding.as_advice(f"{uncalled}, so the fix is left as advice")
         return
     hook = _lightning_hook_nothing_runs(ctx, view, finding.node, outermost)
     if hook is not None:
@@ -620,7 +621,7 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
     name = definition.name.value  # type: ignore[attr-defined]
     if depth > 1 or ctx.path.endswith(".ipynb") or view.reached() is not True or view.project.declared_entry(ctx.path):
         return []  # a library's functions are its interface; what an entry declaration runs is named outside the code
-    if view.mentions_outside(name, module_level=True):
+    if view.mentions_outside(name, kind=MODULE_LEVEL):
         return []  # used in another file too
     named = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
     uses = [n for n in named if not _self_attribute(ctx, n)]  # ``self.name`` is a method's namesake
@@ -635,7 +636,7 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
             continue  # its own recursion
         if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(user):
             return []
-        if view.called(user.name.value, module_level=True) and not _only_unused_users(ctx, view, user, depth + 1):
+        if view.called(user.name.value, kind=MODULE_LEVEL) and not _only_unused_users(ctx, view, user, depth + 1):
             return []
         users[user.name.value] = None
     return list(users)
@@ -680,25 +681,71 @@ def _plain_class(ctx: FileContext, cls: cst.ClassDef, depth: int = 0) -> bool:
 
 
 def _uncalled_method(ctx: FileContext, view, node: cst.CSTNode, cls: cst.CSTNode) -> str | None:
-    """The method of a module-level class around ``node`` that nothing in the project names
-    beyond its ``def`` (stable-dreamfusion's never-called ``log_images`` paths, DiffDock's
-    ``compute_affinity``): a plain class or an ``nn.Module`` / ``Dataset``, whose other methods
-    only the project's own code calls, and not a method nn.Module calls itself (``forward``)."""
-    if not isinstance(cls, cst.ClassDef):
+    """Why the method of a module-level class around ``node`` never runs, or None: nothing in
+    the project names it beyond its ``def`` (stable-dreamfusion's never-called ``log_images``
+    paths, DiffDock's ``compute_affinity``), or only methods of the file that nothing calls do
+    (deep-cross-modal-hashing's ``get_img_code``, called by the ``get_train_hash`` whose one call
+    is commented out). The class is a plain one or an ``nn.Module`` / ``Dataset``, whose other
+    methods only the project's own code calls, and the method not one nn.Module calls itself
+    (``forward``)."""
+    method = _plain_method_around(ctx, node, cls)
+    if method is None or method.name.value in _MODULE_METHODS:
         return None
-    if not _plain_class(ctx, cls):
+    name = method.name.value
+    if not view.called(name, METHOD):
+        return f"nothing in the project calls the method `{name}`"
+    callers = _only_uncalled_callers(ctx, view, method)
+    if callers:
+        named = ", ".join(f"`{caller}`" for caller in callers)
+        return f"the method `{name}` is called only by {named}, which nothing in the project calls"
+    return None
+
+
+def _plain_method_around(ctx: FileContext, node: cst.CSTNode, cls: cst.CSTNode) -> cst.FunctionDef | None:
+    """The method around ``node`` of ``cls``, a module-level class whose methods only the
+    project's own code calls (:func:`_plain_class`), where a call in the project's text is what
+    runs it: not decorated (``@staticmethod`` and ``@classmethod`` aside) nor a dunder."""
+    if not isinstance(cls, cst.ClassDef) or not _plain_class(ctx, cls):
         return None  # a framework's subclass (Lightning, HF Trainer) may have its hooks called by name
     from advisor.project import CALLED_BY_FRAMEWORKS
 
     if cls.name.value in CALLED_BY_FRAMEWORKS:
         return None
     method = _method_around(ctx, node, cls)
-    if method is None or _called_by_its_decorator_or_protocol(method):
+    if method is None or method.name.value.startswith("__"):
         return None
+    if any(not (isinstance(d.decorator, cst.Name) and d.decorator.value in _PLAIN_DECORATORS) for d in method.decorators):
+        return None
+    return method
+
+
+# Decorators that make a method no less the project's own to call.
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod"})
+
+
+def _only_uncalled_callers(ctx: FileContext, view, method: cst.FunctionDef) -> list[str]:
+    """The methods of this file's plain classes that call ``method``, where they are all its
+    uses in the project and nothing calls them; empty where one use may run."""
     name = method.name.value
-    if name in _MODULE_METHODS or view.called(name):
-        return None
-    return name
+    if view.reached() is not True or view.mentions_outside(name, METHOD):
+        return []
+    named = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not method.name]
+    if len(named) + 1 < view.project.mentions_in(name, ctx.source):
+        return []  # named in a string too (``getattr(self, "name")``)
+    callers: dict[str, None] = {}
+    for use in named:
+        caller = next((a for a in ctx.ancestors(use) if isinstance(a, cst.FunctionDef)), None)
+        if caller is method:
+            continue  # its own recursion
+        outer = ctx.outermost_definition(use)
+        if caller is None or not isinstance(outer, cst.ClassDef) or ctx.parent.get(outer) is not ctx.module:
+            return []
+        if _plain_method_around(ctx, use, outer) is not caller or caller.name.value in _MODULE_METHODS:
+            return []
+        if view.called(caller.name.value, METHOD):
+            return []
+        callers[caller.name.value] = None
+    return list(callers)
 
 
 # Lightning's banner in a cell's saved output: the notebook was last run on a machine without

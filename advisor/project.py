@@ -123,6 +123,12 @@ _DEFINITION = re.compile(rb"\b(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
 # answers; never a module-level function or class (deep-cross-modal-hashing's ``valid.py``
 # functions, namesakes of the methods its trainers call).
 _SELF_ATTRIBUTE = re.compile(rb"\b(?:self|cls)[ \t]*\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
+# ``obj.name``: how a method is used; and ``"name"``, a lookup (``getattr(obj, "name")``).
+_ATTRIBUTE = re.compile(rb"\.[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
+_WORD_STRING = re.compile(rb"[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']")
+# What a name asked about is (:meth:`Project.called`): any name, a module-level function or class,
+# or a method.
+NAME, MODULE_LEVEL, METHOD = "name", "module", "method"
 
 
 # Text that names a function without using it: an import (a package's ``__init__.py`` re-exporting
@@ -346,7 +352,7 @@ class Project:
         self._closures: dict[str, list[str]] = {}
         self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
         self._file_definitions: dict[str, "collections.Counter[bytes]"] = {}
-        self._file_self_attributes: dict[str, "collections.Counter[bytes]"] = {}
+        self._file_counts: dict[tuple[str, "re.Pattern[bytes]"], "collections.Counter[bytes]"] = {}
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
@@ -624,51 +630,68 @@ class Project:
             todo.extend(self._packages_around(path))
         return frozenset(reached), by_name
 
-    def called(self, name: str, first: str | None = None, module_level: bool = False) -> bool:
+    def called(self, name: str, first: str | None = None, kind: str = NAME) -> bool:
         """Whether the project's code names ``name`` beyond its ``def``s (a use), in any Python
         file or notebook: a module-level function or class named only where it is defined is
         code nothing runs (ZoeDepth's unused loss, Latte's spare ``timestep_embedding``), and so
         is one whose copies in other modules are not called either. ``first``, the defining
-        module, is where a use is likeliest: it is read alone first. For a ``module_level``
-        function or class, ``self.name`` / ``cls.name`` is a method's namesake, not a use."""
+        module, is where a use is likeliest: it is read alone first. ``kind`` says what the name
+        is, and so which mentions cannot use it (:meth:`_non_uses`)."""
         key = name.encode()
         if self._reached is None:
             # A library (no entry point): its re-exports are its interface, and count.
             if first is not None and first in self._file_set and _count_of(key, self._peek(first)) > 1:
                 return True
             uses = self._identifiers.get(key, 0) - self._definitions.get(key, 0)
-            return uses - (self._self_attributes.get(key, 0) if module_level else 0) > 0
+            return uses - self._non_uses_beside(key, first, kind) > 0
         # With entry points, a name that only imports, ``__all__`` or comments repeat is not
         # called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run by nothing).
         if first is None or first not in self._file_set:
             uses = self._used_identifiers.get(key, 0) - self._definitions.get(key, 0)
-            return uses - (self._self_attributes.get(key, 0) if module_level else 0) > 0
+            return uses - self._non_uses_beside(key, first, kind) > 0
         own = self._used_identifiers_of(first).get(key, 0)
-        if module_level:
-            own -= self._self_attributes_of(first).get(key, 0)
-        return own > 1 or own + self.mentions_outside(name, first, module_level) > 1
+        if kind == MODULE_LEVEL:
+            own -= self._non_uses(first, key, kind)
+        return own > 1 or own + self.mentions_outside(name, first, kind) > 1
 
-    def mentions_outside(self, name: str, path: str, module_level: bool = False) -> int:
+    def mentions_outside(self, name: str, path: str, kind: str = NAME) -> int:
         """How often the project's code outside the file ``path`` names ``name`` where it may
         use it: in the files that import it, directly or through others, where what runs is
         known (a project with entry points, none importing by name); else in every file. A
-        ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted, nor,
-        for a ``module_level`` function or class, a ``self.name`` (a method's namesake)."""
+        ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted, nor
+        what cannot use a name of this ``kind`` (:meth:`_non_uses`)."""
         key = name.encode()
-
-        def attributes(p: str) -> int:
-            return self._self_attributes_of(p).get(key, 0) if module_level else 0
-
         if self._reached is not None and not self._reached[1] and path in self._reached[0]:
             found = _count_of(key, self._entry_declarations)
             return found + sum(
-                self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - attributes(p)
+                self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - self._non_uses(p, key, kind)
                 for p in self._importer_closure(path)
             )
         used = self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
-        if module_level:
-            used -= self._self_attributes.get(key, 0) - attributes(path)
+        used -= self._non_uses_beside(key, path, kind)
         return used - (self._definitions.get(key, 0) - self._definitions_of(path).get(key, 0))
+
+    def _non_uses(self, path: str, key: bytes, kind: str) -> int:
+        """How many of the file's mentions of ``key`` cannot use a name of this ``kind``: for a
+        module-level function or class, ``self.key`` / ``cls.key`` (a method's namesake:
+        deep-cross-modal-hashing's trainers call their own ``self.valid()``, not ``valid.py``'s
+        function); for a method, a bare ``key`` (a function's namesake), which only an
+        attribute (``obj.key``) or a one-word string (``getattr(obj, "key")``) can be."""
+        if kind == MODULE_LEVEL:
+            return self._self_attributes_of(path).get(key, 0)
+        if kind == METHOD:
+            named = self._used_identifiers_of(path).get(key, 0) - self._definitions_of(path).get(key, 0)
+            return max(0, named - self._attributes_of(path).get(key, 0) - self._word_strings_of(path).get(key, 0))
+        return 0
+
+    def _non_uses_beside(self, key: bytes, path: str | None, kind: str) -> int:
+        """:meth:`_non_uses` summed over every file but ``path``, where a use is read whole."""
+        if kind == NAME:
+            return 0
+        return sum(self._non_uses(p, key, kind) for p in self._files_naming(key) if p != path)
+
+    def _files_naming(self, key: bytes) -> list[str]:
+        return [p for p in (*self.files, *self._walk[1]) if self._used_identifiers_of(p).get(key, 0)]
 
     def _definitions_of(self, path: str) -> "collections.Counter[bytes]":
         found = self._file_definitions.get(path)
@@ -679,19 +702,22 @@ class Project:
         return found
 
     def _self_attributes_of(self, path: str) -> "collections.Counter[bytes]":
-        found = self._file_self_attributes.get(path)
+        return self._counted(path, _SELF_ATTRIBUTE)
+
+    def _attributes_of(self, path: str) -> "collections.Counter[bytes]":
+        return self._counted(path, _ATTRIBUTE)
+
+    def _word_strings_of(self, path: str) -> "collections.Counter[bytes]":
+        return self._counted(path, _WORD_STRING)
+
+    def _counted(self, path: str, pattern: "re.Pattern[bytes]") -> "collections.Counter[bytes]":
+        """What ``pattern``'s group finds in the file's text where it may use names, counted."""
+        found = self._file_counts.get((path, pattern))
         if found is None:
-            found = self._file_self_attributes[path] = collections.Counter(
-                _SELF_ATTRIBUTE.findall(self._without_non_uses(path, self._peek(path)))
+            found = self._file_counts[(path, pattern)] = collections.Counter(
+                pattern.findall(self._without_non_uses(path, self._peek(path)))
             )
         return found
-
-    @cached_property
-    def _self_attributes(self) -> "collections.Counter[bytes]":
-        counts: collections.Counter[bytes] = collections.Counter()
-        for path in (*self.files, *self._walk[1]):
-            counts.update(self._self_attributes_of(path))
-        return counts
 
     @cached_property
     def _definitions(self) -> "collections.Counter[bytes]":
@@ -1448,37 +1474,32 @@ class ProjectView:
         self.asked_reached = True
         return self.project.reached(self.path)
 
-    def called(self, name: str, module_level: bool = False) -> bool:
-        """Whether the project names this module's function or class ``name`` beyond its
-        definition (:meth:`Project.called`); asked only of a file of the project."""
-        found = self.project.called(name, self.path, module_level)
-        self.asked_called[asked_key(name, module_level)] = found
+    def called(self, name: str, kind: str = NAME) -> bool:
+        """Whether the project names this module's function, class or method ``name`` beyond
+        its definition (:meth:`Project.called`); asked only of a file of the project."""
+        found = self.project.called(name, self.path, kind)
+        self.asked_called[asked_key(name, kind)] = found
         return found
 
-    def mentions_outside(self, name: str, module_level: bool = False) -> int:
+    def mentions_outside(self, name: str, kind: str = NAME) -> int:
         """How often the project's code beyond this file names ``name`` (:meth:`Project.mentions_outside`)."""
-        found = self.project.mentions_outside(name, self.path, module_level)
-        self.asked_mentions[asked_key(name, module_level)] = found
+        found = self.project.mentions_outside(name, self.path, kind)
+        self.asked_mentions[asked_key(name, kind)] = found
         return found
 
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)
 
 
-# How a question about a module-level name is kept for the cache: beside the method's namesake.
-_MODULE_LEVEL_MARK = "@module"
-
-
-def asked_key(name: str, module_level: bool) -> str:
+def asked_key(name: str, kind: str) -> str:
     """The key under which a view keeps the answer about ``name``, for the cache to ask again."""
-    return name + _MODULE_LEVEL_MARK if module_level else name
+    return name if kind == NAME else f"{name}@{kind}"
 
 
-def asked_name(key: str) -> tuple[str, bool]:
-    """The name and whether it was asked as module-level, from :func:`asked_key`'s key."""
-    if key.endswith(_MODULE_LEVEL_MARK):
-        return key[: -len(_MODULE_LEVEL_MARK)], True
-    return key, False
+def asked_name(key: str) -> tuple[str, str]:
+    """The name and its kind, from :func:`asked_key`'s key."""
+    name, _, kind = key.partition("@")
+    return name, kind or NAME
 
 
 def _lookup_in(

@@ -1242,8 +1242,44 @@ def test_a_method_of_the_same_name_or_prose_in_a_string_does_not_make_a_function
     assert "`get_img_code` is used only by `valid`, which nothing in the project uses" in found[5].message
     assert found[12].fix_applicability is not None  # get_mask is imported and called by the trainer
     project = Project(str(tmp_path), lookup("A100"), parse)
-    assert project.called("valid", str(valid), module_level=True) is False
+    assert project.called("valid", str(valid), "module") is False
     assert project.called("valid", str(valid)) is True  # a method's name: self.valid() calls one
+
+
+def test_a_method_only_uncalled_methods_call_gets_advice(tmp_path):
+    # deep-cross-modal-hashing's TrainBase: the static get_img_code is called only by
+    # get_train_hash, whose one call is commented out; valid.py's function of the same name is
+    # not a call of the method.
+    (tmp_path / ".git").mkdir()
+    base = tmp_path / "base.py"
+    base.write_text(textwrap.dedent("""
+        import torch
+
+        class TrainBase:
+            def train(self):
+                for epoch in range(10):
+                    self.valid_calc(epoch)
+                    # codes = self.get_train_hash()
+
+            def valid_calc(self, epoch):
+                return torch.ones(4).cuda()
+
+            def get_train_hash(self):
+                return self.get_img_code(4)
+
+            @staticmethod
+            def get_img_code(n):
+                return torch.arange(n).cuda()
+    """))
+    (tmp_path / "valid.py").write_text("def get_img_code(n):\n    return n\n\ndef valid():\n    return get_img_code(3)\n")
+    (tmp_path / "run.py").write_text(
+        "from base import TrainBase\nfrom valid import valid\nif __name__ == '__main__':\n    valid()\n    TrainBase().train()\n"
+    )
+    forget_projects()
+    found = {d.line: d for d in lint(base.read_text(), gpu="A100", path=str(base)) if d.code == "ADV704"}
+    assert found[11].fix_applicability is not None  # valid_calc runs every epoch
+    assert found[18].fix_applicability is None
+    assert "the method `get_img_code` is called only by `get_train_hash`, which nothing in the project calls" in found[18].message
 
 
 def test_a_copy_of_the_function_in_a_sibling_project_does_not_make_it_used(tmp_path):

@@ -23,6 +23,7 @@ from advisor.context import MISSING
 from advisor.facts.devices import Where
 from advisor.loops import under_no_grad
 from advisor.names import dotted_name
+from advisor.project import MODULE_LEVEL
 from advisor.values import Value
 
 if TYPE_CHECKING:
@@ -920,7 +921,7 @@ class LoaderFacts:
             return False
         if ctx.parent.get(outermost) is not ctx.module:
             return False
-        return not ctx.project.called(outermost.name.value, module_level=True)
+        return not ctx.project.called(outermost.name.value, kind=MODULE_LEVEL)
 
     def _plain_name_reads(self, call: cst.Call) -> "tuple[frozenset[str], list[cst.Name]] | None":
         """The plain names ``call`` is assigned to (``loader = DataLoader(...)``, or
