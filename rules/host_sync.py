@@ -1783,10 +1783,13 @@ _AUTOGRAD_GRAD_TEXT = re.compile(rb"\bautograd\.grad\s*\(|\bfrom\s+torch\.autogr
 
 
 def _differentiates_in_forward(ctx: FileContext) -> bool:
-    """A module the file imports (directly or through others) takes gradients inside its
-    ``forward`` (``torch.autograd.grad``):
+    """A module the file imports (directly or through others) takes gradients inside a model's
+    ``forward`` (``torch.autograd.grad``), or in a method a ``forward`` there calls:
     an interatomic potential's forces are minus the energy's gradient, computed by the model
-    (SevenNet's ``ForceOutput``). Its evaluation needs autograd, and ``no_grad`` raises there."""
+    (SevenNet's ``ForceOutput``); an SDF network's normals are its gradient (VolSDF's
+    ``get_outputs``, which the renderer's ``forward`` calls). Its evaluation needs autograd,
+    and ``no_grad`` raises there. A module that imports others by name (VolSDF's
+    ``utils.get_class(conf.model_class)``) may reach any of the project's."""
     view = ctx.project
     if view is None:
         return False
@@ -1799,23 +1802,42 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
         # Only modules the file imports, directly or through others (DIG's explainers, which
         # differentiate in their own forward, are not what its ProNet example evaluates).
         reached, todo = set(), [os.path.abspath(ctx.path)]
+        by_name = False
         while todo and len(reached) < 400:
             path = todo.pop()
             if path in reached:
                 continue
             reached.add(path)
+            by_name = by_name or project.imports_by_name(path)
             todo.extend(project.imports(path))
-        for path in candidates & reached:
+        for path in candidates if by_name else candidates & reached:
             other = ctx if path == os.path.abspath(ctx.path) else view.context_of(path)
-            if other is None:
-                continue
-            for call in other.calls("torch.autograd.grad"):
-                function = other.enclosing(call, cst.FunctionDef)
-                if isinstance(function, cst.FunctionDef) and function.name.value == "forward":
-                    return True
+            if other is not None and _differentiating_forward(other):
+                return True
         return False
 
     return ctx.memo(_differentiates_in_forward, find)
+
+
+def _differentiating_forward(ctx: FileContext) -> bool:
+    """The file calls ``torch.autograd.grad`` in a ``forward``, or in a method that a
+    ``forward`` of the file calls (``self.implicit_network.get_outputs(points)``)."""
+    methods: set[str] = set()
+    for call in ctx.calls("torch.autograd.grad"):
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if isinstance(function, cst.FunctionDef):
+            if function.name.value == "forward":
+                return True
+            methods.add(function.name.value)
+    if not methods:
+        return False
+    for forward in ctx.nodes(cst.FunctionDef):
+        if forward.name.value != "forward":
+            continue
+        for call in ctx.walk(forward, cst.Call):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods:
+                return True
+    return False
 
 
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:

@@ -3483,6 +3483,8 @@ def test_a_method_nothing_calls_on_a_subclass_of_a_project_module_gets_advice(tm
         ("README.md", "## Requirements\n* [PyTorch](https://pytorch.org/)（We use version 0.2.0)\n"),
         # CRIS: "- [PyTorch](www.pytorch.org) (e.g. 1.10.0)".
         ("README.md", "## Preparation\n1. Environment\n   - [PyTorch](www.pytorch.org) (e.g. 1.10.0)\n"),
+        # TextSnake: "it is highly recommanded with: - **Linux (Ubuntu 16.04)** - **Python3.6**" (torch 1.10 at most).
+        ("README.md", "### Prerequisites\n\n- **Linux (Ubuntu 16.04)**\n- **Python3.6**\n- **Anaconda3**\n"),
     ],
 )
 def test_more_places_a_project_declares_an_old_torch(tmp_path, name, text):
@@ -4376,6 +4378,38 @@ def test_a_program_that_makes_cuda_tensors_by_default_does_not_pin():
     assert "ADV101" in codes(source.replace("torch.cuda.FloatTensor", "torch.FloatTensor"))
 
 
+def test_a_module_that_sets_cuda_tensors_as_default_where_the_script_calls_it_stops_pinning(tmp_path):
+    # TextSnake: util/option.py's BaseOptions.initialize() sets 'torch.cuda.FloatTensor' as the
+    # default tensor type; train, eval and demo scripts call it first, and pinning then raises.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "option.py").write_text(textwrap.dedent("""
+        import torch
+
+        class BaseOptions:
+            def initialize(self):
+                if torch.cuda.is_available():
+                    torch.set_default_tensor_type('torch.cuda.FloatTensor')
+                return self
+    """))
+    source = textwrap.dedent("""
+        import torch
+        from option import BaseOptions
+
+        def main(cfg):
+            loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=4)
+            model = Net().cuda()
+            for images, targets in loader:
+                model(images.cuda())
+
+        if __name__ == '__main__':
+            main(BaseOptions().initialize())
+    """)
+    assert "ADV101" not in [d.code for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source)))]
+    # A script that never calls it keeps pinning.
+    other = source.replace("main(BaseOptions().initialize())", "main(None)")
+    assert "ADV101" in [d.code for d in lint(other, gpu="A100", path=str(fresh_script(tmp_path / "train.py", other)))]
+
+
 def test_a_conda_environment_script_names_the_cuda_torch_is_built_for(tmp_path):
     # DESED_task's recipes: ``conda_create_environment.sh`` installs ``pytorch-cuda=11.7``, whose
     # newest torch is 2.0.1: fused Adam on parameters still on the CPU (torch 2.4) raises there.
@@ -4713,6 +4747,48 @@ def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_pa
     script = fresh_script(tmp_path / "inference.py", source)
     assert "ADV705" in [d.code for d in lint(source, gpu="A100", path=str(script))]
 
+
+
+def test_no_grad_is_not_added_where_a_forward_calls_a_method_that_differentiates(tmp_path):
+    # VolSDF: the renderer's forward calls implicit_network.get_outputs, which takes the SDF's
+    # gradient for its normals; the training script builds the model from a config by name
+    # (utils.get_class), so the network module is not among the script's imports.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "network.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class ImplicitNetwork(nn.Module):
+            def get_outputs(self, x):
+                x.requires_grad_(True)
+                sdf = self.layers(x)
+                return sdf, torch.autograd.grad(sdf, x, torch.ones_like(sdf), create_graph=True)[0]
+
+        class VolSDFNetwork(nn.Module):
+            def forward(self, points):
+                sdf, gradients = self.implicit_network.get_outputs(points)
+                return sdf
+    """))
+    (tmp_path / "general.py").write_text(
+        "def get_class(kls):\n    module, _, name = kls.rpartition('.')\n    return getattr(__import__(module), name)\n"
+    )
+    source = textwrap.dedent("""
+        import torch
+        import general
+
+        def evaluate(conf, loader):
+            model = general.get_class(conf.model_class)().cuda()
+            model.eval()
+            for points in loader:
+                record(model(points.cuda()).detach().cpu())
+    """)
+    script = fresh_script(tmp_path / "eval.py", source)
+    assert "ADV705" not in [d.code for d in lint(source, gpu="A100", path=str(script))]
+    (tmp_path / "network.py").write_text(
+        "import torch.nn as nn\n\nclass VolSDFNetwork(nn.Module):\n    def forward(self, points):\n        return self.layers(points)\n"
+    )
+    script = fresh_script(tmp_path / "eval.py", source)
+    assert "ADV705" in [d.code for d in lint(source, gpu="A100", path=str(script))]
 
 
 def test_a_trainer_argument_lightning_2_removed_means_the_script_cannot_run(tmp_path):

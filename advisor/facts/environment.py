@@ -1330,8 +1330,10 @@ _PYTHON_PIN = re.compile(
     # BertSum's README: "**Python version**: This code is in Python3.6" (a statement, not a floor).
     r"|\b(?:code|it) is (?:written )?in python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))"
     # PEN-Net's README: "* Install python3.6".
-    r"|\binstall\s+python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))",
-    re.I,
+    r"|\binstall\s+python\s?3\.([0-9]+)\b(?![.0-9]*\s*(?:\+|or\b|and\b|[<>]))"
+    # TextSnake's README: "highly recommanded with: - **Python3.6**", a list item of its own.
+    r"|^[ \t]*[-*+][ \t]+(?:\*\*|__)?[ \t]*python[ \t]?3\.([0-9]+)[ \t]*(?:\*\*|__)?[ \t]*$",
+    re.I | re.M,
 )
 
 

@@ -843,7 +843,41 @@ class LoaderFacts:
         ``--device cuda``): what a data set builds is then a CUDA tensor, which a loader cannot
         pin. Only this file's own call counts: TabSurvey's DeepGBM module sets it at import, but
         its registry imports that module only when DeepGBM is the model chosen."""
-        return _CUDA_BY_DEFAULT.search(self.ctx.source.encode()) is not None
+        return _CUDA_BY_DEFAULT.search(self.ctx.source.encode()) is not None or self._imported_setting_cuda_default()
+
+    def _imported_setting_cuda_default(self) -> bool:
+        """A project module this file imports at its top sets GPU tensors as the default, at
+        import, or in a function or method this file calls (TextSnake's
+        ``BaseOptions.initialize()``, which train, eval and demo scripts call first). An import
+        inside a function, under a registry's switch (TabSurvey's DeepGBM), does not count."""
+        ctx = self.ctx
+        view = ctx.project
+        if view is None:
+            return False
+        called = {
+            call.func.attr.value if isinstance(call.func, cst.Attribute) else call.func.value
+            for call in ctx.nodes(cst.Call)
+            if isinstance(call.func, (cst.Attribute, cst.Name))
+        }
+        for statement in ctx.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for node in statement.body:
+                if not isinstance(node, (cst.Import, cst.ImportFrom)):
+                    continue
+                for path in _project_modules(view, node):
+                    if _CUDA_BY_DEFAULT.search(view.project.text(path)) is None:
+                        continue
+                    other = view.context_of(path)
+                    if other is None:
+                        continue
+                    for call in other.calls(*_DEFAULT_SETTERS):
+                        if _CUDA_BY_DEFAULT.search(other.code(call).encode()) is None:
+                            continue
+                        function = other.enclosing(call, cst.FunctionDef)
+                        if function is None or function.name.value in called:
+                            return True
+        return False
 
     def reads_one_batch(self, call: cst.Call) -> bool:
         """Every read of the loader draws one batch: ``next(iter(loader))`` outside a loop, or a
@@ -1720,6 +1754,29 @@ def _paired_value(node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
 _CUDA_BY_DEFAULT = re.compile(
     rb"^[^#\n]*\bset_default_(?:tensor_type\(\s*['\"]?torch\.cuda\.|device\(\s*['\"]cuda)", re.M
 )
+
+
+_DEFAULT_SETTERS = ("torch.set_default_tensor_type", "torch.set_default_device")
+
+
+def _project_modules(view, node: cst.Import | cst.ImportFrom) -> list[str]:
+    """The files of the project's modules an import statement names."""
+    if isinstance(node, cst.ImportFrom):
+        if isinstance(node.names, cst.ImportStar) or node.module is None and not node.relative:
+            spec = [(dotted_name(node.module) or "", len(node.relative))] if node.module is not None else []
+        else:
+            base = dotted_name(node.module) if node.module is not None else ""
+            spec = [(base or "", len(node.relative))]
+            spec += [(f"{base}.{a.name.value}" if base else a.name.value, len(node.relative))
+                     for a in node.names if isinstance(a.name, cst.Name)]
+    else:
+        spec = [(dotted_name(a.name) or "", 0) for a in node.names]
+    found = []
+    for module, level in spec:
+        path = view.project.module_path(module, level, view.path) if module or level else None
+        if path is not None and path.endswith(".py") and path not in found:
+            found.append(path)
+    return found
 
 
 def _latest_binding(ctx: "FileContext", read: cst.Name) -> cst.BaseExpression | None:
