@@ -152,13 +152,15 @@ class Cache:
             project = project_for(path, self._target, parse)
             if sorted(project.importers.get(os.path.abspath(path), [])) != result.importers:
                 return False
-        if result.reached is not None or result.called or result.mentions:
+        if result.reached is not None or result.called or result.mentions or result.asked_texts:
             from advisor.project import project_for
             from advisor.engine import parse, reach_word
 
             project = project_for(path, self._target, parse)
             if result.project_stamp is not None and result.project_stamp == project.stamp:
                 return True  # no project file changed: what runs is what it was
+            if result.asked_texts:
+                return False  # what the project's text says anywhere may have changed
             # A new script that imports the module makes its fixes fixes again.
             if result.reached is not None and reach_word(project.reached(path)) != result.reached:
                 return False
@@ -189,6 +191,7 @@ class Cache:
             "called": result.called,
             "mentions": result.mentions,
             "project_stamp": result.project_stamp,
+            "asked_texts": result.asked_texts,
             "path": result.path,
             "diagnostics": [[getattr(d, name) for name in _DIAGNOSTIC_FIELDS] for d in result.diagnostics],
             "errors": [[getattr(e, name) for name in _ERROR_FIELDS] for e in result.errors],
@@ -258,6 +261,9 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
     project_stamp = entry.get("project_stamp")
     if project_stamp is not None and not isinstance(project_stamp, str):
         return None
+    asked_texts = entry.get("asked_texts", False)
+    if not isinstance(asked_texts, bool):
+        return None
     try:
         result = FileResult(
             path,
@@ -269,6 +275,7 @@ def _decode(entry: object, path: str, content_digest: str) -> "FileResult | None
             called=called,
             mentions=mentions,
             project_stamp=project_stamp,
+            asked_texts=asked_texts,
         )
     except (TypeError, ValueError):
         return None

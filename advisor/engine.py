@@ -127,6 +127,9 @@ class FileResult:
     called: dict[str, bool] | None = None
     mentions: dict[str, int] | None = None  # how often other files name each name a fix asked about
     project_stamp: str | None = None  # the project's files when those were asked (Project.stamp)
+    # Whether a fix asked what the project's text says anywhere (``texts_matching``): then any
+    # change to the project's files (another stamp) makes the result stale.
+    asked_texts: bool = False
 
 
 # -- files ------------------------------------------------------------------------------
@@ -540,12 +543,9 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         return
     from advisor.facts.branches import dormant_flag
 
-    flag = dormant_flag(ctx, finding.node)
-    if flag is not None:
-        finding.as_advice(
-            f"the code runs only when `{flag}` is set, which its default leaves off and nothing in the project "
-            f"passes, so the fix is left as advice"
-        )
+    dormant = dormant_flag(ctx, finding.node)
+    if dormant is not None:
+        finding.as_advice(f"{dormant}, so the fix is left as advice")
         return
     outermost = ctx.outermost_definition(finding.node)
     if outermost is None or _called_by_its_decorator_or_protocol(outermost):
@@ -597,7 +597,7 @@ def _lightning_hook_nothing_runs(ctx: FileContext, view, node: cst.CSTNode, cls:
         return None
     pattern = _TRAINER_CALLS[run_by]
     project = view.project
-    if project.texts_matching(pattern) or any(pattern.search(project.text(path)) for path in project.notebooks):
+    if view.texts_matching(pattern) or any(pattern.search(project.text(path)) for path in project.notebooks):
         return None
     return f"`{method.name.value}` runs only under `trainer.{run_by}(...)`, which nothing in the project calls, so the fix is left as advice"
 
@@ -958,7 +958,9 @@ def check_file(path: str, settings: Settings, data: bytes | None = None) -> File
             result.called = dict(ctx.project.asked_called)
         if ctx.project is not None and ctx.project.asked_mentions:
             result.mentions = dict(ctx.project.asked_mentions)
-        if result.reached is not None or result.called or result.mentions:
+        if ctx.project is not None and ctx.project.asked_texts:
+            result.asked_texts = True
+        if result.reached is not None or result.called or result.mentions or result.asked_texts:
             result.project_stamp = ctx.project.project.stamp  # type: ignore[union-attr]
     except Exception as error:
         if not from_recursion(error):

@@ -1029,6 +1029,7 @@ class ProjectView:
         self.consulted: set[str] = set()
         self.asked_importers = False
         self.asked_reached = False
+        self.asked_texts = False  # asked what any project file's text says (the cache then asks the stamp)
         self.asked_called: dict[str, bool] = {}
         self.asked_mentions: dict[str, int] = {}
         self._bound: dict[tuple, tuple["FileContext", "Binding"] | None] = {}
@@ -1408,7 +1409,7 @@ class ProjectView:
         if not self.member:
             return False
         project = self.project
-        matched = project.texts_matching(pattern)
+        matched = self.texts_matching(pattern)
         if not matched:
             return False
         self.asked_importers = True
@@ -1486,6 +1487,17 @@ class ProjectView:
         found = self.project.mentions_outside(name, self.path, kind)
         self.asked_mentions[asked_key(name, kind)] = found
         return found
+
+    def texts_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
+        """The project's Python files whose text has ``pattern`` (:meth:`Project.texts_matching`);
+        the answer may change with any file of the project."""
+        self.asked_texts = True
+        return self.project.texts_matching(pattern)
+
+    def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
+        """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""
+        self.asked_texts = True
+        return self.project.configs_matching(pattern)
 
     def consulted_files(self) -> Iterator[str]:
         yield from sorted(self.consulted)

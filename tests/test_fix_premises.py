@@ -1396,6 +1396,56 @@ def test_a_branch_of_a_flag_nothing_turns_on_gets_advice(tmp_path):
     assert found[11].fix_applicability is not None  # the caller passes lower_order_final
 
 
+def test_branches_nothing_turns_on_in_a_class_or_module_get_advice(tmp_path):
+    # GeoSeg's DCSwin builds SwinTransformer() without use_checkpoint, whose default False each
+    # BasicLayer takes; HiVG's HF-style self.gradient_checkpointing, which nothing enables;
+    # DeepfakeBench's module constant `using_ckpt = False`; nice-slam's `if False:`.
+    (tmp_path / ".git").mkdir()
+    swin = tmp_path / "swin.py"
+    swin.write_text(textwrap.dedent("""
+        import torch
+        import torch.utils.checkpoint as checkpoint
+
+        using_ckpt = False
+
+        class BasicLayer(torch.nn.Module):
+            def __init__(self, dim, use_checkpoint=False):
+                super().__init__()
+                self.use_checkpoint = use_checkpoint
+                self.gradient_checkpointing = False
+
+            def forward(self, x):
+                if self.use_checkpoint:
+                    x = checkpoint.checkpoint(self.block, x)
+                if self.gradient_checkpointing and self.training:
+                    x = checkpoint.checkpoint(self.block, x)
+                if self.training and using_ckpt:
+                    x = checkpoint.checkpoint(self.block, x)
+                if False:
+                    x = x + torch.zeros(4).cuda()
+                return self.block(x)
+
+        class SwinTransformer(torch.nn.Module):
+            def __init__(self, depths, use_checkpoint=False):
+                super().__init__()
+                self.layers = [BasicLayer(96, use_checkpoint=use_checkpoint) for _ in depths]
+    """))
+    script = "import torch\nfrom swin import SwinTransformer\nif __name__ == '__main__':\n    model = SwinTransformer([2, 2]{})\n    for step in range(10):\n        model(torch.zeros(4, device='cuda'))\n"
+    (tmp_path / "train.py").write_text(script.format(""))
+    forget_projects()
+    found = {d.line: d for d in lint(swin.read_text(), gpu="A100", path=str(swin)) if d.code in ("ADV502", "ADV704")}
+    assert all(found[line].fix_applicability is None for line in (15, 17, 19, 21)), {k: v.message for k, v in found.items()}
+    assert "`self.use_checkpoint` is set, which its class takes from `use_checkpoint`" in found[15].message
+    assert "`self.gradient_checkpointing` is set, which its class sets off and nothing in the project turns on" in found[17].message
+    assert "`using_ckpt` is set, which the module sets off" in found[19].message
+    assert "under `if False:`" in found[21].message
+    # A construction that turns it on, and an HF model that a script enables.
+    (tmp_path / "train.py").write_text(script.format(", use_checkpoint=True") + "    model.gradient_checkpointing_enable()\n")
+    forget_projects()
+    found = {d.line: d for d in lint(swin.read_text(), gpu="A100", path=str(swin)) if d.code == "ADV502"}
+    assert found[15].fix_applicability is not None and found[17].fix_applicability is not None
+
+
 def test_a_flag_passed_by_position_is_not_dormant(tmp_path):
     (tmp_path / ".git").mkdir()
     solver = tmp_path / "solver.py"

@@ -142,41 +142,188 @@ def _newer_when_true(ctx: "FileContext", test: cst.BaseExpression) -> bool | Non
 
 
 def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
-    """The parameter whose branch holds ``node`` where nothing turns it on: ``if
-    denoise_to_zero:`` in a function whose ``denoise_to_zero=False`` no call in the project
-    passes (DPM-Solver's final denoising step, vendored by so-vits-svc, Lumina and
-    instruct-pix2pix, none of which sets it). The name must appear in the project only inside
-    its function, and no call seen may reach it by position."""
+    """Why the branch that holds ``node`` never runs, or None: it tests ``False`` (nice-slam's
+    "naive implementation" under ``if False:``); a parameter of its function that nothing turns
+    on (``if denoise_to_zero:`` in a function whose ``denoise_to_zero=False`` no call in the
+    project passes: DPM-Solver's final denoising step, vendored by so-vits-svc, Lumina and
+    instruct-pix2pix, none of which sets it); a module constant set off and never changed
+    (DeepfakeBench's ``using_ckpt = False``); or an attribute of its class that nothing turns
+    on (:func:`_attribute_never_on`: a Swin block's ``self.use_checkpoint``, an HF-style
+    ``self.gradient_checkpointing``). A parameter's name must appear in the project only
+    inside its function, and no call seen may reach it by position."""
     view = ctx.project
     if view is None or not view.member or view.reached() is not True:
         return None  # a library's callers, which advisor cannot see, may set it
     function = ctx.enclosing(node, cst.FunctionDef)
-    if not isinstance(function, cst.FunctionDef):
-        return None
     for ancestor in ctx.ancestors(node):
         if ancestor is function:
             return None
         if not isinstance(ancestor, cst.If) or not ctx.is_descendant(node, ancestor.body):
             continue
-        for name in _flags_tested(ancestor.test):
-            if _never_turned_on(ctx, function, name):
-                return name
+        if _literally_false(ancestor.test):
+            return f"the code is under `if {ctx.code(ancestor.test)}:`, which never runs"
+        for flag in _flags_tested(ancestor.test):
+            if isinstance(flag, cst.Name):
+                if isinstance(function, cst.FunctionDef) and _never_turned_on(ctx, function, flag.value):
+                    return (
+                        f"the code runs only when `{flag.value}` is set, which its default leaves off and nothing "
+                        f"in the project passes"
+                    )
+                if _constant_off(ctx, flag):
+                    return f"the code runs only when `{flag.value}` is set, which the module sets off and nothing changes"
+            elif isinstance(function, cst.FunctionDef):
+                why = _attribute_never_on(ctx, function, flag.attr.value)
+                if why is not None:
+                    return f"the code runs only when `self.{flag.attr.value}` is set, {why}"
     return None
 
 
-def _flags_tested(test: cst.BaseExpression) -> Iterator[str]:
-    """The names a test needs set: ``flag``, ``flag is not None``, either side of an ``and``."""
-    if isinstance(test, cst.Name):
-        yield test.value
+def _literally_false(test: cst.BaseExpression) -> bool:
+    return isinstance(test, cst.Name) and test.value == "False" or isinstance(test, cst.Integer) and test.value == "0"
+
+
+def _flags_tested(test: cst.BaseExpression) -> Iterator["cst.Name | cst.Attribute"]:
+    """The names (``flag``) and attributes of ``self`` (``self.flag``) a test needs set:
+    ``flag``, ``flag is not None``, ``flag >= 1``, either side of an ``and``."""
+    if _plain_or_self_attribute(test):
+        yield test  # type: ignore[misc]
     elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         yield from _flags_tested(test.left)
         yield from _flags_tested(test.right)
-    elif (
-        isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, cst.IsNot)
-        and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
-    ):
-        yield test.left.value
+    elif isinstance(test, cst.Comparison) and _plain_or_self_attribute(test.left) and len(test.comparisons) == 1:
+        operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+        if isinstance(operator, cst.IsNot) and isinstance(comparator, cst.Name) and comparator.value == "None":
+            yield test.left  # type: ignore[misc]
+        elif isinstance(comparator, cst.Integer) and (
+            isinstance(operator, cst.GreaterThanEqual) and int(comparator.value) >= 1
+            or isinstance(operator, cst.GreaterThan) and int(comparator.value) >= 0
+        ):
+            yield test.left  # type: ignore[misc]  # earthformer's ``checkpoint_level >= 2``
+
+
+def _plain_or_self_attribute(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) or (
+        isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+    )
+
+
+_FALSY = frozenset({"False", "None"})
+
+
+def _falsy(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value in _FALSY or isinstance(node, cst.Integer) and node.value == "0"
+
+
+def _constant_off(ctx: "FileContext", flag: cst.Name) -> bool:
+    """``flag`` is a module constant bound once, to ``False`` / ``None`` / ``0``, that no other
+    file names and no function rebinds (``global``)."""
+    bindings = ctx.lookup(flag.value, flag)
+    if len(bindings) != 1 or bindings[0].value is None or not _falsy(bindings[0].value):
+        return False
+    if ctx.outermost_definition(bindings[0].value) is not None:
+        return False  # a local of a function, not a module constant
+    if re.search(rb"\bglobal\b[^\n]*\b" + re.escape(flag.value.encode()) + rb"\b", ctx.source.encode()):
+        return False
+    view = ctx.project
+    return view is not None and not view.mentions_outside(flag.value)
+
+
+def _attribute_never_on(ctx: "FileContext", function: cst.FunctionDef, attribute: str) -> str | None:
+    """Why ``self.<attribute>``, tested in a method of a module-level class, is never set, or
+    None: the class's ``__init__`` sets it off, and HF's ``gradient_checkpointing_enable()`` or
+    ``TrainingArguments`` (which turn ``gradient_checkpointing`` on) appear nowhere in the
+    project; or it sets it from a parameter whose default is off and that every construction
+    in the project leaves off, itself or through a parameter of its own that nothing turns on
+    (GeoSeg's ``SwinTransformer(use_checkpoint=False)`` hands ``use_checkpoint`` to each
+    ``BasicLayer``; DCSwin builds it without one). Nothing else in the project may assign the
+    attribute anything but off, and no config may name it on."""
+    cls = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    if not isinstance(cls, cst.ClassDef) or ctx.enclosing(cls, cst.ClassDef, cst.FunctionDef) is not None:
+        return None
+    view = ctx.project
+    assert view is not None
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    if init is None:
+        return None
+    values = [
+        a.value for a in ctx.walk(cls, cst.Assign)
+        for t in a.targets
+        if isinstance(t.target, cst.Attribute) and t.target.attr.value == attribute
+        and isinstance(t.target.value, cst.Name) and t.target.value.value == "self"
+    ]
+    if not values or any(ctx.enclosing(v, cst.FunctionDef) is not init for v in values):
+        return None
+    parameters = [v for v in values if not _falsy(v)]
+    project = view.project
+    # Set on from outside (``model.use_checkpoint = True``); another class's own ``self.x = x``
+    # sets its own attribute.
+    setting = re.compile(rb"(?<!\bself)\." + re.escape(attribute.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)")
+    if attribute != "gradient_checkpointing" and view.texts_matching(setting):
+        return None  # (HF's own ``module.gradient_checkpointing = value`` runs only when enabled)
+    if view.configs_matching(_on_in_config(attribute)):
+        return None
+    if not parameters:
+        if attribute == "gradient_checkpointing" and view.texts_matching(_HF_CHECKPOINTING):
+            return None
+        if attribute != "gradient_checkpointing" and view.texts_matching(re.compile(rb"\bsetattr\(")):
+            return None
+        return "which its class sets off and nothing in the project turns on"
+    if len(parameters) != 1 or not isinstance(parameters[0], cst.Name):
+        return None
+    name = parameters[0].value
+    if not _parameter_never_on(ctx, init, name, 0):
+        return None
+    return f"which its class takes from `{name}`, left off by its default and by every construction in the project"
+
+
+# What turns an HF model's ``gradient_checkpointing`` on: its enabling method, the Trainer's
+# argument (also on the command line of a script that parses ``TrainingArguments``).
+_HF_CHECKPOINTING = re.compile(rb"gradient_checkpointing_enable|TrainingArguments|HfArgumentParser|\bgradient_checkpointing\s*[=:]\s*True")
+
+
+def _on_in_config(name: str) -> "re.Pattern[bytes]":
+    """``name: true`` (or any value but off) in a YAML config."""
+    return re.compile(rb"^[ \t-]*" + re.escape(name.encode()) + rb"[ \t]*:[ \t]*(?!(?:false|False|null|None|~|0)[ \t]*(?:#|$))\S", re.M)
+
+
+def _parameter_never_on(ctx: "FileContext", function: cst.FunctionDef, name: str, depth: int) -> bool:
+    """``name`` is a parameter of ``function`` (an ``__init__``) whose default is off and that
+    every construction seen leaves off: not passed, passed off, or passed a parameter of the
+    calling function that is never on in turn. At least one construction must be seen, none
+    may hand over ``**kwargs``, and no project text may set the name on (``use_checkpoint=True``)."""
+    if depth > 3:
+        return False
+    positional = [*function.params.posonly_params, *function.params.params]
+    everything = [*positional, *function.params.kwonly_params]
+    param = next((p for p in everything if p.name.value == name), None)
+    if param is None or not _falsy(param.default):
+        return False
+    view = ctx.project
+    if view is None or view.project._builds_by_name:
+        return False
+    on = re.compile(rb"\b" + re.escape(name.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)(?:True\b|[1-9]|\w+\.)")
+    if view.texts_matching(on) or view.configs_matching(_on_in_config(name)):
+        return False
+    index = positional.index(param) if param in positional else None
+    skipped = 1 if positional and positional[0].name.value in ("self", "cls") else 0
+    constructions = constructions_of(ctx, function)
+    if not constructions:
+        return False
+    for other, call in constructions:
+        if any(arg.star for arg in call.args):
+            return False
+        passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
+        given = [arg for arg in call.args if arg.keyword is None]
+        if passed is None and index is not None and len(given) + skipped > index:
+            passed = given[index - skipped].value
+        if passed is None or _falsy(passed):
+            continue
+        caller = other.enclosing(call, cst.FunctionDef)
+        if not isinstance(passed, cst.Name) or not isinstance(caller, cst.FunctionDef):
+            return False
+        if not _parameter_never_on(other, caller, passed.value, depth + 1):
+            return False
+    return True
 
 
 def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -> bool:

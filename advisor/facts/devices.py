@@ -759,7 +759,7 @@ class DeviceFacts:
         ``.cuda(``, ``.to(``, ``device=``, ``"cuda"``): GMAN-PyTorch trains on the CPU, and its
         step's ``torch.cuda.empty_cache()`` is no sign of a GPU there."""
         project = self.ctx.project
-        return project is not None and not project.project.texts_matching(_PLACES_ANYTHING)
+        return project is not None and not project.texts_matching(_PLACES_ANYTHING)
 
     def _guards_only_housekeeping(self, func: cst.CSTNode) -> bool:
         """``if torch.cuda.is_available(): torch.cuda.empty_cache()``: a test whose ``if`` does

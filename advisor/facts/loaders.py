@@ -1969,7 +1969,7 @@ def _built_outside_itself(ctx: "FileContext", cls: cst.ClassDef) -> bool:
         return True
     inside = len(call.findall(ctx.code(cls).encode("utf-8", "replace")))
     total = 0
-    for path in view.project.texts_matching(call):
+    for path in view.texts_matching(call):
         if path.endswith(".py"):
             view.consulted.add(path)
             total += len(call.findall(view.project.text(path)))

@@ -751,7 +751,7 @@ def complex_parameters_elsewhere(ctx: FileContext) -> str | None:
     ``CNO2d_classic/`` and builds ``FNOModules.FNO2d`` with ``torch.cfloat`` spectral weights:
     scripts of such repositories run after being copied beside the modules they name."""
     view = ctx.project
-    if view is None or not view.member or not view.project.texts_matching(_COMPLEX_DTYPE):
+    if view is None or not view.member or not view.texts_matching(_COMPLEX_DTYPE):
         return None
     project = view.project
     seen: set[str] = set()
@@ -801,7 +801,7 @@ def lightning_refuses_fused(ctx: FileContext, optimizer: cst.Call) -> bool:
         # The Trainer is built by a script that imports the module (or one importing that),
         # with settings from the project's YAML configs (Hydra, Lightning CLI).
         view.asked_importers = True
-        for path in [*view.project.importers_around(view.path), *view.project.configs_matching(_LIGHTNING_CLIP)]:
+        for path in [*view.project.importers_around(view.path), *view.configs_matching(_LIGHTNING_CLIP)]:
             view.consulted.add(path)
             found.extend(_LIGHTNING_CLIP.finditer(view.project.text(path)))
     return any(match.group("value").rstrip(b"\"'") not in _ZERO for match in found)

@@ -891,7 +891,7 @@ def tf32_set_elsewhere(ctx: FileContext) -> str | None:
     view = ctx.project
     if view is None or not view.member:
         return None
-    for path in view.project.texts_matching(_TF32_SETTING):
+    for path in view.texts_matching(_TF32_SETTING):
         if (
             path.endswith(".py")
             and os.path.abspath(path) != os.path.abspath(ctx.path)
@@ -919,7 +919,7 @@ def tf32_turned_off_in_project(ctx: FileContext) -> str | None:
     view = ctx.project
     if view is None or not view.member:
         return None
-    for path in view.project.texts_matching(_TF32_OFF):
+    for path in view.texts_matching(_TF32_OFF):
         if not path.endswith(".py") or os.path.abspath(path) == os.path.abspath(ctx.path) or view.project.is_test_code(path):
             continue
         other = view.context_of(path)  # the text matched; the code must say it (not a docstring's example)
