@@ -1147,7 +1147,9 @@ class HostAllocThenCopy(Rule):
         - the factory already gets `device=`, `out=`, `pin_memory=`, `requires_grad=` (the
           moved tensor would not be a leaf) or a CPU `generator=`;
         - the `.to()` argument is not visibly a device (`.to(torch.float16)`, `.to(other)`),
-          or resolves to the CPU;
+          or resolves to the CPU. `.to(z)` of a tensor the function is given (read there as
+          `z.shape`, `z.view(...)`: taming-transformers' quantizer) takes its device and
+          dtype, and is reported: the fix passes `device=z.device, dtype=z.dtype`;
         - something happens between the factory and the copy (`torch.ones(n).tril().cuda()`),
           other than elementwise math with Python numbers (`torch.exp(-math.log(p) *
           torch.arange(half) / half).to(t.device)`, reported with an unsafe fix: the math then
@@ -1204,6 +1206,16 @@ class HostAllocThenCopy(Rule):
             t = torch.zeros(4).to("cpu")
             """,
             note="already on the device; dtype or tensor targets; deliberate host tensors; CPU",
+        ),
+        Valid(
+            """
+            import torch
+            model = Net().cuda()
+
+            def padding(n, like):
+                return torch.zeros(n).to(like)
+            """,
+            note="`.to(like)` of a parameter the function never reads as a tensor: a device, a dtype or a tensor",
         ),
         Valid(
             """
@@ -1325,6 +1337,33 @@ class HostAllocThenCopy(Rule):
             """,
             count=2,
             note="conversions between the factory and the move stay, after it",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class VectorQuantizer(nn.Module):
+                def forward(self, z):
+                    z = z.permute(0, 2, 3, 1).contiguous()
+                    encodings = torch.zeros(z.shape[0], self.n_e).to(z)
+                    return encodings
+
+            model = VectorQuantizer().cuda()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            class VectorQuantizer(nn.Module):
+                def forward(self, z):
+                    z = z.permute(0, 2, 3, 1).contiguous()
+                    encodings = torch.zeros(z.shape[0], self.n_e, device=z.device, dtype=z.dtype)
+                    return encodings
+
+            model = VectorQuantizer().cuda()
+            """,
+            note="`.to(z)` of the tensor the forward is given: its device and dtype (taming-transformers' quantizer)",
         ),
         Invalid(
             """
@@ -1643,6 +1682,10 @@ class HostAllocThenCopy(Rule):
             return None
         if isinstance(device, cst.Name) and ctx.facts.devices.left_none(device):
             return None  # ``.to(device)`` with ``device=None`` from every caller: no copy at all
+        if dtype is None and not keywords and _tensor_argument(ctx, device):
+            # ``torch.zeros(n).to(z)``: z's device and dtype (taming's quantizer, in its forward).
+            assert isinstance(device, cst.Name)
+            return cst.Attribute(device, cst.Name("device")), cst.Attribute(device, cst.Name("dtype"))
         if not (ctx.facts.devices.on_gpu(device) or _argument_device(ctx, device)):
             return None
         return device, dtype
@@ -1662,7 +1705,7 @@ class HostAllocThenCopy(Rule):
             created = _replaced(receiver, factory, created)
         replacement: cst.BaseExpression = created
         if dtype is not None:
-            if kind in _CONSTANT_FACTORIES and ctx.keyword_arg(factory, "dtype") is None:
+            if kind in _CONSTANT_FACTORIES and ctx.keyword_arg(factory, "dtype") is None and receiver is factory:
                 replacement = set_keyword(created, "dtype", dtype)
             else:
                 replacement = cst.Call(func=cst.Attribute(value=created, attr=cst.Name("to")), args=[cst.Arg(dtype)])
@@ -1701,6 +1744,40 @@ def _argument_device(ctx: FileContext, device: cst.BaseExpression) -> bool:
         return False
     bindings = ctx.lookup(device.value.value, device.value)
     return len(bindings) == 1 and isinstance(bindings[0].node, cst.Param) and device.value.value != "self"
+
+
+# What only a tensor has among the values ``.to()`` takes (a device, a dtype, a tensor).
+_TENSOR_ATTRIBUTES = frozenset({
+    "shape", "size", "device", "dtype", "view", "reshape", "permute", "dim", "ndim", "numel", "unsqueeze", "squeeze", "transpose",
+    "contiguous", "flatten", "detach", "clone", "sum", "mean", "norm", "abs", "new_zeros", "new_ones", "new_full",
+})
+
+
+def _tensor_argument(ctx: FileContext, target: cst.BaseExpression) -> bool:
+    """``target`` is a tensor the function is given (``z`` of a quantizer's ``forward(self, z)``,
+    read as ``z.shape`` or ``z.view(...)`` there), in a file whose code runs on the GPU: ``.to(z)``
+    takes z's device and dtype, and the model's inputs are on the GPU there."""
+    if not isinstance(target, cst.Name) or target.value in ("self", "cls") or not ctx.facts.devices.gpu.yes:
+        return False
+    bindings = ctx.lookup(target.value, target)
+    if not any(isinstance(b.node, cst.Param) for b in bindings):
+        return False
+    if not all(isinstance(b.node, cst.Param) or _method_chain_on(b.value, target.value) for b in bindings):
+        return False  # rebound to something else than the tensor reshaped (``z = z.permute(...)``, ``x[:, None]``)
+    function = ctx.enclosing(target, cst.FunctionDef)
+    if function is None:
+        return False
+    return any(
+        isinstance(node.value, cst.Name) and node.value.value == target.value and node.attr.value in _TENSOR_ATTRIBUTES
+        for node in ctx.walk(function, cst.Attribute)
+    )
+
+
+def _method_chain_on(value: cst.BaseExpression | None, name: str) -> bool:
+    """``value`` is ``name.a(...).b(...)`` or ``name[:, :, None]``: the name's value reshaped."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) or isinstance(value, cst.Subscript):
+        value = value.value if isinstance(value, cst.Subscript) else value.func.value  # type: ignore[union-attr]
+    return isinstance(value, cst.Name) and value.value == name
 
 
 # Elementwise torch functions that give a tensor of the same device as their input.
@@ -1796,7 +1873,7 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
 
     def find() -> bool:
         project = view.project
-        candidates = set(project.texts_matching(_AUTOGRAD_GRAD_TEXT))
+        candidates = set(view.texts_matching(_AUTOGRAD_GRAD_TEXT))
         if not candidates:
             return False
         # Only modules the file imports, directly or through others (DIG's explainers, which
