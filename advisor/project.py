@@ -782,6 +782,11 @@ class Project:
             text = _OWN_SUPER.sub(b"super()", text)
         return text
 
+    @property
+    def builds_by_name(self) -> bool:
+        """Whether a file of the project looks a class up by a name made at run time."""
+        return self._builds_by_name
+
     @cached_property
     def _builds_by_name(self) -> bool:
         """A file of the project looks a class up by a name made at run time: DeepCore's
@@ -1493,6 +1498,13 @@ class ProjectView:
         the answer may change with any file of the project."""
         self.asked_texts = True
         return self.project.texts_matching(pattern)
+
+    @property
+    def builds_by_name(self) -> bool:
+        """Whether a file of the project looks a class up by a name made at run time
+        (:meth:`Project.builds_by_name`)."""
+        self.asked_texts = True
+        return self.project.builds_by_name
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""

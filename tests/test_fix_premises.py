@@ -4765,6 +4765,13 @@ def test_a_class_named_only_in_its_own_super_call_is_unused(tmp_path):
     forget_projects()
     found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
     assert found[10].fix_applicability is not None
+    # DeepCore's GradMatch: no super(Cls, self), named only in its docstring's links; looked up by name all the same.
+    plain = source.replace("    def __init__(self):\n        super(DropBlock, self).__init__()\n", '    """https://github.com/krishnatejakk/DropBlock/blob/main/DropBlock/omp.py"""\n')
+    assert plain != source
+    module.write_text(plain)
+    forget_projects()
+    found = [d for d in lint(plain, gpu="A100", path=str(module)) if d.code == "ADV704"]
+    assert all(d.fix_applicability is not None for d in found) and len(found) == 2
 
 
 def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_path):

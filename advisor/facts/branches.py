@@ -299,7 +299,7 @@ def _parameter_never_on(ctx: "FileContext", function: cst.FunctionDef, name: str
     if param is None or not _falsy(param.default):
         return False
     view = ctx.project
-    if view is None or view.project._builds_by_name:
+    if view is None or view.builds_by_name:
         return False
     on = re.compile(rb"\b" + re.escape(name.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)(?:True\b|[1-9]|\w+\.)")
     if view.texts_matching(on) or view.configs_matching(_on_in_config(name)):
