@@ -3533,6 +3533,8 @@ def test_a_method_nothing_calls_on_a_subclass_of_a_project_module_gets_advice(tm
         ("README.md", "## Requirements\n* [PyTorch](https://pytorch.org/)（We use version 0.2.0)\n"),
         # CRIS: "- [PyTorch](www.pytorch.org) (e.g. 1.10.0)".
         ("README.md", "## Preparation\n1. Environment\n   - [PyTorch](www.pytorch.org) (e.g. 1.10.0)\n"),
+        # STCN: "We used these packages/versions ...: - PyTorch `1.8.1`".
+        ("README.md", "## Requirements\n\nWe used these packages/versions.\n\n- PyTorch `1.8.1`\n- torchvision `0.9.1`\n"),
         # TextSnake: "it is highly recommanded with: - **Linux (Ubuntu 16.04)** - **Python3.6**" (torch 1.10 at most).
         ("README.md", "### Prerequisites\n\n- **Linux (Ubuntu 16.04)**\n- **Python3.6**\n- **Anaconda3**\n"),
     ],

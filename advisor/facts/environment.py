@@ -149,6 +149,10 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     return "" if bare else None
 
 
+# A version in backquotes, as Markdown shows code (STCN's "- PyTorch `1.8.1`").
+_QUOTED_VERSION = re.compile(r"`v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)`")
+
+
 def _document_spec(text: str, package: str, own: str | None = None) -> str | None:
     """The version of ``package`` a README or install document gives (``Install PyTorch>=1.8.0``,
     ``PyTorch 1.7.1``, ``at least 1.7``): ``>=X`` for the oldest it names, ``<X`` for a ceiling
@@ -195,6 +199,7 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     # here" linking a branch: NCRF++; "looking for pytorch 0.3, please switch to tag v0.3":
     # lemniscate) names code this checkout is not.
     text = "\n".join(line for line in _expand_docker_args(text).splitlines() if not _OTHER_RELEASE_LINE.search(line))
+    text = _QUOTED_VERSION.sub(r"\1", text)  # STCN: "- PyTorch `1.8.1`"
     below = ceiling.search(text)
     if below is not None:
         return f"<{below.group(1)}"
