@@ -603,7 +603,29 @@ class Project:
         # that a run saved beside its logs (Pointnet2's ``log/<run>/pointnet2_utils.py``).
         if self._in_artifact_folder(path) and all(self._in_artifact_folder(i) for i in self.importers.get(path, [])):
             return False
+        if not any(path.startswith(folder) for folder in self._by_name_reach):
+            return False  # beyond every by-name importer's package: another subproject's module
         return None
+
+    @cached_property
+    def _by_name_reach(self) -> list[str]:
+        """The folders whose modules the reached modules that import by name can name: each
+        one's package (the topmost folder of ``__init__.py`` files above it), or its own folder
+        and below. research-contributions' auto3dseg templates load their algorithms by name;
+        DAE's fine-tuning folders, beside them, are reached by their own imports or not at all."""
+        found = self._reached
+        folders: set[str] = set()
+        for importer in found[0] if found is not None else ():
+            if not self._imports_by_name(importer):
+                continue
+            folder = os.path.dirname(importer)
+            while folder != self.root and os.path.isfile(os.path.join(folder, "__init__.py")):
+                parent = os.path.dirname(folder)
+                if parent == folder or not parent.startswith(self.root):
+                    break
+                folder = parent
+            folders.add(folder.rstrip(os.sep) + os.sep)
+        return sorted(folders)
 
     def _in_artifact_folder(self, path: str) -> bool:
         relative = os.path.relpath(os.path.dirname(path), self.root).split(os.sep)
@@ -782,26 +804,41 @@ class Project:
             text = _OWN_SUPER.sub(b"super()", text)
         return text
 
-    @property
-    def builds_by_name(self) -> bool:
-        """Whether a file of the project looks a class up by a name made at run time."""
-        return self._builds_by_name
-
     @cached_property
     def _builds_by_name(self) -> bool:
         """A file of the project looks a class up by a name made at run time: DeepCore's
         ``methods.__dict__[args.selection](...)``, ``globals()[name]``, or ``getattr(module,
         name)`` on a module the file imports."""
+        return bool(self._looking_up_by_name)
+
+    @cached_property
+    def _looking_up_by_name(self) -> list[str]:
+        """The files that look classes up by a name made at run time (:meth:`_builds_by_name`)."""
+        found = []
         for path in self.texts_matching(_LOOKS_UP_BY_NAME):
             text = self._peek(path)
             if _LOOKUP_TABLE.search(text):
-                return True
+                found.append(path)
+                continue
             imported = {
                 (m.group(3) or m.group(2) or m.group(1).split(b".")[-1]) for m in _IMPORTED_MODULE.finditer(text)
             }
             if any(m.group(1) in imported for m in _GETATTR_OF_NAME.finditer(text)):
-                return True
-        return False
+                found.append(path)
+        return found
+
+    def may_build_by_name(self, path: str) -> bool:
+        """Whether a class of the module ``path`` may be built by a run-time name: a file that
+        looks classes up so (:meth:`_builds_by_name`) is the module, or imports it, directly or
+        through others (DeepCore's ``main.py`` reaches ``gradmatch.py`` through ``methods``'s
+        ``__init__``). A table of names sees what its file holds, or the modules it imports; the
+        vendored ultralytics' ``globals()[m]`` cannot build Medical-SAM-Adapter's TinyViT."""
+        lookers = self._looking_up_by_name
+        if not lookers:
+            return False
+        path = os.path.abspath(path)
+        reach = {path, *self._importer_closure(path)}
+        return any(looker in reach for looker in lookers)
 
     @cached_property
     def _installable(self) -> bool:
@@ -1501,10 +1538,15 @@ class ProjectView:
 
     @property
     def builds_by_name(self) -> bool:
-        """Whether a file of the project looks a class up by a name made at run time
-        (:meth:`Project.builds_by_name`)."""
+        """Whether a class of this module may be built by a name made at run time
+        (:meth:`Project.may_build_by_name`)."""
         self.asked_texts = True
-        return self.project.builds_by_name
+        return self.project.may_build_by_name(self.path)
+
+    def may_build_by_name(self, path: str) -> bool:
+        """Whether a class of the module ``path`` may be built by a run-time name (:meth:`Project.may_build_by_name`)."""
+        self.asked_texts = True
+        return self.project.may_build_by_name(path)
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""

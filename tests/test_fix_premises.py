@@ -765,6 +765,74 @@ def test_what_runs_a_module(tmp_path, entry, text):
     assert _fixed_adamw(trainer)
 
 
+def test_a_module_beyond_every_by_name_importers_package_is_not_reached(tmp_path):
+    # research-contributions: auto3dseg's templates load algorithms by name; DAE's fine-tuning
+    # folder beside them has a swin_unetr.py no script imports.
+    (tmp_path / ".git").mkdir()
+    templates = tmp_path / "auto3dseg" / "scripts"
+    templates.mkdir(parents=True)
+    (templates / "__init__.py").write_text("")
+    (templates / "algo.py").write_text("import importlib\nif __name__ == '__main__':\n    importlib.import_module(NAME).run()\n")
+    dae = tmp_path / "DAE"
+    dae.mkdir()
+    (dae / "main.py").write_text("import torch\nfrom swin_unetr_og import Net\nif __name__ == '__main__':\n    Net()\n")
+    (dae / "swin_unetr_og.py").write_text("import torch\nclass Net(torch.nn.Module):\n    pass\n")
+    unused = dae / "swin_unetr.py"
+    unused.write_text(textwrap.dedent(VENDORED_TRAINER))
+    forget_projects()
+    (finding,) = [d for d in lint(unused.read_text(), gpu="A100", path=str(unused)) if d.code == "ADV601"]
+    assert finding.fix_applicability is None
+    assert "no script, notebook or console entry point of the project imports this module" in finding.message
+    # Within the by-name importer's package, what it may import stays unknown: the fix stays.
+    inside = templates / "trainer.py"
+    inside.write_text(textwrap.dedent(VENDORED_TRAINER))
+    assert _fixed_adamw(inside)
+
+
+def test_a_switch_handed_over_in_a_dict_of_keywords_is_followed(tmp_path):
+    # Medical-SAM-Adapter's TinyViT: kwargs = dict(..., use_checkpoint=use_checkpoint), then
+    # ConvLayer(**kwargs); every TinyViT is built without use_checkpoint. The vendored
+    # ultralytics' globals()[m] lookup cannot build it.
+    (tmp_path / ".git").mkdir()
+    vit = tmp_path / "tiny_vit.py"
+    vit.write_text(textwrap.dedent("""
+        import torch
+        import torch.utils.checkpoint as checkpoint
+
+        class ConvLayer(torch.nn.Module):
+            def __init__(self, dim, depth, use_checkpoint=False):
+                super().__init__()
+                self.use_checkpoint = use_checkpoint
+
+            def forward(self, x):
+                if self.use_checkpoint:
+                    return checkpoint.checkpoint(self.blocks, x)
+                return self.blocks(x)
+
+        class TinyViT(torch.nn.Module):
+            def __init__(self, dims, use_checkpoint=False):
+                super().__init__()
+                kwargs = dict(dim=dims[0], depth=2, use_checkpoint=use_checkpoint)
+                self.layer = ConvLayer(**kwargs)
+
+        def tiny_vit_5m():
+            return TinyViT([64, 128])
+    """))
+    (tmp_path / "yolo.py").write_text("import torch\n\ndef parse_model(m):\n    return globals()[m]()\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom tiny_vit import tiny_vit_5m\nimport yolo\nif __name__ == '__main__':\n"
+        "    model = tiny_vit_5m().cuda()\n    for step in range(10):\n        model(torch.zeros(4, device='cuda'))\n"
+    )
+    forget_projects()
+    (found,) = [d for d in lint(vit.read_text(), gpu="A100", path=str(vit)) if d.code == "ADV502"]
+    assert found.fix_applicability is None and "takes from `use_checkpoint`" in found.message
+    # A dict that turns it on keeps the fix.
+    vit.write_text(vit.read_text().replace("use_checkpoint=use_checkpoint)", "use_checkpoint=True)"))
+    forget_projects()
+    (found,) = [d for d in lint(vit.read_text(), gpu="A100", path=str(vit)) if d.code == "ADV502"]
+    assert found.fix_applicability is not None
+
+
 def test_a_project_without_entry_points_keeps_its_fixes(tmp_path):
     # A library: its modules are run by its users' scripts, which advisor cannot see.
     trainer = _project_with_vendored_trainer(tmp_path)

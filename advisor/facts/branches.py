@@ -276,6 +276,33 @@ def _attribute_never_on(ctx: "FileContext", function: cst.FunctionDef, attribute
     return f"which its class takes from `{name}`, left off by its default and by every construction in the project"
 
 
+def _literal_keywords(ctx: "FileContext", spread: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    """The keywords ``**spread`` hands over, where ``spread`` is a name bound once to
+    ``dict(a=..., b=...)`` or ``{"a": ..., "b": ...}`` (TinyViT's ``kwargs = dict(...,
+    use_checkpoint=use_checkpoint)``); None for anything else."""
+    if not isinstance(spread, cst.Name):
+        return None
+    bindings = ctx.lookup(spread.value, spread)
+    if len(bindings) != 1 or bindings[0].value is None:
+        return None
+    value = bindings[0].value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+        if any(arg.keyword is None for arg in value.args):
+            return None
+        return {arg.keyword.value: arg.value for arg in value.args if arg.keyword is not None}
+    if isinstance(value, cst.Dict):
+        entries: dict[str, cst.BaseExpression] = {}
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            key = element.key.evaluated_value
+            if not isinstance(key, str):
+                return None
+            entries[key] = element.value
+        return entries
+    return None
+
+
 # What turns an HF model's ``gradient_checkpointing`` on: its enabling method, the Trainer's
 # argument (also on the command line of a script that parses ``TrainingArguments``).
 _HF_CHECKPOINTING = re.compile(rb"gradient_checkpointing_enable|TrainingArguments|HfArgumentParser|\bgradient_checkpointing\s*[=:]\s*True")
@@ -299,7 +326,7 @@ def _parameter_never_on(ctx: "FileContext", function: cst.FunctionDef, name: str
     if param is None or not _falsy(param.default):
         return False
     view = ctx.project
-    if view is None or view.builds_by_name:
+    if view is None or view.may_build_by_name(ctx.path):
         return False
     on = re.compile(rb"\b" + re.escape(name.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)(?:True\b|[1-9]|\w+\.)")
     if view.texts_matching(on) or view.configs_matching(_on_in_config(name)):
@@ -310,9 +337,14 @@ def _parameter_never_on(ctx: "FileContext", function: cst.FunctionDef, name: str
     if not constructions:
         return False
     for other, call in constructions:
-        if any(arg.star for arg in call.args):
+        if any(arg.star == "*" for arg in call.args):
             return False
         passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
+        for spread in (arg.value for arg in call.args if arg.star == "**"):
+            entries = _literal_keywords(other, spread)
+            if entries is None:
+                return False  # ``**config``: a key of a YAML file may turn it on
+            passed = entries.get(name, passed)
         given = [arg for arg in call.args if arg.keyword is None]
         if passed is None and index is not None and len(given) + skipped > index:
             passed = given[index - skipped].value
