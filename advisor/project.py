@@ -610,22 +610,42 @@ class Project:
     @cached_property
     def _by_name_reach(self) -> list[str]:
         """The folders whose modules the reached modules that import by name can name: each
-        one's package (the topmost folder of ``__init__.py`` files above it), or its own folder
-        and below. research-contributions' auto3dseg templates load their algorithms by name;
-        DAE's fine-tuning folders, beside them, are reached by their own imports or not at all."""
+        one's package (the topmost folder of ``__init__.py`` files above it), and the top
+        folder of each entry point that reaches it (what its run puts on ``sys.path``: VolSDF's
+        ``code/training/volsdf_train.py`` reaches ``utils.get_class``, which imports
+        ``model.network`` from ``code/``). research-contributions' auto3dseg templates load
+        their algorithms by name; DAE's fine-tuning folders, beside them, are reached by their
+        own imports or not at all."""
         found = self._reached
+        importers = {path for path in (found[0] if found is not None else ()) if self._imports_by_name(path)}
         folders: set[str] = set()
-        for importer in found[0] if found is not None else ():
-            if not self._imports_by_name(importer):
-                continue
+        for importer in importers:
             folder = os.path.dirname(importer)
             while folder != self.root and os.path.isfile(os.path.join(folder, "__init__.py")):
                 parent = os.path.dirname(folder)
                 if parent == folder or not parent.startswith(self.root):
                     break
                 folder = parent
-            folders.add(folder.rstrip(os.sep) + os.sep)
-        return sorted(folders)
+            folders.add(folder)
+        entries = [path for path in self.files if self._is_entry(path)] + list(self._declared_entry_set)
+        budget = 20000  # visits: past it, every folder may be reached
+        for entry in entries:
+            seen: set[str] = set()
+            todo = [entry]
+            while todo and budget > 0:
+                path = todo.pop()
+                if path in seen:
+                    continue
+                seen.add(path)
+                budget -= 1
+                todo.extend(self.imports(path))
+                todo.extend(self._packages_around(path))
+            if budget <= 0:
+                return [self.root.rstrip(os.sep) + os.sep]
+            if seen & importers:
+                top = os.path.relpath(entry, self.root).split(os.sep)
+                folders.add(self.root if len(top) == 1 else os.path.join(self.root, top[0]))
+        return sorted(folder.rstrip(os.sep) + os.sep for folder in folders)
 
     def _in_artifact_folder(self, path: str) -> bool:
         relative = os.path.relpath(os.path.dirname(path), self.root).split(os.sep)
