@@ -1202,6 +1202,9 @@ class BlockingHostToDeviceCopy(Rule):
           same step (`targets = torch.tensor(mlb.transform(targets.numpy()))`, then
           `targets.to(device)`; `target.type(torch.LongTensor).cuda()`): from pageable memory the
           host waits for it, and for every copy queued before it;
+        - (advice, no fix) the script sets `CUDA_LAUNCH_BLOCKING=1` (a debugging switch left in
+          Dinomaly's scripts): every CUDA call waits for the GPU, and a non-blocking copy overlaps
+          nothing;
         - the loader does not pin and ADV101 leaves it so, also where it is built in another file
           that a run over the folder leaves out by default (`test_utils.py`): over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
@@ -1627,6 +1630,12 @@ class BlockingHostToDeviceCopy(Rule):
                     finding.as_advice(
                         f"the copy is in a helper that also moves a model (`{moved_module}`), whose `.{func.attr.value}()` "
                         f"takes no `non_blocking`, so the fix is left as advice"
+                    )
+                if fix is not None and ctx.facts.devices.launch_blocking:
+                    # Dinomaly: ``os.environ['CUDA_LAUNCH_BLOCKING'] = "1"`` in every script's ``__main__``.
+                    finding.as_advice(
+                        "the script sets `CUDA_LAUNCH_BLOCKING=1`, under which every CUDA call waits for the GPU and a "
+                        "non-blocking copy overlaps nothing (drop that debugging switch first), so the fix is left as advice"
                     )
                 if fix is not None and ctx.facts.devices.may_pick_mps:
                     # seed-vc: ``args.device = "mps"`` where Apple's GPU is found; there a non-blocking

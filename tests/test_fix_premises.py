@@ -4941,3 +4941,30 @@ def test_a_trainer_argument_lightning_2_removed_means_the_script_cannot_run(tmp_
     (tmp_path / "requirements.txt").write_text("torch\npytorch-lightning==1.6.4\n")
     finding = only(source, "ADV101", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is not None
+
+
+def test_a_script_that_sets_cuda_launch_blocking_gets_no_non_blocking_copies():
+    # Dinomaly: `os.environ['CUDA_LAUNCH_BLOCKING'] = "1"` in every script's __main__: each CUDA
+    # call waits for the GPU, so a non-blocking copy overlaps nothing.
+    source = textwrap.dedent("""
+        import os
+        import torch
+        from torch.utils.data import DataLoader
+
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x.cuda()).mean()
+                loss.backward()
+                opt.step()
+
+        if __name__ == "__main__":
+            os.environ['CUDA_LAUNCH_BLOCKING'] = "1"
+            loader = DataLoader(ds, batch_size=16, num_workers=8, pin_memory=True)
+            model = Net().cuda()
+            train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+    """)
+    (found,) = [d for d in lint(source, gpu="A100") if d.code == "ADV103"]
+    assert found.fix_applicability is None and "CUDA_LAUNCH_BLOCKING=1" in found.message
+    commented = source.replace("    os.environ['CUDA", "    # os.environ['CUDA")
+    (found,) = [d for d in lint(commented, gpu="A100") if d.code == "ADV103"]
+    assert found.fix_applicability is not None

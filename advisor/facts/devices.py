@@ -64,6 +64,8 @@ class Where(enum.Enum):
 
 
 _GPU_STRINGS = re.compile(r"^(cuda|gpu)(:\d+)?$")
+# ``os.environ["CUDA_LAUNCH_BLOCKING"] = "1"``, ``os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")``.
+_LAUNCH_BLOCKING = re.compile(r"""^[^#\n]*CUDA_LAUNCH_BLOCKING['"]\s*\]?\s*[=,]\s*['"]?1\b""", re.M)
 _OTHER_STRINGS = re.compile(r"^(mps|xla|xpu|npu|hpu|tpu|ipu|mtia|privateuseone)(:\d+)?$")
 # How scripts name a device variable (``device``, ``args.gpu``, ``local_rank``, ``self.dev``); the
 # ones that name a GPU (or a GPU index: a rank) are CUDA devices whatever their value.
@@ -948,6 +950,12 @@ class DeviceFacts:
         if _SETS_VISIBLE_DEVICES.search(ctx.source.encode("utf-8", "replace")):
             return True
         return ctx.project is not None and ctx.project.runs_with_match(_SETS_VISIBLE_DEVICES)
+
+    @cached_property
+    def launch_blocking(self) -> bool:
+        """The file sets ``CUDA_LAUNCH_BLOCKING=1`` (Dinomaly's scripts, a debugging switch left
+        on): every kernel launch then waits for the GPU, and nothing overlaps a copy."""
+        return _LAUNCH_BLOCKING.search(self.ctx.source) is not None
 
     @cached_property
     def may_pick_mps(self) -> bool:
