@@ -154,19 +154,20 @@ CALLED_BY_FRAMEWORKS = frozenset({"TritonPythonModel"})
 # names nothing); not prefixed ones (an f-string's braces hold code), nor a one-word string
 # (``getattr(m, "valid")``).
 _STRING_OR_COMMENT = re.compile(
-    rb'(?P<prefix>\b[A-Za-z]{1,2})?(?P<string>"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\''
-    rb'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')|#[^\n]*'
+    rb'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*'
 )
 _SPACE = re.compile(rb"[ \t]")
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def _prose_removed(match: "re.Match[bytes]") -> bytes:
-    string = match.group("string")
-    if string is None or match.group("prefix") is not None:
-        return match.group(0)
-    if string[:3] in (b'"""', b"'''") or _SPACE.search(string):
+    found = match.group(0)
+    start = match.start()
+    if found[:1] == b"#" or (start and match.string[start - 1] in _WORD_BYTES):
+        return found  # a comment, or a prefixed string (``f"..."``, ``r'...'``)
+    if found[:3] in (b'"""', b"\'\'\'") or _SPACE.search(found):
         return b'""'
-    return string
+    return found
 
 
 def _without_non_uses(text: bytes, keep_imports: bool = False, strings: bool = True) -> bytes:
@@ -353,6 +354,7 @@ class Project:
         self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
         self._file_definitions: dict[str, "collections.Counter[bytes]"] = {}
         self._file_counts: dict[tuple[str, "re.Pattern[bytes]"], "collections.Counter[bytes]"] = {}
+        self._used_texts: dict[str, bytes] = {}
         self._summaries: dict[str, tuple[frozenset[str], list[tuple[str, int, tuple[str, ...]]]]] = {}
         self._definers: dict[tuple[str, str], str | None] = {}
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
@@ -739,7 +741,7 @@ class Project:
         found = self._file_definitions.get(path)
         if found is None:
             found = self._file_definitions[path] = collections.Counter(
-                _DEFINITION.findall(self._without_non_uses(path, self._peek(path)))
+                _DEFINITION.findall(self._used_text(path))
             )
         return found
 
@@ -757,7 +759,7 @@ class Project:
         found = self._file_counts.get((path, pattern))
         if found is None:
             found = self._file_counts[(path, pattern)] = collections.Counter(
-                pattern.findall(self._without_non_uses(path, self._peek(path)))
+                pattern.findall(self._used_text(path))
             )
         return found
 
@@ -787,7 +789,7 @@ class Project:
         found = self._file_identifiers.get(path)
         if found is None:
             found = self._file_identifiers[path] = collections.Counter(
-                _IDENTIFIER.findall(self._without_non_uses(path, self._peek(path)))
+                _IDENTIFIER.findall(self._used_text(path))
             )
         return found
 
@@ -803,7 +805,7 @@ class Project:
 
     @cached_property
     def _used_identifiers(self) -> "collections.Counter[bytes]":
-        return self._count_identifiers(lambda path: self._without_non_uses(path, self._peek(path)))
+        return self._count_identifiers(lambda path: self._used_text(path))
 
     def _count_identifiers(self, text_of: Callable[[str], bytes]) -> "collections.Counter[bytes]":
         """The identifiers of every Python file and notebook (their text as ``text_of`` gives
@@ -813,6 +815,13 @@ class Project:
             counts.update(_IDENTIFIER.findall(text_of(path)))
         counts.update(_IDENTIFIER.findall(self._entry_declarations))
         return counts
+
+    def _used_text(self, path: str) -> bytes:
+        """The file's text where it may use names (:meth:`_without_non_uses`), made once."""
+        found = self._used_texts.get(path)
+        if found is None:
+            found = self._used_texts[path] = self._without_non_uses(path, self._peek(path))
+        return found
 
     def _without_non_uses(self, path: str, text: bytes) -> bytes:
         keep = os.path.basename(path) == "__init__.py" and self._installable
