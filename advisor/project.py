@@ -62,7 +62,7 @@ _IMPORTERS_ASKED = 6
 # text`` (``_lines``): with a literal first byte the regex engine jumps from newline to newline,
 # where ``^`` under ``re.M`` is tried at every byte (three to ten times slower over a project).
 _IMPORT_LINE = re.compile(
-    rb"\n[ \t]*(?:from[ \t]+(?P<from>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\(?[^#\n]*)|import[ \t]+(?P<modules>[^#\n]+))"
+    rb"\n(?P<indent>[ \t]*)(?:from[ \t]+(?P<from>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\(?[^#\n]*)|import[ \t]+(?P<modules>[^#\n]+))"
 )
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _TOP_LEVEL_NAME = re.compile(rb"\n(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|\n(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
@@ -195,7 +195,7 @@ def _count_of(key: bytes, text: bytes) -> int:
 _COG_PREDICTOR = re.compile(rb"^[ \t]*(?:predict|train)[ \t]*:[ \t]*[\"']?([\w./-]+\.py):", re.M)
 # An import in a notebook's JSON source (``"from models.unet import UNet\n",``).
 _NOTEBOOK_IMPORT = re.compile(
-    rb"\"[ \t]*(?:from[ \t]+(\.*[\w.]+)[ \t]+import[ \t]+([\w, \t]*)|import[ \t]+([\w.]+))"
+    rb"\"([ \t]*)(?:from[ \t]+(\.*[\w.]+)[ \t]+import[ \t]+([\w, \t]*)|import[ \t]+([\w.]+))"
 )
 
 
@@ -295,6 +295,7 @@ class _Import:
     module: str  # dotted, without the leading dots
     level: int  # leading dots of a relative import
     names: tuple[str, ...]  # names of ``from ... import a, b``; () for ``import x``
+    top: bool = True  # at the module's top level, not indented under a ``def``, ``if`` or ``try``
 
 
 def _parse_imports(data: bytes) -> list[_Import]:
@@ -306,12 +307,12 @@ def _parse_imports(data: bytes) -> list[_Import]:
                 spec = match.group("from").decode()
                 level = len(spec) - len(spec.lstrip("."))
                 names = tuple(_NAME.findall(match.group("names").decode().split(" as ")[0]))
-                found.append(_Import(spec.lstrip("."), level, names))
+                found.append(_Import(spec.lstrip("."), level, names, not match.group("indent")))
             else:
                 for item in match.group("modules").decode().split(","):
                     module = item.split(" as ")[0].strip()
                     if module:
-                        found.append(_Import(module, 0, ()))
+                        found.append(_Import(module, 0, (), not match.group("indent")))
         except UnicodeDecodeError:
             continue
     return found
@@ -322,12 +323,12 @@ def _notebook_imports(data: bytes) -> list[_Import]:
     found = []
     for match in _NOTEBOOK_IMPORT.finditer(data):
         try:
-            spec = (match.group(1) or match.group(3)).decode()
-            names = tuple(_NAME.findall((match.group(2) or b"").decode().split(" as ")[0]))
+            spec = (match.group(2) or match.group(4)).decode()
+            names = tuple(_NAME.findall((match.group(3) or b"").decode().split(" as ")[0]))
         except UnicodeDecodeError:
             continue
         level = len(spec) - len(spec.lstrip("."))
-        found.append(_Import(spec.lstrip("."), level, names))
+        found.append(_Import(spec.lstrip("."), level, names, not match.group(1)))
     return found
 
 
@@ -360,7 +361,7 @@ class Project:
         self._resolutions: dict[tuple[str, str, bytes | None], tuple] = {}
         self._gpu_verdicts: dict[str, tuple[tuple[int, int] | None, bool]] = {}
         self._matches: dict[tuple[str, Callable[[bytes], bool]], bool] = {}
-        self._imported: dict[str, list[str]] = {}
+        self._imported: dict[tuple[str, bool], list[str]] = {}
         self._kept_bytes = 0
         self._import_lists: dict[str, list[_Import]] = {}
         self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
@@ -510,18 +511,22 @@ class Project:
         return found
 
 
-    def imports(self, path: str) -> list[str]:
-        """The project files ``path`` imports (read from its text, not run)."""
-        found = self._imported.get(path)
+    def imports(self, path: str, top_level: bool = False) -> list[str]:
+        """The project files ``path`` imports (read from its text, not run); with ``top_level``,
+        only those its top-level imports name (not an import inside a function, under a
+        registry's switch)."""
+        found = self._imported.get((path, top_level))
         if found is None:
             found = []
             for imported in self._imports_of(path):
+                if top_level and not imported.top:
+                    continue
                 targets = [self.module_path(imported.module, imported.level, path)]
                 for name in imported.names:  # ``from pkg import module``
                     dotted = f"{imported.module}.{name}" if imported.module else name
                     targets.append(self.module_path(dotted, imported.level, path))
                 found.extend(t for t in targets if t is not None and t != path and t not in found)
-            self._imported[path] = found
+            self._imported[(path, top_level)] = found
         return found
 
     def imports_relevant(self, path: str) -> bool:
@@ -629,21 +634,12 @@ class Project:
                     break
                 folder = parent
             folders.add(folder)
-        entries = [path for path in self.files if self._is_entry(path)] + list(self._declared_entry_set)
-        budget = 20000  # visits: past it, every folder may be reached
-        for entry in entries:
-            seen: set[str] = set()
-            todo = [entry]
-            while todo and budget > 0:
-                path = todo.pop()
-                if path in seen:
-                    continue
-                seen.add(path)
-                budget -= 1
-                todo.extend(self.imports(path))
-                todo.extend(self._packages_around(path))
-            if budget <= 0:
+        budget = 20000  # modules visited: past it, every folder may be reached
+        for entry in self._entries:
+            seen = self._run_from([entry], budget)
+            if seen is None or len(seen) >= budget:
                 return [self.root.rstrip(os.sep) + os.sep]
+            budget -= len(seen)
             if seen & importers:
                 top = os.path.relpath(entry, self.root).split(os.sep)
                 folders.add(self.root if len(top) == 1 else os.path.join(self.root, top[0]))
@@ -657,22 +653,32 @@ class Project:
     def _reached(self) -> tuple[frozenset[str], bool] | None:
         """The modules the entry points reach through their imports, and whether one of them
         imports by name; None without entry points."""
-        entries = [path for path in self.files if self._is_entry(path)]
-        entries.extend(self._declared_entry_set)
-        if not entries:
+        if not self._entries:
             return None
+        reached = self._run_from(self._entries)
+        assert reached is not None
+        return frozenset(reached), any(self._imports_by_name(path) for path in reached)
+
+    @cached_property
+    def _entries(self) -> list[str]:
+        """The scripts that run (:meth:`_is_entry`) and the modules the project declares as entries."""
+        return [path for path in self.files if self._is_entry(path)] + list(self._declared_entry_set)
+
+    def _run_from(self, starts: list[str], budget: int | None = None) -> set[str] | None:
+        """The modules running ``starts`` runs: what they import, directly or through others,
+        and the packages around them; None past ``budget`` modules."""
         reached: set[str] = set()
-        by_name = False
-        todo = entries
+        todo = list(starts)
         while todo:
             path = todo.pop()
             if path in reached:
                 continue
+            if budget is not None and len(reached) >= budget:
+                return None
             reached.add(path)
-            by_name = by_name or self._imports_by_name(path)
             todo.extend(self.imports(path))
             todo.extend(self._packages_around(path))
-        return frozenset(reached), by_name
+        return reached
 
     def called(self, name: str, first: str | None = None, kind: str = NAME) -> bool:
         """Whether the project's code names ``name`` beyond its ``def``s (a use), in any Python
@@ -1571,11 +1577,6 @@ class ProjectView:
         (:meth:`Project.may_build_by_name`)."""
         self.asked_texts = True
         return self.project.may_build_by_name(self.path)
-
-    def may_build_by_name(self, path: str) -> bool:
-        """Whether a class of the module ``path`` may be built by a run-time name (:meth:`Project.may_build_by_name`)."""
-        self.asked_texts = True
-        return self.project.may_build_by_name(path)
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""

@@ -320,18 +320,17 @@ def _parameter_never_on(ctx: "FileContext", function: cst.FunctionDef, name: str
     may hand over ``**kwargs``, and no project text may set the name on (``use_checkpoint=True``)."""
     if depth > 3:
         return False
-    positional = [*function.params.posonly_params, *function.params.params]
-    everything = [*positional, *function.params.kwonly_params]
-    param = next((p for p in everything if p.name.value == name), None)
-    if param is None or not _falsy(param.default):
+    found = _parameter(function, name)
+    if found is None or not _falsy(found[0].default):
         return False
+    index = found[1]
     view = ctx.project
-    if view is None or view.may_build_by_name(ctx.path):
+    if view is None or view.builds_by_name:
         return False
     on = re.compile(rb"\b" + re.escape(name.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)(?:True\b|[1-9]|\w+\.)")
     if view.texts_matching(on) or view.configs_matching(_on_in_config(name)):
         return False
-    index = positional.index(param) if param in positional else None
+    positional = [*function.params.posonly_params, *function.params.params]
     skipped = 1 if positional and positional[0].name.value in ("self", "cls") else 0
     constructions = constructions_of(ctx, function)
     if not constructions:
@@ -362,16 +361,11 @@ def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -
     """``name`` is a parameter of ``function`` with a falsy default (``False``, ``None``, ``0``)
     that no code of the project can set: named nowhere outside the function, and no call seen
     passes it by position or hands over ``**kwargs``."""
+    found = _parameter(function, name)
+    if found is None or not _falsy(found[0].default):
+        return False
+    index = found[1]
     positional = [*function.params.posonly_params, *function.params.params]
-    for index, param in enumerate([*positional, *function.params.kwonly_params]):
-        if param.name.value == name:
-            break
-    else:
-        return False
-    default = param.default
-    if not (isinstance(default, cst.Name) and default.value in ("False", "None")
-            or isinstance(default, cst.Integer) and default.value == "0"):
-        return False
     view = ctx.project
     assert view is not None
     mentions_in = view.project.mentions_in
@@ -383,9 +377,19 @@ def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -
         given = [arg for arg in call.args if arg.keyword is None]
         if any(arg.star for arg in given):
             return False  # ``**config``: a key of a YAML file may turn it on
-        if index < len(positional) and len(given) + skipped > index:
+        if index is not None and len(given) + skipped > index:
             return False
     return True
+
+
+def _parameter(function: cst.FunctionDef, name: str) -> tuple[cst.Param, int | None] | None:
+    """``function``'s parameter ``name`` and the position a call passes it at (None: keyword only)."""
+    positional = [*function.params.posonly_params, *function.params.params]
+    for index, param in enumerate(positional):
+        if param.name.value == name:
+            return param, index
+    keyword = next((param for param in function.params.kwonly_params if param.name.value == name), None)
+    return (keyword, None) if keyword is not None else None
 
 
 def _literal_version(node: cst.BaseExpression) -> bool:

@@ -845,6 +845,15 @@ class LoaderFacts:
         its registry imports that module only when DeepGBM is the model chosen."""
         return _CUDA_BY_DEFAULT.search(self.ctx.source.encode()) is not None or self._imported_setting_cuda_default()
 
+    @cached_property
+    def _names_called(self) -> frozenset[str]:
+        """The names the file calls, as functions (``initialize()``) or methods (``opt.initialize()``)."""
+        return frozenset(
+            call.func.attr.value if isinstance(call.func, cst.Attribute) else call.func.value
+            for call in self.ctx.nodes(cst.Call)
+            if isinstance(call.func, (cst.Attribute, cst.Name))
+        )
+
     def _imported_setting_cuda_default(self) -> bool:
         """A project module this file imports at its top sets GPU tensors as the default, at
         import, or in a function or method this file calls (TextSnake's
@@ -854,29 +863,18 @@ class LoaderFacts:
         view = ctx.project
         if view is None:
             return False
-        called = {
-            call.func.attr.value if isinstance(call.func, cst.Attribute) else call.func.value
-            for call in ctx.nodes(cst.Call)
-            if isinstance(call.func, (cst.Attribute, cst.Name))
-        }
-        for statement in ctx.module.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
+        for path in view.project.imports(view.path, top_level=True):
+            if _CUDA_BY_DEFAULT.search(view.project.text(path)) is None:
                 continue
-            for node in statement.body:
-                if not isinstance(node, (cst.Import, cst.ImportFrom)):
+            other = view.context_of(path)
+            if other is None:
+                continue
+            for call in other.calls(*_DEFAULT_SETTERS):
+                if _CUDA_BY_DEFAULT.search(other.code(call).encode()) is None:
                     continue
-                for path in _project_modules(view, node):
-                    if _CUDA_BY_DEFAULT.search(view.project.text(path)) is None:
-                        continue
-                    other = view.context_of(path)
-                    if other is None:
-                        continue
-                    for call in other.calls(*_DEFAULT_SETTERS):
-                        if _CUDA_BY_DEFAULT.search(other.code(call).encode()) is None:
-                            continue
-                        function = other.enclosing(call, cst.FunctionDef)
-                        if function is None or function.name.value in called:
-                            return True
+                function = other.enclosing(call, cst.FunctionDef)
+                if function is None or function.name.value in self._names_called:
+                    return True
         return False
 
     def reads_one_batch(self, call: cst.Call) -> bool:
@@ -1757,26 +1755,6 @@ _CUDA_BY_DEFAULT = re.compile(
 
 
 _DEFAULT_SETTERS = ("torch.set_default_tensor_type", "torch.set_default_device")
-
-
-def _project_modules(view, node: cst.Import | cst.ImportFrom) -> list[str]:
-    """The files of the project's modules an import statement names."""
-    if isinstance(node, cst.ImportFrom):
-        if isinstance(node.names, cst.ImportStar) or node.module is None and not node.relative:
-            spec = [(dotted_name(node.module) or "", len(node.relative))] if node.module is not None else []
-        else:
-            base = dotted_name(node.module) if node.module is not None else ""
-            spec = [(base or "", len(node.relative))]
-            spec += [(f"{base}.{a.name.value}" if base else a.name.value, len(node.relative))
-                     for a in node.names if isinstance(a.name, cst.Name)]
-    else:
-        spec = [(dotted_name(a.name) or "", 0) for a in node.names]
-    found = []
-    for module, level in spec:
-        path = view.project.module_path(module, level, view.path) if module or level else None
-        if path is not None and path.endswith(".py") and path not in found:
-            found.append(path)
-    return found
 
 
 def _latest_binding(ctx: "FileContext", read: cst.Name) -> cst.BaseExpression | None:
