@@ -12,7 +12,6 @@ from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.batches import blocking_copy
-from advisor.facts.environment import declares_at_least
 from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
@@ -45,20 +44,6 @@ def _argparse_option(ctx: FileContext, value: Value) -> str | None:
 def _default_phrase(ctx: FileContext, value: Value, setting: str) -> str:
     option = _argparse_option(ctx, value)
     return f"`{option}` defaults to 0" if option else f"`{setting}` defaults to 0 on the command line"
-
-
-# A ``pin_memory=`` argument commented out inside the DataLoader call.
-_COMMENTED_PIN = re.compile(r"#\s*pin_memory\s*=")
-
-
-def _commented_in(ctx: FileContext, call: cst.Call, pattern: re.Pattern[str]) -> bool:
-    """A comment matching ``pattern`` on the lines of ``call`` (positions only where one matches:
-    they walk the statement, which a file nested too deep for that cannot afford)."""
-    comments = ctx.comments_matching(pattern)
-    if not comments:
-        return False
-    first, _, last, _ = ctx.position(call)
-    return any(first <= ctx.position(comment)[0] <= last for comment in comments)
 
 
 class DataLoaderPinMemory(Rule):
@@ -619,30 +604,9 @@ class DataLoaderPinMemory(Rule):
                 else:
                     fix = self.fix(f"Set `pin_memory={pinned}`", edit, imports=imports)
                 finding = self.report(call, message + " (guide: Data preloading)", fix)
-                tuples = loaders.collates_tuples(call)
-                if tuples is not None and not declares_at_least(ctx, "torch", "2.10"):
-                    # ImageReward's SDXL trainers (from diffusers' script): ``batch["original_sizes"]``
-                    # holds ``(height, width)`` tuples that the step adds to a tuple.
-                    finding = finding.as_advice(
-                        f"its `collate_fn` hands on the items' `{tuples}` tuples as they are, and before torch 2.10 "
-                        "pinning rebuilds every tuple of a batch as a list, so code that adds them to a tuple "
-                        "raises; the project does not require torch >= 2.10"
-                    )
-                elif _commented_in(ctx, call, _COMMENTED_PIN):
-                    # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
-                    finding = finding.as_advice("`pin_memory` is commented out in the call: the author's choice")
-                elif ctx.facts.batches.converted_before_every_copy(call):
-                    finding = finding.as_advice(
-                        "every copy of its batches converts or computes on them on the host first "
-                        "(`x.float().to(device)`), which makes a new, unpinned tensor: pinning would not reach the "
-                        "copy; convert on the GPU (`x.to(device).float()`), then pin"
-                    )
-                elif not loaders.pinning_pays(call):
-                    finding = finding.as_advice(
-                        "without worker processes it would pin each batch in the training process, which pays on "
-                        "large batches (decoded images) and costs on small ones (token ids, MNIST-sized arrays), "
-                        "and nothing here shows which: give it workers first (ADV102), then pin"
-                    )
+                withheld = loaders.pinning_withheld(call)
+                if withheld is not None:
+                    finding = finding.as_advice(withheld)
                 yield finding
                 continue
             value = ctx.values.resolve(pin)
@@ -1205,6 +1169,9 @@ class BlockingHostToDeviceCopy(Rule):
         - (advice, no fix) the script sets `CUDA_LAUNCH_BLOCKING=1` (a debugging switch left in
           Dinomaly's scripts): every CUDA call waits for the GPU, and a non-blocking copy overlaps
           nothing;
+        - (advice, no fix) the loader does not set `pin_memory` and ADV101 leaves pinning it as
+          advice (`pin_memory` commented out in the call, no workers on batches not known to be
+          large): from pageable memory a non-blocking copy still waits;
         - the loader does not pin and ADV101 leaves it so, also where it is built in another file
           that a run over the folder leaves out by default (`test_utils.py`): over tensors held in memory
           (a `TensorDataset`, a dataset class that only indexes tensors it holds) a
@@ -1482,6 +1449,23 @@ class BlockingHostToDeviceCopy(Rule):
         Invalid(
             """
             import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(
+                train_set,
+                batch_size=64,
+                num_workers=4,
+                # pin_memory=True
+            )
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+            """,
+            count=2,
+            note="`pin_memory` commented out in the call (proxynca_pp): ADV101 leaves the pinning as advice, and so do its copies",
+        ),
+        Invalid(
+            """
+            import torch
             import torch.utils.data
 
             device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -1583,13 +1567,13 @@ class BlockingHostToDeviceCopy(Rule):
                 fix = self.fix(
                     "Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")), requires=requires
                 )
-                if unpinned == "no workers":
+                if unpinned not in ("pinned", "pinned by ADV101"):
                     # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.
                     fix = None
                     message = (
-                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader without worker processes "
-                        f"that does not pin its memory: give it workers (ADV102), then pin it (ADV101) and pass "
-                        f"`non_blocking=True`, so the copy overlaps host work; advice until then (guide: {GUIDE})"
+                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "
+                        f"memory: pin it (ADV101) and pass `non_blocking=True`, so the copy overlaps host work; "
+                        f"ADV101 leaves the pinning as advice ({unpinned}), so this is advice too (guide: {GUIDE})"
                     )
                 elif unpinned == "pinned by ADV101":
                     message = (
@@ -1651,8 +1635,9 @@ class BlockingHostToDeviceCopy(Rule):
     def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> str | None:
         """How the loaders behind ``source`` hold their batches: ``"pinned"`` when every one pins
         them; ``"pinned by ADV101"`` when none sets ``pin_memory`` and ADV101 pins them (in this
-        file or the one that builds it); ``"no workers"`` when ADV101 leaves them as advice (token
-        batches without workers that nothing shows to be large); None otherwise (a choice made, batches
+        file or the one that builds it); why not, when ADV101 leaves the pinning as advice (token
+        batches without workers that nothing shows to be large, ``pin_memory`` commented out:
+        :meth:`~advisor.facts.loaders.LoaderFacts.pinning_withheld`); None otherwise (a choice made, batches
         already on the GPU, a framework placing them)."""
         facts = ctx.facts.loaders
         loaders = facts.feeding(source)
@@ -1666,7 +1651,8 @@ class BlockingHostToDeviceCopy(Rule):
         ):
             # ADV101 pins it: the copies go with it, in the same run; or, without workers on batches
             # not known to be large, both wait for the workers.
-            state = "pinned by ADV101" if all(owner.pinning_pays(c) for owner, c in loaders) else "no workers"
+            withheld = next((reason for owner, c in loaders if (reason := owner.pinning_withheld(c))), None)
+            state = "pinned by ADV101" if withheld is None else withheld
         else:
             return None
         if any(owner.dataset_on_gpu(c) for owner, c in loaders):

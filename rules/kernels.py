@@ -1769,8 +1769,11 @@ def cudnn_choice_made(ctx: FileContext) -> bool:
     ):
         return True
     # ddim's ``main.py`` sets ``torch.backends.cudnn.benchmark = True`` before it builds the
-    # runner of ``runners/diffusion.py``: the choice is made for the whole process.
-    return ctx.project is not None and ctx.project.neighbourhood_matches(_CUDNN_SETTING_TEXT)
+    # runner of ``runners/diffusion.py``: the choice is made for the whole process. InsightFace-v2's
+    # ``train.py`` imports ``utils.py``, which imports ``retinaface/detector.py``, which sets it.
+    return ctx.project is not None and (
+        ctx.project.neighbourhood_matches(_CUDNN_SETTING_TEXT) or ctx.project.imports_match(_CUDNN_SETTING_TEXT)
+    )
 
 
 def after_imports_anchor(ctx: FileContext) -> cst.SimpleStatementLine | None:

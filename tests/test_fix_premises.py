@@ -929,6 +929,35 @@ def test_cudnn_benchmark_set_by_the_script_that_runs_the_module(tmp_path):
     assert "ADV605" not in [d.code for d in lint(runner.read_text(), gpu="A100", path=str(runner))]
 
 
+def test_cudnn_benchmark_set_at_import_by_a_module_two_imports_away(tmp_path):
+    # InsightFace-v2: train.py imports utils.py, which imports retinaface/detector.py, whose
+    # top level sets cudnn.benchmark = True before training starts.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "retinaface").mkdir()
+    (tmp_path / "retinaface" / "__init__.py").write_text("")
+    detector = tmp_path / "retinaface" / "detector.py"
+    detector.write_text("import torch\n\ndef detect_faces(img):\n    return img\n")
+    (tmp_path / "utils.py").write_text("from retinaface.detector import detect_faces\n\ndef parse_args():\n    return None\n")
+    train = tmp_path / "train.py"
+    train.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        from utils import parse_args
+
+        model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU()).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            loss = model(x.cuda()).mean()
+            loss.backward()
+            optimizer.step()
+    """))
+    forget_projects()
+    assert "ADV605" in [d.code for d in lint(train.read_text(), gpu="A100", path=str(train))]
+    detector.write_text("import torch.backends.cudnn as cudnn\n\ncudnn.benchmark = True\n\ndef detect_faces(img):\n    return img\n")
+    forget_projects()
+    assert "ADV605" not in [d.code for d in lint(train.read_text(), gpu="A100", path=str(train))]
+
+
 def test_a_loader_that_collates_graphs_is_not_pinned(tmp_path):
     # benchmarking-gnns: collate_fn=dataset.collate, a method of the data set class that
     # data/data.py's factory picks from data/molecules.py; it returns dgl.batch(graphs), labels.

@@ -21,6 +21,7 @@ import libcst as cst
 from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER_BUILDERS
 from advisor.context import MISSING
 from advisor.facts.devices import Where
+from advisor.facts.environment import declares_at_least
 from advisor.loops import under_no_grad
 from advisor.names import dotted_name
 from advisor.project import MODULE_LEVEL
@@ -124,6 +125,20 @@ def class_methods(ctx: "FileContext", cls: cst.ClassDef, names: tuple[str, ...],
         if inner is not None:
             found.extend(class_methods(ctx, inner, names, depth + 1))
     return found
+
+
+# A ``pin_memory=`` argument commented out inside the DataLoader call.
+_COMMENTED_PIN = re.compile(r"#\s*pin_memory\s*=")
+
+
+def _commented_in(ctx: "FileContext", call: cst.Call, pattern: re.Pattern[str]) -> bool:
+    """A comment matching ``pattern`` on the lines of ``call`` (positions only where one matches:
+    they walk the statement, which a file nested too deep for that cannot afford)."""
+    comments = ctx.comments_matching(pattern)
+    if not comments:
+        return False
+    first, _, last, _ = ctx.position(call)
+    return any(first <= ctx.position(comment)[0] <= last for comment in comments)
 
 
 class LoaderFacts:
@@ -742,6 +757,38 @@ class LoaderFacts:
             if found is None or not _DECODES_IMAGES.search(found[0].ctx.source):
                 return False
         return True
+
+    def pinning_withheld(self, call: cst.Call) -> str | None:
+        """Why pinning this loader (``pin_memory`` unset) is advice and not an edit, as a phrase
+        for the message; None where ADV101 pins it. ADV103 asks the same question: its
+        non-blocking copies pay only from memory ADV101 pins, so a loader left unpinned leaves
+        them as advice too (proxynca_pp's ``# pin_memory = True`` in the call)."""
+        ctx = self.ctx
+        tuples = self.collates_tuples(call)
+        if tuples is not None and not declares_at_least(ctx, "torch", "2.10"):
+            # ImageReward's SDXL trainers (from diffusers' script): ``batch["original_sizes"]``
+            # holds ``(height, width)`` tuples that the step adds to a tuple.
+            return (
+                f"its `collate_fn` hands on the items' `{tuples}` tuples as they are, and before torch 2.10 "
+                "pinning rebuilds every tuple of a batch as a list, so code that adds them to a tuple "
+                "raises; the project does not require torch >= 2.10"
+            )
+        if _commented_in(ctx, call, _COMMENTED_PIN):
+            # ``# pin_memory=True,`` left in the call (simple-faster-rcnn): tried and turned off.
+            return "`pin_memory` is commented out in the call: the author's choice"
+        if ctx.facts.batches.converted_before_every_copy(call):
+            return (
+                "every copy of its batches converts or computes on them on the host first "
+                "(`x.float().to(device)`), which makes a new, unpinned tensor: pinning would not reach the "
+                "copy; convert on the GPU (`x.to(device).float()`), then pin"
+            )
+        if not self.pinning_pays(call):
+            return (
+                "without worker processes it would pin each batch in the training process, which pays on "
+                "large batches (decoded images) and costs on small ones (token ids, MNIST-sized arrays), "
+                "and nothing here shows which: give it workers first (ADV102), then pin"
+            )
+        return None
 
     def pinning_pays(self, call: cst.Call) -> bool:
         """Whether pinning would make the loader's batches reach the GPU sooner. With worker
