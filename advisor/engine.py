@@ -562,7 +562,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         return
     users = _only_unused_users(ctx, view, outermost)
     if users:
-        named = ", ".join(f"`{user}`" for user in users)
+        named = ", ".join(users)
         finding.as_advice(
             f"the {kind} `{outermost.name.value}` is used only by {named}, which nothing in the project uses, "
             f"so the fix is left as advice"
@@ -619,7 +619,9 @@ def _called_by_its_decorator_or_protocol(definition: "cst.FunctionDef | cst.Clas
 def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: int = 0) -> list[str]:
     """The module-level functions and classes of this file that use ``definition``, where they
     are all its uses in the project and nothing uses them (IDvs.MoRec's ``metrics_topK``, called
-    only by the ``eval_model_special`` nothing calls); empty where one use may run."""
+    only by the ``eval_model_special`` nothing calls) or they use it only in a branch that never
+    runs (:func:`~advisor.facts.branches.dormant_flag`), as the message names them; empty where
+    one use may run."""
     name = definition.name.value  # type: ignore[attr-defined]
     if depth > 1 or ctx.path.endswith(".ipynb") or view.reached() is not True or view.project.declared_entry(ctx.path):
         return []  # a library's functions are its interface; what an entry declaration runs is named outside the code
@@ -627,8 +629,10 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
         return []  # used in another file too
     named = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not definition.name]  # type: ignore[attr-defined]
     uses = [n for n in named if not _self_attribute(ctx, n)]  # ``self.name`` is a method's namesake
-    if len(named) + 1 < view.project.mentions_in(name, ctx.source):
+    if len(named) + 1 + _compared_strings(ctx, name) < view.project.mentions_in(name, ctx.source):
         return []  # named in a string too (a registry, ``getattr``)
+    from advisor.facts.branches import dormant_flag
+
     users: dict[str, None] = {}
     for use in uses:
         user = ctx.outermost_definition(use)
@@ -638,10 +642,23 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
             continue  # its own recursion
         if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(user):
             return []
+        if dormant_flag(ctx, use) is not None:
+            # DM-Count's ``sinkhorn`` calls ``sinkhorn_stabilized`` only under a method nothing chooses.
+            users[f"`{user.name.value}` (in a branch that never runs)"] = None
+            continue
         if view.called(user.name.value, kind=MODULE_LEVEL) and not _only_unused_users(ctx, view, user, depth + 1):
             return []
-        users[user.name.value] = None
+        users[f"`{user.name.value}`"] = None
     return list(users)
+
+
+def _compared_strings(ctx: FileContext, name: str) -> int:
+    """The strings ``"name"`` that a test compares with (``method == "sinkhorn_stabilized"``): a
+    choice of behaviour that shares the function's name, not a look-up of it."""
+    return sum(
+        1 for node in ctx.nodes(cst.SimpleString)
+        if isinstance(ctx.parent.get(node), cst.ComparisonTarget) and node.evaluated_value == name
+    )
 
 
 def _self_attribute(ctx: FileContext, name: cst.Name) -> bool:

@@ -160,6 +160,12 @@ _SPACE = re.compile(rb"[ \t]")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
+def _names_document(name: str) -> bool:
+    """Files that may say which options a project is run with: shell scripts, documents,
+    JSON configs (a YAML config is one of the project's configs already)."""
+    return name.endswith((".sh", ".md", ".rst", ".txt", ".json", ".cfg", ".toml", ".ini"))
+
+
 def _prose_removed(match: "re.Match[bytes]") -> bytes:
     found = match.group(0)
     start = match.start()
@@ -365,6 +371,7 @@ class Project:
         self._kept_bytes = 0
         self._import_lists: dict[str, list[_Import]] = {}
         self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
+        self._values_written: dict[str, int] = {}
         self._named: dict[Callable[[str], object], list[str]] = {}
         self.importer_depth = 0
 
@@ -407,6 +414,22 @@ class Project:
             found = self._text_matches[pattern] = [
                 path for path in (*self.files, *self._walk[2]) if pattern.search(self._peek(path))
             ]
+        return found
+
+    def value_written(self, value: str) -> int:
+        """How often the project writes the string ``value`` where code, a config, a script or
+        its documentation could choose it: quoted in its Python files and notebooks (prose
+        strings, imports and commented-out lines aside), as a word in its configs, shell
+        scripts and documents (``--method sinkhorn_stabilized`` in a README)."""
+        found = self._values_written.get(value)
+        if found is None:
+            word = re.escape(value.encode())
+            quoted = re.compile(rb"([\"'])" + word + rb"\1")
+            bare = re.compile(rb"(?<![\w.-])" + word + rb"(?![\w-])")
+            found = sum(len(quoted.findall(self._used_text(path))) for path in self.files)
+            found += sum(len(quoted.findall(self._peek(path))) for path in self._walk[1])
+            found += sum(len(bare.findall(_read_regular(path))) for path in (*self._walk[2], *self.files_named(_names_document)))
+            self._values_written[value] = found
         return found
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
@@ -1577,6 +1600,12 @@ class ProjectView:
         (:meth:`Project.may_build_by_name`)."""
         self.asked_texts = True
         return self.project.may_build_by_name(self.path)
+
+    def value_written(self, value: str) -> int:
+        """How often the project writes the string ``value`` (:meth:`Project.value_written`); the
+        answer may change with any file of the project."""
+        self.asked_texts = True
+        return self.project.value_written(value)
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""

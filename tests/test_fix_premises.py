@@ -1493,6 +1493,59 @@ def test_a_branch_of_a_flag_nothing_turns_on_gets_advice(tmp_path):
     assert found[11].fix_applicability is not None  # the caller passes lower_order_final
 
 
+@pytest.mark.parametrize("chosen", [None, "train.py", "README.md", "run.sh"])
+def test_a_method_nothing_chooses_is_a_branch_that_never_runs(tmp_path, chosen):
+    # DM-Count's bregman_pytorch.sinkhorn dispatches on `method.lower()`; ot_loss.py takes the
+    # default "sinkhorn", so sinkhorn_stabilized and sinkhorn_epsilon_scaling (which calls it)
+    # never run. Written anywhere a user or a caller could choose it, the method may run.
+    (tmp_path / ".git").mkdir()
+    solver = tmp_path / "bregman.py"
+    solver.write_text(textwrap.dedent("""
+        import torch
+
+        def sinkhorn(a, b, reg=0.1, method="sinkhorn"):
+            \"\"\"method: either 'sinkhorn', 'sinkhorn_stabilized' or 'sinkhorn_epsilon_scaling'.\"\"\"
+            if method.lower() == "sinkhorn":
+                return sinkhorn_knopp(a, b, reg)
+            elif method.lower() == "sinkhorn_stabilized":
+                return sinkhorn_stabilized(a, b, reg) + torch.zeros(a.shape).to(a.device)
+            elif method.lower() == "sinkhorn_epsilon_scaling":
+                return sinkhorn_epsilon_scaling(a, b, reg)
+            raise ValueError(method)
+
+        def sinkhorn_knopp(a, b, reg):
+            return torch.ones(a.shape).to(a.device) * reg
+
+        def sinkhorn_stabilized(a, b, reg):
+            return torch.zeros(a.shape).to(a.device) * reg
+
+        def sinkhorn_epsilon_scaling(a, b, reg):
+            return sinkhorn_stabilized(a, b, reg / 2)
+    """))
+    call = 'sinkhorn(x, x, method="sinkhorn_stabilized")' if chosen == "train.py" else "sinkhorn(x, x)"
+    (tmp_path / "train.py").write_text(textwrap.dedent(f"""
+        import torch
+        from bregman import sinkhorn
+        if __name__ == "__main__":
+            x = torch.zeros(4, 8, device="cuda")
+            for epoch in range(10):
+                x = {call}
+    """))
+    if chosen == "README.md":
+        (tmp_path / "README.md").write_text("Train with `--ot-method sinkhorn_stabilized` for stability.\n")
+    if chosen == "run.sh":
+        (tmp_path / "run.sh").write_text("python train.py --ot-method=sinkhorn_stabilized\n")
+    forget_projects()
+    found = {d.line: d for d in lint(solver.read_text(), gpu="A100", path=str(solver)) if d.code == "ADV704"}
+    assert found[15].fix_applicability is not None  # sinkhorn_knopp runs
+    if chosen is None:
+        assert found[9].fix_applicability is None and "`method` is \"sinkhorn_stabilized\"" in found[9].message
+        assert found[18].fix_applicability is None
+        assert "only by `sinkhorn` (in a branch that never runs), `sinkhorn_epsilon_scaling`" in found[18].message
+    else:
+        assert found[9].fix_applicability is not None and found[18].fix_applicability is not None
+
+
 def test_branches_nothing_turns_on_in_a_class_or_module_get_advice(tmp_path):
     # GeoSeg's DCSwin builds SwinTransformer() without use_checkpoint, whose default False each
     # BasicLayer takes; HiVG's HF-style self.gradient_checkpointing, which nothing enables;

@@ -175,7 +175,51 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
                 why = _attribute_never_on(ctx, function, flag.attr.value)
                 if why is not None:
                     return f"the code runs only when `self.{flag.attr.value}` is set, {why}"
+        if isinstance(function, cst.FunctionDef):
+            choice = _choice_never_made(ctx, function, ancestor.test)
+            if choice is not None:
+                return choice
     return None
+
+
+# What a string parameter is compared after: ``method.lower() == "sinkhorn"``.
+_CASE_FOLDS = {"lower": str.lower, "casefold": str.casefold, "upper": str.upper, "strip": str.strip}
+
+
+def _choice_never_made(ctx: "FileContext", function: cst.FunctionDef, test: cst.BaseExpression) -> str | None:
+    """Why a test of a string parameter never holds, or None: ``method.lower() ==
+    "sinkhorn_stabilized"`` where ``method`` defaults to another string and the project writes
+    the value compared with nowhere else, in code, configs, scripts or documents, so no caller
+    and no documented command can choose it (DM-Count's ``sinkhorn`` dispatch, whose callers
+    all take the default ``"sinkhorn"``)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    operator, wanted = test.comparisons[0].operator, test.comparisons[0].comparator
+    if not isinstance(operator, cst.Equal) or not isinstance(wanted, cst.SimpleString):
+        return None
+    tested, fold = test.left, None
+    if isinstance(tested, cst.Call) and not tested.args and isinstance(tested.func, cst.Attribute):
+        fold = _CASE_FOLDS.get(tested.func.attr.value)
+        if fold is None:
+            return None
+        tested = tested.func.value
+    if not isinstance(tested, cst.Name):
+        return None
+    found = _parameter(function, tested.value)
+    value = wanted.evaluated_value
+    if found is None or not isinstance(found[0].default, cst.SimpleString) or not isinstance(value, str) or not value:
+        return None
+    default = found[0].default.evaluated_value
+    if not isinstance(default, str) or (fold(default) if fold else default) == value:
+        return None
+    view = ctx.project
+    assert view is not None
+    if view.value_written(value) > 1:
+        return None  # a caller, a config or a documented command may choose it
+    return (
+        f"the code runs only when `{tested.value}` is {wanted.value}, which its default {found[0].default.value} "
+        f"is not and nothing in the project chooses"
+    )
 
 
 def _literally_false(test: cst.BaseExpression) -> bool:
