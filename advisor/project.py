@@ -160,6 +160,10 @@ _SPACE = re.compile(rb"[ \t]")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
+# Sources a build turns into extension modules of any name its setup script chooses.
+_BUILT_SOURCES = (".pyx", ".pxd", ".c", ".cpp", ".cu", ".so", ".pyd", ".thrift")
+
+
 def _names_document(name: str) -> bool:
     """Files that may say which options a project is run with: shell scripts, documents,
     JSON configs (a YAML config is one of the project's configs already)."""
@@ -551,6 +555,64 @@ class Project:
                 found.extend(t for t in targets if t is not None and t != path and t not in found)
             self._imported[(path, top_level)] = found
         return found
+
+    def import_that_fails(self, path: str) -> str | None:
+        """The first top-level import of ``path`` naming a module of a project package that the
+        package does not have, nor its ``__init__.py`` names (Face_Pytorch's
+        ``eval_megaface.py`` imports ``self_attention`` from ``backbone``, which has no such
+        module, compiled or not): the file raises ``ImportError`` before anything in it runs.
+        Imports under ``try`` or a function are not read, nor those of a package the project
+        does not hold, nor names of a package whose ``__init__.py`` imports with ``*``."""
+        for imported in self._imports_of(path):
+            if not imported.top or imported.level:
+                continue
+            parts = imported.module.split(".")
+            if not self._package_on_path(parts[0], path):
+                continue
+            package = self.module_path(imported.module, 0, path)
+            if package is not None and package.endswith("__init__.py") and b"*" not in self._peek(package):
+                for name in imported.names:  # ``from backbone import cbam, self_attention``
+                    if (
+                        self.module_path(f"{imported.module}.{name}", 0, path) is None
+                        and not re.search(rb"\b" + re.escape(name.encode()) + rb"\b", self._peek(package))
+                        and not self._beside(package, name)
+                    ):
+                        return f"{imported.module}.{name}"
+            if len(parts) < 2:
+                continue
+            if self.module_path(imported.module, 0, path) is not None:
+                continue
+            for end in range(2, len(parts) + 1):
+                if self.module_path(".".join(parts[:end]), 0, path) is not None:
+                    continue
+                package = self.module_path(".".join(parts[: end - 1]), 0, path)
+                if package is not None and package.endswith("__init__.py") and not self._beside(package, parts[end - 1]):
+                    return imported.module
+                break
+        return None
+
+    def _package_on_path(self, name: str, importer: str) -> bool:
+        """Whether ``name`` is a package of the project where Python looks for it when the
+        project runs: beside ``importer`` (a script's folder), at the root or in ``src/``, or
+        where the project installs it. Not a folder that only shares a library's name deeper in
+        the tree (voxelmorph's ``voxelmorph/torch/``)."""
+        bases = [os.path.dirname(importer), self.root, os.path.join(self.root, "src"), *self._package_bases.get(name, ())]
+        return any(os.path.join(base, name, "__init__.py") in self._file_set for base in bases)
+
+    def _beside(self, package_init: str, name: str) -> bool:
+        """Whether the package of ``package_init`` may have ``name`` without a Python file of
+        the project: something of that name in its folder (a folder without ``__init__.py``,
+        a compiled extension), sources a build compiles (``.pyx``, ``.cpp``: a setup script
+        names the extension), or a setup script that names it (doctr's writes ``version.py``)."""
+        folder = os.path.dirname(package_init)
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            return True
+        if any(entry == name or entry.startswith(name + ".") or entry.endswith(_BUILT_SOURCES) for entry in entries):
+            return True
+        setups = [os.path.join(self.root, "setup.py"), os.path.join(os.path.dirname(folder), "setup.py")]
+        return any(name.encode() in _read_regular(setup) for setup in setups if os.path.isfile(setup))
 
     def imports_relevant(self, path: str) -> bool:
         """Whether ``path`` imports a project module that names torch or a library on it."""
@@ -1600,6 +1662,14 @@ class ProjectView:
         (:meth:`Project.may_build_by_name`)."""
         self.asked_texts = True
         return self.project.may_build_by_name(self.path)
+
+    def import_that_fails(self) -> str | None:
+        """A top-level import of this file that the project's own package cannot satisfy
+        (:meth:`Project.import_that_fails`); the answer may change with any file of the project."""
+        if not self.member:
+            return None
+        self.asked_texts = True
+        return self.project.import_that_fails(self.path)
 
     def value_written(self, value: str) -> int:
         """How often the project writes the string ``value`` (:meth:`Project.value_written`); the

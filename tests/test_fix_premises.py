@@ -1546,6 +1546,57 @@ def test_a_method_nothing_chooses_is_a_branch_that_never_runs(tmp_path, chosen):
         assert found[9].fix_applicability is not None and found[18].fix_applicability is not None
 
 
+@pytest.mark.parametrize("present", [None, "self_attention.py", "self_attention.pyx", "__init__.py"])
+def test_a_script_importing_a_module_its_package_lacks_cannot_run(tmp_path, present):
+    # Face_Pytorch's eval_megaface.py: `from backbone import mobilefacenet, cbam, self_attention`,
+    # and backbone/ has no self_attention module: the script raises ImportError at its imports.
+    (tmp_path / ".git").mkdir()
+    backbone = tmp_path / "backbone"
+    backbone.mkdir()
+    (backbone / "__init__.py").write_text("from .cbam import CBAM\n")
+    (backbone / "cbam.py").write_text("import torch\n\nclass CBAM(torch.nn.Module):\n    pass\n")
+    if present == "__init__.py":
+        (backbone / "__init__.py").write_text("from .cbam import CBAM\nself_attention = CBAM\n")
+    elif present is not None:
+        (backbone / present).write_text("")
+    script = tmp_path / "eval_megaface.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        from backbone import cbam, self_attention
+
+        if __name__ == "__main__":
+            loader = DataLoader(dataset, batch_size=32, num_workers=4)
+            net = cbam.CBAM().cuda()
+            for img in loader:
+                net(img.cuda())
+    """))
+    forget_projects()
+    (found,) = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV101"]
+    if present is None:
+        assert found.fix_applicability is None and "imports `backbone.self_attention`" in found.message
+    else:
+        assert found.fix_applicability is not None, found.message
+
+
+def test_a_folder_named_like_a_library_deep_in_a_package_is_not_what_it_imports(tmp_path):
+    # voxelmorph/torch/layers.py imports torch.nn: the folder voxelmorph/torch/ is not the torch
+    # Python finds there.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "voxelmorph"
+    (package / "torch").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "torch" / "__init__.py").write_text("from . import layers\n")
+    layers = package / "torch" / "layers.py"
+    layers.write_text("import torch\nimport torch.nn as nn\n\ndef grid(n):\n    return torch.arange(n).cuda()\n")
+    (tmp_path / "train.py").write_text(
+        "from voxelmorph.torch.layers import grid\nif __name__ == '__main__':\n    for step in range(10):\n        grid(4)\n"
+    )
+    forget_projects()
+    (found,) = [d for d in lint(layers.read_text(), gpu="A100", path=str(layers)) if d.code == "ADV704"]
+    assert found.fix_applicability is not None, found.message
+
+
 def test_branches_nothing_turns_on_in_a_class_or_module_get_advice(tmp_path):
     # GeoSeg's DCSwin builds SwinTransformer() without use_checkpoint, whose default False each
     # BasicLayer takes; HiVG's HF-style self.gradient_checkpointing, which nothing enables;
