@@ -396,8 +396,55 @@ class DataLoaderPinMemory(Rule):
             """,
             note="Lightning test loader that only `trainer.test` would use, and the file never calls it",
         ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            device = torch.device("cuda")
+            dataset = datasets.ImageFolder(root, transform=transforms.Resize((512, 512)))
+            loader = DataLoader(dataset, batch_size=16, num_workers=8, collate_fn=collate_pil)
+            for images, paths in loader:
+                detect_faces(images, paths, device)
+            """,
+            note="an `ImageFolder` whose transform makes no tensor: its items are PIL images, nothing to pin (facenet-pytorch)",
+        ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            device = torch.device("cuda")
+            dataset = datasets.ImageFolder(root)
+            loader = DataLoader(dataset, batch_size=16, num_workers=8, collate_fn=collate_pil)
+            for images, paths in loader:
+                crop_faces(images, paths, device)
+            dataset = datasets.ImageFolder(root + "_cropped", transform=transforms.ToTensor())
+            loader = DataLoader(dataset, batch_size=16, num_workers=8)
+            for x, y in loader:
+                embed(x.to(device))
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            device = torch.device("cuda")
+            dataset = datasets.ImageFolder(root)
+            loader = DataLoader(dataset, batch_size=16, num_workers=8, collate_fn=collate_pil)
+            for images, paths in loader:
+                crop_faces(images, paths, device)
+            dataset = datasets.ImageFolder(root + "_cropped", transform=transforms.ToTensor())
+            loader = DataLoader(dataset, batch_size=16, num_workers=8, pin_memory=True)
+            for x, y in loader:
+                embed(x.to(device))
+            """,
+            note="a script that rebinds its data set: the first gives PIL images, the second tensors (facenet-pytorch's notebooks)",
+        ),
         Invalid(
             """
             import torch

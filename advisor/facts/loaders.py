@@ -141,6 +141,20 @@ def _commented_in(ctx: "FileContext", call: cst.Call, pattern: re.Pattern[str]) 
     return any(first <= ctx.position(comment)[0] <= last for comment in comments)
 
 
+# torchvision's data sets of image files, whose items are PIL images unless a transform makes tensors.
+_IMAGE_FOLDERS = frozenset({
+    "torchvision.datasets.ImageFolder", "torchvision.datasets.DatasetFolder",
+    "torchvision.datasets.folder.ImageFolder", "torchvision.datasets.folder.DatasetFolder",
+})
+# Transforms that take a PIL image and give one back.
+_PIL_TRANSFORMS = frozenset(
+    f"torchvision.transforms.{name}" for name in (
+        "Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
+        "ColorJitter", "Grayscale", "RandomGrayscale", "RandomRotation", "Pad", "FiveCrop", "TenCrop",
+    )
+)
+
+
 class LoaderFacts:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -678,6 +692,8 @@ class LoaderFacts:
             return False  # the data set's tensors may be made on the GPU: pinning one raises
         if self.text_dataset(call) or self.in_memory(call) or self.collates_into_lists(call) or self.collates_unpinnable(call):
             return False
+        if self.yields_images_untransformed(call):
+            return False  # PIL images: no tensor to pin
         if self.items_read_no_data(call) or self._python_sequence_dataset(call):
             return False  # a Python list: items held in memory (cached latents), or not tensors at all
         if self.only_counted(call) or self.batches_stay_on_host(call) or self.never_read(call) or self.reads_one_batch(call):
@@ -1077,8 +1093,29 @@ class LoaderFacts:
         if dataset is None or dataset is MISSING:
             return None
         if isinstance(dataset, cst.Name):
-            return self.ctx.single_assignment(dataset)
+            return self.ctx.single_assignment(dataset) or self._straight_line_value(dataset)
         return dataset
+
+    def _straight_line_value(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The value of ``name`` where a script or notebook binds it several times, each by a
+        statement of the module's own body as the use is: the last one bound before the use
+        (facenet-pytorch's ``finetune.ipynb`` rebinds ``dataset`` for its second loader)."""
+        ctx = self.ctx
+        statement = self._module_statement(name)
+        bindings = ctx.lookup(name.value, name)
+        if statement is None or not bindings or any(self._module_statement(b.node) is None for b in bindings):
+            return None
+        before = [b for b in bindings if ctx.order[b.node] < ctx.order[statement]]
+        return max(before, key=lambda b: ctx.order[b.node]).value if before else None
+
+    def _module_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement of the module's body that holds ``node`` directly (not under a block)."""
+        ctx = self.ctx
+        for ancestor in ctx.ancestors(node):
+            parent = ctx.parent.get(ancestor)
+            if parent is ctx.module:
+                return ancestor if isinstance(ancestor, cst.SimpleStatementLine) else None
+        return None
 
     def index_dataset(self, call: cst.Call) -> bool:
         """A loader over ``range(n)`` (or ``list(range(n))``): its batches are integer indices,
@@ -1090,6 +1127,31 @@ class LoaderFacts:
         if builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
             dataset = dataset.args[0].value  # type: ignore[attr-defined]
         return builtin_call(ctx, dataset, "range")
+
+    def yields_images_untransformed(self, call: cst.Call) -> bool:
+        """A loader over a torchvision ``ImageFolder`` (``DatasetFolder``) whose ``transform`` makes
+        no tensor: none, or transforms of PIL images only (``transforms.Resize((512, 512))``,
+        a ``Compose`` without ``ToTensor``). Its items are PIL images, which its ``collate_fn``
+        hands on as they are (facenet-pytorch's examples feed them to MTCNN): pinning has no
+        tensor to pin."""
+        ctx = self.ctx
+        dataset = self._dataset_expression(call)
+        if not isinstance(dataset, cst.Call) or ctx.qualname(dataset.func) not in _IMAGE_FOLDERS:
+            return False
+        transform = ctx.argument(dataset, "transform", 1)
+        if transform is MISSING or (isinstance(transform, cst.Name) and transform.value == "None"):
+            return True
+        if not isinstance(transform, cst.Call):
+            return False
+        steps = [transform]
+        if (ctx.qualname(transform.func) or "").endswith(".Compose"):
+            listed = transform.args[0].value if transform.args else None
+            if not isinstance(listed, (cst.List, cst.Tuple)):
+                return False
+            steps = [element.value for element in listed.elements]
+        return all(
+            isinstance(step, cst.Call) and (ctx.qualname(step.func) or "") in _PIL_TRANSFORMS for step in steps
+        )
 
     def text_dataset(self, call: cst.Call) -> bool:
         """A loader over a Python list of strings (prompts): its batches are lists of str, which
