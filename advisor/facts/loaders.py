@@ -1131,10 +1131,13 @@ class LoaderFacts:
     def yields_images_untransformed(self, call: cst.Call) -> bool:
         """A loader over a torchvision ``ImageFolder`` (``DatasetFolder``) whose ``transform`` makes
         no tensor: none, or transforms of PIL images only (``transforms.Resize((512, 512))``,
-        a ``Compose`` without ``ToTensor``). Its items are PIL images, which its ``collate_fn``
-        hands on as they are (facenet-pytorch's examples feed them to MTCNN): pinning has no
-        tensor to pin."""
+        a ``Compose`` without ``ToTensor``), batched by a ``collate_fn`` of its own (the default
+        one raises on PIL images). Its items are PIL images, which that ``collate_fn`` hands on
+        as they are (facenet-pytorch's examples feed them to MTCNN): pinning has no tensor to pin."""
         ctx = self.ctx
+        collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if collate is None or collate is MISSING:
+            return False  # the default collate_fn raises on PIL images: something else makes tensors
         dataset = self._dataset_expression(call)
         if not isinstance(dataset, cst.Call) or ctx.qualname(dataset.func) not in _IMAGE_FOLDERS:
             return False
