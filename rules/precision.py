@@ -27,6 +27,7 @@ from advisor.edits import combine_edits, lines_removed_with, nested_block, remov
 from advisor.loops import TrainingLoop
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
+from advisor.facts.environment import runs_only_below
 from advisor.facts.distributed import deepspeed_precision
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
 from advisor.facts.models import KNOWN_LIBRARIES, trained_models
@@ -1479,6 +1480,10 @@ class DeprecatedAmpApi(Rule):
           or a name imported from `torch.amp` in a `try` and from `torch.cuda.amp` only in its
           `except`.
 
+        (advice, no fix) the project pins or caps torch below 2.4 (`torch==1.12.1`, a CUDA
+        build, a container or a Python whose newest torch is older), where the old API is
+        current and emits no warning: the rename gains nothing until the upgrade.
+
         `torch.amp.GradScaler` needs PyTorch 2.3 or newer, `torch.autocast` 1.10.
         Positional arguments are passed on by name (`torch.cuda.amp.autocast(True)` becomes
         `torch.autocast("cuda", enabled=True)`); an autocast called with `*args` is
@@ -1656,7 +1661,16 @@ class DeprecatedAmpApi(Rule):
             else:
                 message = "`torch.cuda.amp.GradScaler(...)` is deprecated: use `torch.amp.GradScaler(\"cuda\", ...)`"
                 fix = self._scaler_fix(ctx, call)
-            yield self.report(call, _message(message), fix)
+            finding = self.report(call, _message(message), fix)
+            older = runs_only_below(ctx, "2.4") if fix is not None else None
+            if older is not None:
+                # Medical-SAM-Adapter's torch==1.12.1: no warning there, and the new names are
+                # the same classes; the rename waits for the upgrade that deprecates the old ones.
+                finding.as_advice(
+                    f"the deprecation comes with torch 2.4 and {older}, where the old API is current, "
+                    f"so the rename is left as advice"
+                )
+            yield finding
 
     @staticmethod
     def _compatibility_fallback(ctx: FileContext, call: cst.Call) -> bool:

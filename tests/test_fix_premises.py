@@ -165,6 +165,24 @@ def test_deprecated_amp_api_is_kept_where_the_project_allows_an_old_torch(tmp_pa
     assert finding.fix_applicability is None and "needs torch >= 2.3" in finding.message
 
 
+@pytest.mark.parametrize(
+    "requirement, renamed",
+    [("torch==1.12.1", False), ("torch>=1.10,<2.0", False), ("torch~=2.1.0", False), ("torch~=2.1", True), ("torch>=1.10", True), ("torch==2.4.0", True), (None, True)],
+)
+def test_the_amp_rename_waits_for_the_torch_that_deprecates_the_old_api(tmp_path, requirement, renamed):
+    # Medical-SAM-Adapter and Dinomaly pin torch 1.12: torch.cuda.amp.autocast is current there
+    # (deprecated from 2.4), so renaming it gains nothing until they upgrade.
+    source = "import torch\nmodel = Net().cuda()\nwith torch.cuda.amp.autocast():\n    loss = model(x)\n"
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    if requirement is not None:
+        (tmp_path / "requirements.txt").write_text(requirement + "\n")
+    finding = only(source, "ADV204", script)
+    assert (finding.fix_applicability is not None) == renamed, finding.message
+    if not renamed:
+        assert "the deprecation comes with torch 2.4" in finding.message
+
+
 def test_code_written_for_xla_or_neuron_gets_no_cuda_fixes():
     neuron = """
         import torch

@@ -1174,6 +1174,55 @@ def declares_at_least(ctx: "FileContext", package: str, version: str) -> bool:
     return bool(spec and spec.strip()) and admits_below(spec, version) is False
 
 
+def admits_from(spec: str | None, version: str) -> bool | None:
+    """Whether a project declaring ``spec`` may run ``version`` or a newer one: None when
+    nothing is declared; False under a pin or a ceiling below it (``torch==1.12.1``,
+    ``torch<2``, ``~=1.13``)."""
+    if spec is None:
+        return None
+    wanted = _version(version)
+    for operator, text in _CLAUSE.findall(spec):
+        value = _version(text.replace("*", "0"))
+        if operator == "==" and "*" not in text and value < wanted:
+            return False
+        if operator == "<" and value <= wanted or operator == "<=" and value < wanted:
+            return False
+        if operator == "~=" and len(value) >= 2:
+            ceiling = (value[0] + 1,) if len(value) == 2 else (value[0], value[1] + 1)
+            if ceiling <= wanted:
+                return False
+    return True
+
+
+def runs_only_below(ctx: "FileContext", version: str) -> str | None:
+    """Why the project runs a torch older than ``version`` and never ``version`` itself, or
+    None: its requirement pins or caps torch below it (``torch==1.12.1``), or what caps the
+    torch it can install does (a CUDA build, an NVIDIA container, a Python, a companion
+    package, an old Lightning, a notebook's recorded run). A floor alone (``torch>=1.8``)
+    admits a current release, and does not count."""
+    if getattr(ctx.target, "torch_version", None):
+        floor = ctx.target.torch_version
+        return f"[tool.advisor] torch-version is {floor}" if _version(floor) < _version(version) else None
+    spec = declared(ctx, "torch")
+    if spec and spec.strip() and admits_from(spec, version) is False:
+        return f"the project's requirements hold torch{spec.strip()}"
+    if spec and spec.strip():
+        return None  # the requirement admits it: what it installs speaks before any guess
+    caps = [
+        (_cuda_cap(ctx), "the project installs torch for CUDA {}, whose newest torch is {}"),
+        (_ngc_cap(ctx), "the project builds on NVIDIA's PyTorch container {}, which has torch {}"),
+        (_python_cap(ctx), "the project's environment pins Python {}, whose newest torch is {}"),
+        (_lightning_cap(ctx), "the project pins pytorch-lightning {}, which runs torch {} or older"),
+    ]
+    for cap, reason in caps:
+        if cap is not None and _version(cap[1]) < _version(version):
+            return reason.format(*cap)
+    ran = notebook_torch(ctx)
+    if ran is not None and _version(ran[0]) < _version(version):
+        return ran[1]
+    return None
+
+
 def admits_below(spec: str | None, version: str) -> bool | None:
     """Whether a project declaring ``spec`` may run a version older than ``version``: None
     when nothing is declared; a bare name (``torch``) installs the current release: False."""
