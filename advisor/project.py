@@ -411,12 +411,16 @@ class Project:
                     break
         return found
 
-    def texts_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
-        """The project's Python files and YAML configs whose text has ``pattern`` (once per process)."""
+    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
+        """The project's Python files and YAML configs whose text has ``pattern`` (once per
+        process). ``hint`` is a literal every match contains: files without it are passed over
+        without running the pattern (a pattern that must check each line's start for a ``#``
+        walks every line of a project; a literal is found at memory speed)."""
         found = self._text_matches.get(pattern)
         if found is None:
+            texts = ((path, self._peek(path)) for path in (*self.files, *self._walk[2]))
             found = self._text_matches[pattern] = [
-                path for path in (*self.files, *self._walk[2]) if pattern.search(self._peek(path))
+                path for path, text in texts if (hint is None or hint in text) and pattern.search(text)
             ]
         return found
 
@@ -1563,15 +1567,16 @@ class ProjectView:
                     return True
         return False
 
-    def runs_with_match(self, pattern: "re.Pattern[bytes]") -> bool:
+    def runs_with_match(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> bool:
         """Whether a project file with ``pattern`` in its text runs in the same program as this
         one: this file, or a file that shares an importer with it, directly or through others
         (esvit's ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports
-        ``torch._six``, and the layers in ``layers/``)."""
+        ``torch._six``, and the layers in ``layers/``). ``hint``: a literal every match
+        contains (:meth:`Project.texts_matching`)."""
         if not self.member:
             return False
         project = self.project
-        matched = self.texts_matching(pattern)
+        matched = self.texts_matching(pattern, hint)
         if not matched:
             return False
         self.asked_importers = True
@@ -1650,11 +1655,11 @@ class ProjectView:
         self.asked_mentions[asked_key(name, kind)] = found
         return found
 
-    def texts_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
+    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
         """The project's Python files whose text has ``pattern`` (:meth:`Project.texts_matching`);
         the answer may change with any file of the project."""
         self.asked_texts = True
-        return self.project.texts_matching(pattern)
+        return self.project.texts_matching(pattern, hint)
 
     @property
     def builds_by_name(self) -> bool:

@@ -30,6 +30,7 @@ _STEP_BATCH_NAME = re.compile(r"^(micro_?)?batch_size$|^(per_device_)?train_batc
 # ``labels = torch.arange(logits.size(0))``: the targets of an in-batch contrastive loss
 # (CLIP, SimCLR, InfoNCE), where every other sample of the micro-batch is a negative.
 _IN_BATCH_TARGETS = re.compile(r"^[^#\n]*\b(?:labels?|targets?)\s*=\s*torch\.arange\(", re.M)
+_IN_BATCH_TARGETS_TEXT = re.compile(_IN_BATCH_TARGETS.pattern.encode(), re.M)
 
 
 def _compares_within_batch(ctx: FileContext) -> bool:
@@ -37,7 +38,7 @@ def _compares_within_batch(ctx: FileContext) -> bool:
     if _IN_BATCH_TARGETS.search(ctx.source):
         return True
     project = ctx.project
-    return project is not None and project.runs_with_match(re.compile(_IN_BATCH_TARGETS.pattern.encode(), re.M))
+    return project is not None and project.runs_with_match(_IN_BATCH_TARGETS_TEXT, b"torch.arange(")
 
 
 @dataclass(frozen=True)

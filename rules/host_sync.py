@@ -1917,6 +1917,25 @@ def _differentiating_forward(ctx: FileContext) -> bool:
     return False
 
 
+def _method_of_constructed(ctx: FileContext, call: cst.Call) -> tuple[FileContext, cst.FunctionDef] | None:
+    """The method ``call`` runs on an object the function built from a project class:
+    ``adversary.generate(...)`` after ``adversary = PGD(self.model)``, with ``PGD`` a class of
+    a project module that defines ``generate``."""
+    func = call.func
+    if ctx.project is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return None
+    built = ctx.single_assignment(func.value)
+    if not isinstance(built, cst.Call) or not isinstance(built.func, (cst.Name, cst.Attribute)):
+        return None
+    found = ctx.project.binding(built.func)
+    if found is None or not isinstance(found[1].node, cst.ClassDef):
+        return None
+    method = next(
+        (s for s in found[1].node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value), None
+    )
+    return (found[0], method) if method is not None else None
+
+
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
     """``root`` calls a function that takes gradients (``torch.autograd.grad``, ``.backward()``),
     directly or through one more such function: of the file, or of a project module it imports
@@ -1930,6 +1949,11 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
             if found is not None and isinstance(found[1].node, cst.FunctionDef):
                 if _takes_gradients(found[0], found[1].node, depth):
                     return True
+            elif found is None and (typed := _method_of_constructed(ctx, call)) is not None:
+                # DeepRobust's ``adversary = PGD(self.model)``, then ``adversary.generate(...)``,
+                # whose ``pgd_attack`` calls ``loss.backward()``.
+                if _takes_gradients(*typed, depth):
+                    return True
             elif found is None and isinstance(call.func, cst.Attribute) and call.func.attr.value not in _GENERIC_METHODS:
                 # DM-Improves-AT's ``self.eval_attack.perturb(x, y)``: an object the file cannot
                 # type, whose project classes' ``perturb`` runs PGD (``loss.backward()``).
@@ -1937,7 +1961,7 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
                     return True
     gradient_calls = ctx.calls(*_GRADIENT_CALLS)
     backwards = ctx.method_calls("backward")
-    if not gradient_calls and not backwards:
+    if not gradient_calls and not backwards and (ctx.project is None or depth >= 1):
         return False
     for call in ctx.walk(root, cst.Call):
         helper = ctx.loops.callee(call)
@@ -1946,7 +1970,7 @@ def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> b
         if ctx.within(helper, gradient_calls) or ctx.within(helper, backwards):
             return True
         if depth < 1 and _calls_gradient_helper(ctx, helper, depth + 1):
-            return True
+            return True  # a helper of the file, or what it calls in the project (DeepRobust's ``adv_data``)
     return False
 
 

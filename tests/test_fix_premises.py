@@ -1615,6 +1615,51 @@ def test_a_folder_named_like_a_library_deep_in_a_package_is_not_what_it_imports(
     assert found.fix_applicability is not None, found.message
 
 
+@pytest.mark.parametrize("backward", [True, False])
+def test_an_evaluation_that_attacks_through_an_object_it_builds_keeps_autograd(tmp_path, backward):
+    # DeepRobust's PGD training: test() calls self.adv_data, which builds `PGD(self.model)` and
+    # calls its generate(), whose pgd_attack runs loss.backward(): under no_grad it raises.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "attack").mkdir()
+    (tmp_path / "attack" / "__init__.py").write_text("")
+    step = "loss.backward()\n    return x + x.grad.sign()" if backward else "return x"
+    (tmp_path / "attack" / "pgd.py").write_text(
+        "import torch\n\nclass PGD:\n    def __init__(self, model):\n        self.model = model\n\n"
+        "    def generate(self, x, y):\n        return pgd_attack(self.model, x, y)\n\n"
+        f"def pgd_attack(model, x, y):\n    x.requires_grad_()\n    loss = model(x).sum()\n    {step}\n"
+    )
+    defense = tmp_path / "defense.py"
+    defense.write_text(textwrap.dedent("""
+        import torch
+        from attack.pgd import PGD
+
+        class PGDTraining:
+            def __init__(self, model):
+                self.model = model.cuda()
+
+            def adv_data(self, data, target):
+                adversary = PGD(self.model)
+                data_adv = adversary.generate(data, target)
+                return data_adv, self.model(data_adv)
+
+            def test(self, loader):
+                self.model.eval()
+                correct = 0
+                for data, target in loader:
+                    data, target = data.cuda(), target.cuda()
+                    output = self.model(data)
+                    data_adv, output_adv = self.adv_data(data, target)
+                    correct += (output_adv.argmax(1) == target).sum()
+                return correct
+
+        if __name__ == "__main__":
+            PGDTraining(Net()).test(loader)
+    """))
+    forget_projects()
+    found = [d for d in lint(defense.read_text(), gpu="A100", path=str(defense)) if d.code == "ADV705"]
+    assert bool(found) is not backward
+
+
 def test_branches_nothing_turns_on_in_a_class_or_module_get_advice(tmp_path):
     # GeoSeg's DCSwin builds SwinTransformer() without use_checkpoint, whose default False each
     # BasicLayer takes; HiVG's HF-style self.gradient_checkpointing, which nothing enables;

@@ -818,7 +818,7 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
         if legacy is not None and _version(version) > _version("0.3.1"):
             return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on: it runs torch 0.3"
         project = getattr(ctx, "project", None)
-        if _version(version) > _version("0.3.1") and project is not None and project.runs_with_match(_LOSS_INDEXED_LINE):
+        if _version(version) > _version("0.3.1") and project is not None and project.runs_with_match(_LOSS_INDEXED_LINE, b".data[0]"):
             # AttnGAN's pretrain_DAMSM.py imports miscc/losses.py, which logs ``g_loss.data[0]``.
             return "a module that runs with the file reads a loss as `loss.data[0]`, which raises from torch 0.4 on: it runs torch 0.3"
         removed = _removed_import(ctx)
@@ -1084,12 +1084,26 @@ def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str]
     ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
     project = getattr(ctx, "project", None)
     for pattern, name, newest, why, oldest, verb in _REMOVED_ENTRIES:
-        if pattern.search(ctx.source):
+        if _hint_of(name).decode() in ctx.source and pattern.search(ctx.source):
             return name, newest, why, oldest, f"the file {verb}"
     for pattern, name, newest, why, oldest, verb in _REMOVED_ENTRIES:
-        if project is not None and project.runs_with_match(re.compile(pattern.pattern.encode(), re.M)):
+        if project is not None and project.runs_with_match(_TEXT_PATTERNS[pattern], _hint_of(name)):
             return name, newest, why, oldest, f"a module that runs with the file {verb}"
     return None
+
+
+# The byte patterns a project's texts are searched with, made once.
+_TEXT_PATTERNS = {pattern: re.compile(pattern.pattern.encode(), re.M) for pattern, *_ in _REMOVED_IMPORTS}
+
+
+def _hint_of(name: str) -> bytes:
+    """A literal every use of the removed API ``name`` spells: its package (``torchtext``,
+    ``torch_geometric``), or for torch's own the name under ``torch`` (``_six``)."""
+    parts = name.split(".")
+    return _HINTS.setdefault(name, (parts[1] if parts[0] == "torch" else parts[0]).encode())
+
+
+_HINTS: dict[str, bytes] = {}
 
 
 # pytorch-retinanet's ``assert torch.__version__.split('.')[0] == '1'``: the script refuses any other major.
