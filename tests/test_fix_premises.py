@@ -1660,6 +1660,35 @@ def test_an_evaluation_that_attacks_through_an_object_it_builds_keeps_autograd(t
     assert bool(found) is not backward
 
 
+def test_a_module_class_through_a_local_base_from_the_package_is_built_once(tmp_path):
+    # DeepRobust: Metattack(BaseMeta), BaseMeta(BaseAttack) in mettack.py, BaseAttack(Module) in
+    # the package: Metattack.__init__ runs once, and its velocity buffers are one copy each.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "attacks"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .base import BaseAttack\n")
+    (package / "base.py").write_text("from torch.nn import Module\n\nclass BaseAttack(Module):\n    pass\n")
+    module = package / "meta.py"
+    module.write_text(textwrap.dedent("""
+        import torch
+        from attacks import BaseAttack
+
+        class BaseMeta(BaseAttack):
+            pass
+
+        class Metattack(BaseMeta):
+            def __init__(self, n, device):
+                super().__init__()
+                self.velocity = torch.zeros(n, n).to(device)
+    """))
+    (tmp_path / "run.py").write_text(
+        "import torch\nfrom attacks.meta import Metattack\nif __name__ == '__main__':\n    attack = Metattack(8, 'cuda')\n"
+    )
+    forget_projects()
+    (found,) = [d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"]
+    assert found.fix_applicability is None and "it runs once" in found.message, found.message
+
+
 def test_branches_nothing_turns_on_in_a_class_or_module_get_advice(tmp_path):
     # GeoSeg's DCSwin builds SwinTransformer() without use_checkpoint, whose default False each
     # BasicLayer takes; HiVG's HF-style self.gradient_checkpointing, which nothing enables;

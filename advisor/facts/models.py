@@ -1180,12 +1180,24 @@ def local_module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
     return modules
 
 
-def is_module_class(ctx: FileContext, cls: cst.ClassDef) -> bool:
+def is_module_class(ctx: FileContext, cls: cst.ClassDef, depth: int = 0) -> bool:
     """Whether ``cls`` is an ``nn.Module`` subclass: through this file's classes, or through a base
-    class of another module of the project (RecBole's ``class DCN(ContextRecommender)``)."""
+    class of another module of the project (RecBole's ``class DCN(ContextRecommender)``), also
+    by way of a class of this file whose base is one (DeepRobust's ``Metattack(BaseMeta)``,
+    ``BaseMeta(BaseAttack)``, ``BaseAttack(Module)`` in the package)."""
     if cls.name.value in local_module_classes(ctx):
         return True
-    return any(project_class(ctx, base.value) is not None for base in cls.bases)
+    if any(project_class(ctx, base.value) is not None for base in cls.bases):
+        return True
+    if depth >= 3:
+        return False
+    for base in cls.bases:
+        if isinstance(base.value, cst.Name):
+            local = [b.node for b in ctx.lookup(base.value.value, cls)]
+            if len(local) == 1 and isinstance(local[0], cst.ClassDef) and local[0] is not cls:
+                if is_module_class(ctx, local[0], depth + 1):
+                    return True
+    return False
 
 
 def model_build_kind(ctx: FileContext, call: cst.Call) -> str | None:
