@@ -1626,8 +1626,15 @@ class BlockingHostToDeviceCopy(Rule):
                 fix = self.fix(
                     "Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")), requires=requires
                 )
-                if unpinned not in ("pinned", "pinned by ADV101"):
+                if unpinned == "no workers":
                     # From pageable memory a non-blocking copy still blocks: the edit waits for the pinning.
+                    fix = None
+                    message = (
+                        f"Batch copied to the GPU with a blocking {copy} from a DataLoader without worker processes "
+                        f"that does not pin its memory: give it workers (ADV102), then pin it (ADV101) and pass "
+                        f"`non_blocking=True`, so the copy overlaps host work; advice until then (guide: {GUIDE})"
+                    )
+                elif unpinned not in ("pinned", "pinned by ADV101"):
                     fix = None
                     message = (
                         f"Batch copied to the GPU with a blocking {copy} from a DataLoader that does not pin its "
@@ -1694,8 +1701,9 @@ class BlockingHostToDeviceCopy(Rule):
     def _unpinned(ctx: FileContext, source: cst.BaseExpression) -> str | None:
         """How the loaders behind ``source`` hold their batches: ``"pinned"`` when every one pins
         them; ``"pinned by ADV101"`` when none sets ``pin_memory`` and ADV101 pins them (in this
-        file or the one that builds it); why not, when ADV101 leaves the pinning as advice (token
-        batches without workers that nothing shows to be large, ``pin_memory`` commented out:
+        file or the one that builds it); ``"no workers"`` when ADV101 leaves them as advice for
+        want of workers (batches without workers that nothing shows to be large); why not, when
+        it leaves them so for another reason (``pin_memory`` commented out:
         :meth:`~advisor.facts.loaders.LoaderFacts.pinning_withheld`); None otherwise (a choice made, batches
         already on the GPU, a framework placing them)."""
         facts = ctx.facts.loaders
@@ -1711,7 +1719,12 @@ class BlockingHostToDeviceCopy(Rule):
             # ADV101 pins it: the copies go with it, in the same run; or, without workers on batches
             # not known to be large, both wait for the workers.
             withheld = next((reason for owner, c in loaders if (reason := owner.pinning_withheld(c))), None)
-            state = "pinned by ADV101" if withheld is None else withheld
+            if withheld is None:
+                state = "pinned by ADV101"
+            elif not all(owner.pinning_pays(c) for owner, c in loaders):
+                state = "no workers"  # the usual reason, said the usual way
+            else:
+                state = withheld
         else:
             return None
         if any(owner.dataset_on_gpu(c) for owner, c in loaders):
