@@ -376,6 +376,9 @@ class Project:
         self._import_lists: dict[str, list[_Import]] = {}
         self._text_matches: dict["re.Pattern[bytes]", list[str]] = {}
         self._values_written: dict[str, int] = {}
+        self._used_counts: dict[bytes, int] = {}
+        self._definition_counts: dict[bytes, int] = {}
+        self._identifier_counts: dict[bytes, int] = {}
         self._named: dict[Callable[[str], object], list[str]] = {}
         self.importer_depth = 0
 
@@ -781,12 +784,12 @@ class Project:
             # A library (no entry point): its re-exports are its interface, and count.
             if first is not None and first in self._file_set and _count_of(key, self._peek(first)) > 1:
                 return True
-            uses = self._identifiers.get(key, 0) - self._definitions.get(key, 0)
+            uses = self._identifier_count(key) - self._definition_count(key)
             return uses - self._non_uses_beside(key, first, kind) > 0
         # With entry points, a name that only imports, ``__all__`` or comments repeat is not
         # called (IDvs.MoRec's ``eval_model_special``, re-exported by its package and run by nothing).
         if first is None or first not in self._file_set:
-            uses = self._used_identifiers.get(key, 0) - self._definitions.get(key, 0)
+            uses = self._used_count(key) - self._definition_count(key)
             return uses - self._non_uses_beside(key, first, kind) > 0
         own = self._used_identifiers_of(first).get(key, 0)
         if kind == MODULE_LEVEL:
@@ -806,9 +809,9 @@ class Project:
                 self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - self._non_uses(p, key, kind)
                 for p in self._importer_closure(path)
             )
-        used = self._used_identifiers.get(key, 0) - self._used_identifiers_of(path).get(key, 0)
+        used = self._used_count(key) - self._used_identifiers_of(path).get(key, 0)
         used -= self._non_uses_beside(key, path, kind)
-        return used - (self._definitions.get(key, 0) - self._definitions_of(path).get(key, 0))
+        return used - (self._definition_count(key) - self._definitions_of(path).get(key, 0))
 
     def _non_uses(self, path: str, key: bytes, kind: str) -> int:
         """How many of the file's mentions of ``key`` cannot use a name of this ``kind``: for a
@@ -830,7 +833,9 @@ class Project:
         return sum(self._non_uses(p, key, kind) for p in self._files_naming(key) if p != path)
 
     def _files_naming(self, key: bytes) -> list[str]:
-        return [p for p in (*self.files, *self._walk[1]) if self._used_identifiers_of(p).get(key, 0)]
+        """The files and notebooks that name ``key`` where they may use it (read only where
+        their text holds it at all)."""
+        return [p for p in (*self.files, *self._walk[1]) if key in self._peek(p) and self._used_identifiers_of(p).get(key, 0)]
 
     def _definitions_of(self, path: str) -> "collections.Counter[bytes]":
         found = self._file_definitions.get(path)
@@ -858,12 +863,15 @@ class Project:
             )
         return found
 
-    @cached_property
-    def _definitions(self) -> "collections.Counter[bytes]":
-        counts: collections.Counter[bytes] = collections.Counter()
-        for path in (*self.files, *self._walk[1]):
-            counts.update(self._definitions_of(path))
-        return counts
+    def _definition_count(self, key: bytes) -> int:
+        """How many ``def`` / ``class`` statements of the project's files and notebooks define
+        ``key`` (read only where their text holds it, as :meth:`_used_count`)."""
+        found = self._definition_counts.get(key)
+        if found is None:
+            found = self._definition_counts[key] = sum(
+                self._definitions_of(path).get(key, 0) for path in (*self.files, *self._walk[1]) if key in self._peek(path)
+            )
+        return found
 
     def _importer_closure(self, path: str) -> list[str]:
         """Every project file and notebook that imports ``path``, directly or through others."""
@@ -894,22 +902,33 @@ class Project:
         ``__all__`` list or a commented-out line)."""
         return _count_of(name.encode(), _without_non_uses(code.encode()))
 
-    @cached_property
-    def _identifiers(self) -> "collections.Counter[bytes]":
-        return self._count_identifiers(self._peek)
+    def _identifier_count(self, key: bytes) -> int:
+        """How often the project's files, notebooks and entry declarations name ``key`` at all
+        (imports and comments included: a library's re-exports are its interface)."""
+        found = self._identifier_counts.get(key)
+        if found is None:
+            found = self._identifier_counts[key] = self._declared_identifiers.get(key, 0) + sum(
+                _count_of(key, text) for path in (*self.files, *self._walk[1]) if key in (text := self._peek(path))
+            )
+        return found
 
     @cached_property
-    def _used_identifiers(self) -> "collections.Counter[bytes]":
-        return self._count_identifiers(lambda path: self._used_text(path))
+    def _declared_identifiers(self) -> "collections.Counter[bytes]":
+        return collections.Counter(_IDENTIFIER.findall(self._entry_declarations))
 
-    def _count_identifiers(self, text_of: Callable[[str], bytes]) -> "collections.Counter[bytes]":
-        """The identifiers of every Python file and notebook (their text as ``text_of`` gives
-        it) and of the entry declarations."""
-        counts: collections.Counter[bytes] = collections.Counter()
-        for path in (*self.files, *self._walk[1]):
-            counts.update(_IDENTIFIER.findall(text_of(path)))
-        counts.update(_IDENTIFIER.findall(self._entry_declarations))
-        return counts
+    def _used_count(self, key: bytes) -> int:
+        """How often the project's files and notebooks, and its entry declarations, name the
+        identifier ``key`` where they may use it. Counted per name asked, in the files whose
+        text holds it: making every file's used text to count every identifier once cost a
+        second of a 400-file project's run, for the few names a run asks about."""
+        found = self._used_counts.get(key)
+        if found is None:
+            found = self._declared_identifiers.get(key, 0)
+            for path in (*self.files, *self._walk[1]):
+                if key in self._peek(path):
+                    found += self._used_identifiers_of(path).get(key, 0)
+            self._used_counts[key] = found
+        return found
 
     def _used_text(self, path: str) -> bytes:
         """The file's text where it may use names (:meth:`_without_non_uses`), made once."""
