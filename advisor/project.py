@@ -160,6 +160,9 @@ _SPACE = re.compile(rb"[ \t]")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
+# The largest document read for the values a project writes: a config, not a data set's JSON.
+_DOCUMENT_BYTES = 256 * 1024
+
 # Sources a build turns into extension modules of any name its setup script chooses.
 _BUILT_SOURCES = (".pyx", ".pxd", ".c", ".cpp", ".cu", ".so", ".pyd", ".thrift")
 
@@ -427,6 +430,21 @@ class Project:
             ]
         return found
 
+    @cached_property
+    def _documents(self) -> list[str]:
+        """The shell scripts, documents and JSON configs that may say how the project is run:
+        those of a config's size (a data set's JSON annotations are not read). They are not in
+        :attr:`stamp`, which a warm run reads for every file: a cached answer that a README
+        edited since would change keeps a fix as advice until the code changes."""
+        found = []
+        for path in self.files_named(_names_document):
+            try:
+                if os.stat(path).st_size <= _DOCUMENT_BYTES:
+                    found.append(path)
+            except OSError:
+                continue
+        return found
+
     def value_written(self, value: str) -> int:
         """How often the project writes the string ``value`` where code, a config, a script or
         its documentation could choose it: quoted in its Python files and notebooks (prose
@@ -439,7 +457,7 @@ class Project:
             bare = re.compile(rb"(?<![\w.-])" + word + rb"(?![\w-])")
             found = sum(len(quoted.findall(self._used_text(path))) for path in self.files)
             found += sum(len(quoted.findall(self._peek(path))) for path in self._walk[1])
-            found += sum(len(bare.findall(_read_regular(path))) for path in (*self._walk[2], *self.files_named(_names_document)))
+            found += sum(len(bare.findall(_read_regular(path))) for path in (*self._walk[2], *self._documents))
             self._values_written[value] = found
         return found
 
