@@ -10,6 +10,7 @@ the requirement files of the project's other subtrees (:func:`_pinned_elsewhere`
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import TYPE_CHECKING, Callable
@@ -153,10 +154,13 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
 _QUOTED_VERSION = re.compile(r"`v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)`")
 
 
+@functools.lru_cache(maxsize=128)
 def _document_spec(text: str, package: str, own: str | None = None) -> str | None:
     """The version of ``package`` a README or install document gives (``Install PyTorch>=1.8.0``,
     ``PyTorch 1.7.1``, ``at least 1.7``): ``>=X`` for the oldest it names, ``<X`` for a ceiling
-    ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest."""
+    ("before 0.4"), None where it names none. ``own`` (the file's own pin) joins the oldest.
+    Kept per text: every file of a folder, and every fix that depends on a version, asks the
+    same README again (nine regular expressions over it, a tenth of a small project's run)."""
     name = re.escape(package)
     mentioned = re.compile(
         rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
