@@ -382,6 +382,7 @@ class Project:
         self._used_counts: dict[bytes, int] = {}
         self._definition_counts: dict[bytes, int] = {}
         self._identifier_counts: dict[bytes, int] = {}
+        self._holding: dict[bytes, list[str]] = {}
         self._named: dict[Callable[[str], object], list[str]] = {}
         self.importer_depth = 0
 
@@ -455,8 +456,11 @@ class Project:
             word = re.escape(value.encode())
             quoted = re.compile(rb"([\"'])" + word + rb"\1")
             bare = re.compile(rb"(?<![\w.-])" + word + rb"(?![\w-])")
-            found = sum(len(quoted.findall(self._used_text(path))) for path in self.files)
-            found += sum(len(quoted.findall(self._peek(path))) for path in self._walk[1])
+            notebooks = set(self._walk[1])
+            found = sum(
+                len(quoted.findall(self._peek(path) if path in notebooks else self._used_text(path)))
+                for path in self._files_holding(value.encode())
+            )
             found += sum(len(bare.findall(_read_regular(path))) for path in (*self._walk[2], *self._documents))
             self._values_written[value] = found
         return found
@@ -603,9 +607,7 @@ class Project:
                         and not self._beside(package, name)
                     ):
                         return f"{imported.module}.{name}"
-            if len(parts) < 2:
-                continue
-            if self.module_path(imported.module, 0, path) is not None:
+            if len(parts) < 2 or package is not None:
                 continue
             for end in range(2, len(parts) + 1):
                 if self.module_path(".".join(parts[:end]), 0, path) is not None:
@@ -851,9 +853,17 @@ class Project:
         return sum(self._non_uses(p, key, kind) for p in self._files_naming(key) if p != path)
 
     def _files_naming(self, key: bytes) -> list[str]:
-        """The files and notebooks that name ``key`` where they may use it (read only where
-        their text holds it at all)."""
-        return [p for p in (*self.files, *self._walk[1]) if key in self._peek(p) and self._used_identifiers_of(p).get(key, 0)]
+        """The files and notebooks that name ``key`` where they may use it."""
+        return [p for p in self._files_holding(key) if self._used_identifiers_of(p).get(key, 0)]
+
+    def _files_holding(self, text: bytes) -> list[str]:
+        """The Python files and notebooks whose text holds ``text`` at all, found once per text:
+        the counts of a name asked about read only these (reading every file's used text to
+        count every identifier once cost a second of a 400-file project's run)."""
+        found = self._holding.get(text)
+        if found is None:
+            found = self._holding[text] = [p for p in (*self.files, *self._walk[1]) if text in self._peek(p)]
+        return found
 
     def _definitions_of(self, path: str) -> "collections.Counter[bytes]":
         found = self._file_definitions.get(path)
@@ -883,12 +893,10 @@ class Project:
 
     def _definition_count(self, key: bytes) -> int:
         """How many ``def`` / ``class`` statements of the project's files and notebooks define
-        ``key`` (read only where their text holds it, as :meth:`_used_count`)."""
+        ``key``."""
         found = self._definition_counts.get(key)
         if found is None:
-            found = self._definition_counts[key] = sum(
-                self._definitions_of(path).get(key, 0) for path in (*self.files, *self._walk[1]) if key in self._peek(path)
-            )
+            found = self._definition_counts[key] = sum(self._definitions_of(path).get(key, 0) for path in self._files_holding(key))
         return found
 
     def _importer_closure(self, path: str) -> list[str]:
@@ -926,7 +934,7 @@ class Project:
         found = self._identifier_counts.get(key)
         if found is None:
             found = self._identifier_counts[key] = self._declared_identifiers.get(key, 0) + sum(
-                _count_of(key, text) for path in (*self.files, *self._walk[1]) if key in (text := self._peek(path))
+                _count_of(key, self._peek(path)) for path in self._files_holding(key)
             )
         return found
 
@@ -936,16 +944,12 @@ class Project:
 
     def _used_count(self, key: bytes) -> int:
         """How often the project's files and notebooks, and its entry declarations, name the
-        identifier ``key`` where they may use it. Counted per name asked, in the files whose
-        text holds it: making every file's used text to count every identifier once cost a
-        second of a 400-file project's run, for the few names a run asks about."""
+        identifier ``key`` where they may use it."""
         found = self._used_counts.get(key)
         if found is None:
-            found = self._declared_identifiers.get(key, 0)
-            for path in (*self.files, *self._walk[1]):
-                if key in self._peek(path):
-                    found += self._used_identifiers_of(path).get(key, 0)
-            self._used_counts[key] = found
+            found = self._used_counts[key] = self._declared_identifiers.get(key, 0) + sum(
+                self._used_identifiers_of(path).get(key, 0) for path in self._files_holding(key)
+            )
         return found
 
     def _used_text(self, path: str) -> bytes:

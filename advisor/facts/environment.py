@@ -1104,10 +1104,7 @@ def _hint_of(name: str) -> bytes:
     """A literal every use of the removed API ``name`` spells: its package (``torchtext``,
     ``torch_geometric``), or for torch's own the name under ``torch`` (``_six``)."""
     parts = name.split(".")
-    return _HINTS.setdefault(name, (parts[1] if parts[0] == "torch" else parts[0]).encode())
-
-
-_HINTS: dict[str, bytes] = {}
+    return (parts[1] if parts[0] == "torch" else parts[0]).encode()
 
 
 # pytorch-retinanet's ``assert torch.__version__.split('.')[0] == '1'``: the script refuses any other major.
