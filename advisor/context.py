@@ -280,6 +280,7 @@ class FileContext:
         self._order_key_cache: dict[type, list[int]] = {}
         self._qualnames: dict[cst.CSTNode, str | None] = {}
         self._memo: dict[object, object] = {}
+        self._check_memo: dict[object, object] = {}
         # The project the file belongs to (its sibling modules), when the engine knows it.
         self.project: "ProjectView | None" = None
         # Imports bind names before the calls that use them may be visited (imports
@@ -294,8 +295,24 @@ class FileContext:
         context, and a context that must wait for the cycle collector to be freed is walked by
         every full collection until then. Whoever still holds the context gets them recomputed."""
         self._memo.clear()
+        self._check_memo.clear()
         for name in _DERIVED:
             self.__dict__.pop(name, None)
+
+    def memo_for_this_check(self, key: object, compute: "Callable[[], T]") -> "T":
+        """Like :meth:`memo`, for an answer that depends on files beyond the project's Python
+        code (its requirements, READMEs, CI configuration): kept until the engine checks this
+        context again (:meth:`begin_check`), since a context kept for its siblings outlives a
+        change to those files."""
+        try:
+            return self._check_memo[key]  # type: ignore[return-value]
+        except KeyError:
+            value = self._check_memo[key] = compute()
+            return value
+
+    def begin_check(self) -> None:
+        """A new check of this context starts: forget the answers of :meth:`memo_for_this_check`."""
+        self._check_memo.clear()
 
     def memo(self, key: object, compute: "Callable[[], T]") -> "T":
         """A fact about this file that rules share, computed once. It lives and dies with the

@@ -875,6 +875,7 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
     errors: list[FileError] = []
     instances = rule_instances()
     lines: list[str] | None = None
+    ctx.begin_check()
     off = file_suppressions(ctx)
     if off is not None:
         codes = [] if "ALL" in off else [c for c in codes if c not in off]

@@ -28,6 +28,7 @@ import stat as stat_module
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+import functools
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -197,6 +198,13 @@ def _without_non_uses(text: bytes, keep_imports: bool = False, strings: bool = T
 
     text = _NAMES_WITHOUT_USE.sub(strip, text)
     return _STRING_OR_COMMENT.sub(_prose_removed, text) if strings else text
+
+
+@functools.lru_cache(maxsize=16)
+def _used_code(code: str) -> bytes:
+    """:func:`_without_non_uses` of a file's source, kept: each finding whose code only unused
+    functions reach asks it of the same source again."""
+    return _without_non_uses(code.encode())
 
 
 def _count_of(key: bytes, text: bytes) -> int:
@@ -384,6 +392,8 @@ class Project:
         self._identifier_counts: dict[bytes, int] = {}
         self._holding: dict[bytes, list[str]] = {}
         self._named: dict[Callable[[str], object], list[str]] = {}
+        self._dynamic_importers: dict[str, bool] = {}
+        self._failing_imports: dict[str, str | None] = {}
         self.importer_depth = 0
 
     @cached_property
@@ -592,6 +602,11 @@ class Project:
         module, compiled or not): the file raises ``ImportError`` before anything in it runs.
         Imports under ``try`` or a function are not read, nor those of a package the project
         does not hold, nor names of a package whose ``__init__.py`` imports with ``*``."""
+        if path not in self._failing_imports:  # asked once per fix of the file
+            self._failing_imports[path] = self._find_import_that_fails(path)
+        return self._failing_imports[path]
+
+    def _find_import_that_fails(self, path: str) -> str | None:
         for imported in self._imports_of(path):
             if not imported.top or imported.level:
                 continue
@@ -926,7 +941,7 @@ class Project:
     def mentions_in(name: str, code: str) -> int:
         """How often ``code`` names ``name`` where it may use it (not in an import, an
         ``__all__`` list or a commented-out line)."""
-        return _count_of(name.encode(), _without_non_uses(code.encode()))
+        return _count_of(name.encode(), _used_code(code))
 
     def _identifier_count(self, key: bytes) -> int:
         """How often the project's files, notebooks and entry declarations name ``key`` at all
@@ -1063,8 +1078,14 @@ class Project:
         return any(fnmatch(part, pattern) for part in parts for pattern in DEFAULT_EXCLUDE)
 
     def _imports_by_name(self, path: str) -> bool:
-        data = self._peek(path)
-        return any(word in data for word in _DYNAMIC_IMPORT_WORDS) and _DYNAMIC_IMPORT.search(data) is not None
+        # Kept per file: every file of a project asks it of the files that set TF32.
+        found = self._dynamic_importers.get(path)
+        if found is None:
+            data = self._peek(path)
+            found = self._dynamic_importers[path] = (
+                any(word in data for word in _DYNAMIC_IMPORT_WORDS) and _DYNAMIC_IMPORT.search(data) is not None
+            )
+        return found
 
     def _packages_around(self, path: str) -> list[str]:
         """The ``__init__.py`` files Python runs before the module: its package's and those above."""
@@ -1686,14 +1707,18 @@ class ProjectView:
     def called(self, name: str, kind: str = NAME) -> bool:
         """Whether the project names this module's function, class or method ``name`` beyond
         its definition (:meth:`Project.called`); asked only of a file of the project."""
-        found = self.project.called(name, self.path, kind)
-        self.asked_called[asked_key(name, kind)] = found
+        key = asked_key(name, kind)
+        found = self.asked_called.get(key)
+        if found is None:  # each fix in the function asks again
+            found = self.asked_called[key] = self.project.called(name, self.path, kind)
         return found
 
     def mentions_outside(self, name: str, kind: str = NAME) -> int:
         """How often the project's code beyond this file names ``name`` (:meth:`Project.mentions_outside`)."""
-        found = self.project.mentions_outside(name, self.path, kind)
-        self.asked_mentions[asked_key(name, kind)] = found
+        key = asked_key(name, kind)
+        found = self.asked_mentions.get(key)
+        if found is None:
+            found = self.asked_mentions[key] = self.project.mentions_outside(name, self.path, kind)
         return found
 
     def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:

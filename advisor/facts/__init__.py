@@ -22,13 +22,16 @@ node that decided it. A rule keeps its own policy for "unknown" (most stay silen
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import libcst as cst
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
+
+T = TypeVar("T")
 
 
 class Tri(enum.Enum):
@@ -64,6 +67,25 @@ class Answer:
 YES = Answer(Tri.YES)
 NO = Answer(Tri.NO)
 UNKNOWN = Answer(Tri.UNKNOWN)
+
+
+def per_node(method: "Callable[[Any, cst.CSTNode], T]") -> "Callable[[Any, cst.CSTNode], T]":
+    """A fact about one node of the file, computed once and kept on the facts object (which
+    lives on the file's context): several rules, and each of a rule's fixes, ask it of the
+    same loader or call."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def kept(self: Any, node: cst.CSTNode) -> T:
+        answers = self.__dict__.setdefault("_per_node", {})
+        key = (name, node)
+        try:
+            return answers[key]
+        except KeyError:
+            value = answers[key] = method(self, node)
+            return value
+
+    return kept
 
 
 def facts_of(ctx: "FileContext") -> "Facts":

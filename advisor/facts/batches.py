@@ -18,6 +18,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER
 from advisor.context import MISSING
+from advisor.facts import per_node
 from advisor.facts.loaders import LoaderFacts, batch_target, target_names
 
 if TYPE_CHECKING:
@@ -298,12 +299,14 @@ class BatchFacts:
                     return True
         return False
 
+    @per_node
     def only_on_the_cpu(self, loader: cst.Call) -> bool:
         """Every loop of the file over ``loader`` reads a copy of its batch with ``.numpy()``
         (:meth:`read_as_numpy`): its batches never reach a GPU."""
         scopes = self._scopes_drawing_from(loader)
         return bool(scopes) and all(self.read_as_numpy(scope) for scope in scopes)
 
+    @per_node
     def handed_to_numpy(self, loader: cst.Call) -> bool:
         """Every loop of the file over ``loader`` copies nothing of its batch to a device and hands
         the parts it passes on to functions of the project that make NumPy arrays of them first

@@ -59,9 +59,12 @@ MAX_PROJECT_FILE_BYTES = 1_000_000
 def declared(ctx: "FileContext", package: str) -> str | None:
     """The version specifier the project declares for ``package`` (``">=2.1,<3"``), ``""``
     for a bare name, None where no requirement file names it."""
-    # Not memoised on the context: a context can outlive a change to the requirements in a
-    # long-lived process, and this is asked only where a fix depends on it.
-    return _declared(ctx, package)
+    # Kept for the rest of this check (a file's fixes ask the same question up to nine times,
+    # every cap asks about torch); the next check reads the requirements again.
+    memo = getattr(ctx, "memo_for_this_check", None)
+    if memo is None:
+        return _declared(ctx, package)
+    return memo(("declared", package), lambda: _declared(ctx, package))
 
 
 def _requirement(package: str) -> "re.Pattern[str]":
@@ -271,15 +274,18 @@ _DOCSTRING_PIN = r"^[ \t]*[-*]?[ \t]*(?:py)?{name}[ \t]*(?::|==|>=|=)[ \t]*v?([0
 _CHECKED_VERSION = r"""["']{name}["'][ \t]*:[ \t]*["']v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)["']"""
 
 
+_ANY_CHECKED_VERSION = re.compile(_CHECKED_VERSION.format(name=r"[\w.-]+"))
+
+
 def _file_pin(ctx: "FileContext", package: str) -> str | None:
     """``>=X`` where the file's own module docstring lists ``package: X`` (or ``package==X``),
     or its code maps the package's name to a version (``{'torch': '1.9.0'}``, a minimum the
     file checks)."""
     source = getattr(ctx, "source", "") or ""
-    checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), source)
+    checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), source) if package in source else None
     if checked is not None:
         return f">={checked.group(1)}"
-    if re.search(_CHECKED_VERSION.format(name=r"[\w.-]+"), source):
+    if _ANY_CHECKED_VERSION.search(source):
         sibling = _sibling_check(ctx, package)
         if sibling is not None:
             return sibling
@@ -288,7 +294,7 @@ def _file_pin(ctx: "FileContext", package: str) -> str | None:
         docstring = module.get_docstring() if module is not None else None
     except Exception:  # noqa: BLE001 - a docstring libcst cannot evaluate (bytes, f-string): none
         return None
-    if not docstring:
+    if not docstring or package.lower() not in docstring.lower():
         return None
     match = re.search(_DOCSTRING_PIN.format(name=re.escape(package)), docstring, re.M | re.I)
     return f">={match.group(1)}" if match else None
@@ -726,6 +732,13 @@ def _candidates(ctx: "FileContext") -> list[str]:
 
 
 def _candidates_around(ctx: "FileContext") -> list[str]:
+    memo = getattr(ctx, "memo_for_this_check", None)  # asked by each version question (see declared)
+    if memo is None:
+        return _find_candidates_around(ctx)
+    return memo(_candidates_around, lambda: _find_candidates_around(ctx))
+
+
+def _find_candidates_around(ctx: "FileContext") -> list[str]:
     folder = os.path.dirname(os.path.abspath(ctx.path))
     root = None
     project = getattr(ctx, "project", None)
@@ -768,6 +781,13 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
     """Why the project may run a ``package`` older than ``version`` (``[tool.advisor]
     torch-version``, else its declared requirement's lower bound), or None: nothing says so,
     and advisor assumes a current release."""
+    memo = getattr(ctx, "memo_for_this_check", None)  # every versioned fix of a file asks it (see declared)
+    if memo is None:
+        return _older_allowed(ctx, package, version)
+    return memo(("older_allowed", package, version), lambda: _older_allowed(ctx, package, version))
+
+
+def _older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
     if package == "torch" and getattr(ctx.target, "torch_version", None):
         floor = ctx.target.torch_version
         return f"[tool.advisor] torch-version is {floor}" if _version(floor) < _version(version) else None
@@ -1086,6 +1106,13 @@ def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str]
     """(module, newest torch, why, oldest torch or None, where) for the first removed module the
     file imports, or else a file of the project that runs in the same program (esvit's
     ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
+    memo = getattr(ctx, "memo_for_this_check", None)  # asked by each versioned fix (see declared)
+    if memo is None:
+        return _find_removed_import(ctx)
+    return memo(_removed_import, lambda: _find_removed_import(ctx))
+
+
+def _find_removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str] | None:
     project = getattr(ctx, "project", None)
     for pattern, name, newest, why, oldest, verb in _REMOVED_ENTRIES:
         if _hint_of(name).decode() in ctx.source and pattern.search(ctx.source):

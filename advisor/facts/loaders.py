@@ -20,6 +20,7 @@ import libcst as cst
 
 from advisor.apis import DATALOADER, DATALOADER_POSITION, LIGHTNING_TRAINER_BUILDERS
 from advisor.context import MISSING
+from advisor.facts import per_node
 from advisor.facts.devices import Where
 from advisor.facts.environment import declares_at_least
 from advisor.loops import under_no_grad
@@ -685,6 +686,7 @@ class LoaderFacts:
         """``pin_memory`` certainly not passed: the loader does not pin, and nobody chose that."""
         return self.ctx.argument(call, "pin_memory", DATALOADER_POSITION["pin_memory"]) is MISSING
 
+    @per_node
     def pinnable(self, call: cst.Call) -> bool:
         """A loader whose batches pinning would speed up: host data read or decoded per item,
         not indices, built where training runs, and not a Lightning loader that never runs.
@@ -709,6 +711,7 @@ class LoaderFacts:
             return False  # its copies are read by NumPy: the device is the CPU
         return self.runs_for_training(call)
 
+    @per_node
     def never_read(self, call: cst.Call) -> bool:
         """The loader is bound to plain names that nothing reads, beside a loader the file does
         read: not this file (residual-flows' ``qualitative_samples.py`` builds a ``train_loader``
@@ -779,6 +782,7 @@ class LoaderFacts:
                 return False
         return True
 
+    @per_node
     def pinning_withheld(self, call: cst.Call) -> str | None:
         """Why pinning this loader (``pin_memory`` unset) is advice and not an edit, as a phrase
         for the message; None where ADV101 pins it. ADV103 asks the same question: its
@@ -811,6 +815,7 @@ class LoaderFacts:
             )
         return None
 
+    @per_node
     def pinning_pays(self, call: cst.Call) -> bool:
         """Whether pinning would make the loader's batches reach the GPU sooner. With worker
         processes it does: the loader pins in a thread of its own while the step runs. Without
@@ -1396,6 +1401,7 @@ class LoaderFacts:
             return True
         return any(ctx.calls_with_prefix(prefix) for prefix in _ITERABLE_PREFIXES)
 
+    @per_node
     def in_memory_tensors(self, call: cst.Call) -> bool:
         """A ``TensorDataset`` (also one a function of the file builds and returns, or one handed
         in as a parameter)."""
@@ -1425,6 +1431,7 @@ class LoaderFacts:
             source = source.func.value
         return (self.ctx.qualname(source.func) or "") in _TENSOR_BUILDERS
 
+    @per_node
     def in_memory(self, call: cst.Call) -> bool:
         """The loader's dataset is tensors held in memory: a ``TensorDataset``
         (:meth:`in_memory_tensors`) or a class of the file that only indexes them
@@ -1623,6 +1630,7 @@ class LoaderFacts:
                     return True
         return False
 
+    @per_node
     def dataset_on_gpu(self, call: cst.Call) -> bool:
         """Whether the loader's batches are on the GPU before it yields them: the dataset holds
         GPU tensors, or its items or its ``collate_fn`` are moved there. Pinning such a batch
