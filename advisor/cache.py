@@ -297,13 +297,22 @@ _TYPES = {
 }
 
 
+# The exact types each field may hold, as JSON decodes them (a bool is not an int here): a
+# warm run checks every field of every cached finding, 30,000 findings on 10,000 files.
+_EXACT_TYPES = {
+    name: frozenset(allowed if isinstance(allowed, tuple) else (allowed,)) for name, allowed in _TYPES.items()
+}
+_ROW_TYPES = {fields: tuple(_EXACT_TYPES[name] for name in fields) for fields in (_DIAGNOSTIC_FIELDS, _ERROR_FIELDS)}
+
+
 def _checked(row: object, fields: tuple[str, ...]) -> list:
-    if not isinstance(row, list) or len(row) != len(fields):
+    types = _ROW_TYPES[fields]
+    if row.__class__ is not list or len(row) != len(types):  # type: ignore[arg-type]
         raise ValueError("malformed cache row")
-    for value, name in zip(row, fields):
-        if not isinstance(value, _TYPES[name]) or isinstance(value, bool):
+    for value, allowed in zip(row, types):  # type: ignore[call-overload]
+        if value.__class__ not in allowed:
             raise ValueError("malformed cache row")
-    return row
+    return row  # type: ignore[return-value]
 
 
 def clean(root: str | os.PathLike) -> bool:

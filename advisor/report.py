@@ -97,29 +97,47 @@ def _error_json(e: FileError) -> dict:
 
 
 def to_json(diagnostics: Sequence[Diagnostic], errors: Sequence[FileError], target: Target) -> str:
-    payload = {
-        "version": __version__,
-        "target": {"gpu": target.name, "source": target.source},
-        "findings": [
-            {
-                "path": d.path,
-                "line": d.line,
-                "column": d.column,
-                "end_line": d.end_line,
-                "end_column": d.end_column,
-                "code": d.code,
-                "name": d.name,
-                "message": d.message,
-                "fix": None
-                if d.fix_applicability is None
-                else _fix_json(d),
-                **_cell_fields(d),
-            }
-            for d in diagnostics
-        ],
-        "errors": [_error_json(e) for e in errors],
-    }
-    return indented_json(payload)
+    """The report as ``json.dumps(payload, indent=2)`` would write it, character for character;
+    each finding is written from one template (a warm run on 10,000 files reports 30,000)."""
+    parts = ['{\n  "version": ', _escape(__version__), ',\n  "target": ']
+    _write_json({"gpu": target.name, "source": target.source}, "\n  ", parts)
+    parts.append(',\n  "findings": ')
+    if diagnostics:
+        separator = "[\n    "
+        for d in diagnostics:
+            parts.append(separator)
+            _write_finding(d, parts)
+            separator = ",\n    "
+        parts.append("\n  ]")
+    else:
+        parts.append("[]")
+    parts.append(',\n  "errors": ')
+    _write_json([_error_json(e) for e in errors], "\n  ", parts)
+    parts.append("\n}")
+    return "".join(parts)
+
+
+def _write_finding(d: Diagnostic, parts: list[str]) -> None:
+    """One finding of :func:`to_json`, at its depth in the report."""
+    parts.append(
+        f'{{\n      "path": {_escape(d.path)},\n      "line": {_int(d.line)},\n      "column": {_int(d.column)},'
+        f'\n      "end_line": {_int(d.end_line)},\n      "end_column": {_int(d.end_column)},'
+        f'\n      "code": {_escape(d.code)},\n      "name": {_escape(d.name)},\n      "message": {_escape(d.message)},'
+        '\n      "fix": '
+    )
+    if d.fix_applicability is None:
+        parts.append("null")
+    else:
+        _write_json(_fix_json(d), "\n      ", parts)
+    for key, value in _cell_fields(d).items():
+        parts.append(f',\n      "{key}": ')
+        _write_json(value, "\n      ", parts)
+    parts.append("\n    }")
+
+
+def _int(value: object) -> str:
+    """A position as the standard encoder writes it (an int; anything else as json.dumps would)."""
+    return int.__repr__(value) if value.__class__ is int else json.dumps(value)  # type: ignore[arg-type]
 
 
 def _fix_json(d: Diagnostic) -> dict:

@@ -60,3 +60,25 @@ def test_indented_json_spells_keys_as_json_dumps_does_whatever_came_before():
 
     for value in ({True: "a"}, {1: "b"}, {"path": "x", "line": 1}, {1.5: None}):
         assert indented_json(value) == json.dumps(value, indent=2)
+
+
+def test_json_report_is_what_json_dumps_writes_for_every_kind_of_finding():
+    """`to_json` writes each finding from a template: the text must stay that of
+    `json.dumps(payload, indent=2)` for findings with and without fixes, edits and cells."""
+    from advisor.engine import Diagnostic, FileError
+    from advisor.report import to_json
+    from helpers import target_for
+
+    findings = [
+        Diagnostic("train.py", 3, 5, 3, 9, "ADV101", "pin", "quotes \" backslash \\ é 漢 \u2028", "safe", "Pass `pin_memory=True`",
+                   [{"start": [3, 5], "end": [3, 9], "text": "x\n"}]),
+        Diagnostic("b.py", 1, 1, 1, 2, "ADV204", "amp", "deprecated", "unsafe", "Rename", None),
+        Diagnostic("c.py", 10, 1, 12, 2, "ADV701", "sync", "no fix", None),
+        Diagnostic("nb.ipynb", 7, 1, 7, 2, "ADV701", "sync", "in a cell", None, cell=2, cell_line=3, cell_column=1,
+                   cell_end_line=3, cell_end_column=4),
+    ]
+    errors = [FileError("bad.py", "cannot parse", "E999", 2, 3)]
+    for diagnostics, errs in ((findings, errors), ([], []), (findings[:1], [])):
+        text = to_json(diagnostics, errs, target_for("A100"))
+        assert text == json.dumps(json.loads(text), indent=2)
+        assert [f["code"] for f in json.loads(text)["findings"]] == [d.code for d in diagnostics]
