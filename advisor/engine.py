@@ -630,6 +630,13 @@ def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: i
     only by the ``eval_model_special`` nothing calls) or they use it only in a branch that never
     runs (:func:`~advisor.facts.branches.dormant_flag`), as the message names them; empty where
     one use may run."""
+    # Asked again by each fix inside the same function.
+    return ctx.memo_for_this_check(
+        (_only_unused_users, definition, depth), lambda: _find_only_unused_users(ctx, view, definition, depth)
+    )
+
+
+def _find_only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: int) -> list[str]:
     name = definition.name.value  # type: ignore[attr-defined]
     if depth > 1 or ctx.path.endswith(".ipynb") or view.reached() is not True or view.project.declared_entry(ctx.path):
         return []  # a library's functions are its interface; what an entry declaration runs is named outside the code

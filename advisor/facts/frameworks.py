@@ -288,12 +288,12 @@ class FrameworkFacts:
                 continue
             key = (dotted_name(call.func), id(self.ctx.scope_of.get(call)))
             if key[0] is None or key not in resolutions:
-                resolutions[key] = project.binding(call.func, _TRAINS)
+                # ``trainer.run()``: the receiver's one assignment in this scope decides, the same
+                # for every call of that spelling here.
+                resolutions[key] = project.binding(call.func, _TRAINS) or self._project_method(call)
             resolved = resolutions[key]
             if resolved is None:
-                resolved = self._project_method(call)
-                if resolved is None:
-                    continue
+                continue
             other, binding = resolved
             if isinstance(binding.node, cst.FunctionDef) and other.facts.frameworks.function_trains(binding.node):
                 found.append((call, other, binding.node))
