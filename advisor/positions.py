@@ -78,13 +78,15 @@ class Positions:
     def range(self, node: cst.CSTNode) -> Range:
         found = self.ranges.get(node)
         if found is None:
-            statement = self._enclosing_anchor(node)
-            if statement is not None:
-                recorded = self._record_statement(statement)
-            else:  # a comment above the first statement or below the last (a licence header)
-                recorded = self._record_header_and_footer()
-            if not recorded or node not in self.ranges:
-                self._record_whole_file()
+            line_statement = self._line_statement(node)
+            if line_statement is None or not self._record_by_search(line_statement) or node not in self.ranges:
+                statement = self._enclosing_anchor(node)
+                if statement is not None:
+                    recorded = self._record_statement(statement)
+                else:  # a comment above the first statement or below the last (a licence header)
+                    recorded = self._record_header_and_footer()
+                if not recorded or node not in self.ranges:
+                    self._record_whole_file()
             found = self.ranges[node]
         return found
 
@@ -124,6 +126,44 @@ class Positions:
         self.ranges.update(state.ranges)
         self.ranges.update({node: (start + shift, end + shift) for node, (start, end) in footer.ranges.items()})
         return True
+
+    def _record_by_search(self, statement: cst.CSTNode) -> bool:
+        """Regenerate one statement and find its code in the source: where it occurs once, at the
+        start of a line, that is where the statement is (it cannot be elsewhere), and Python's
+        parser need not be asked for lines. False where it occurs twice or not at all."""
+        state = self._new_state()
+        state.indent_tokens = list(self._indents(statement))
+        statement._codegen(state)
+        code = "".join(state.tokens)
+        start = self.source.find(code) if code else -1
+        if start < 0 or (start and self.source[start - 1] not in "\r\n") or self.source.find(code, start + 1) >= 0:
+            return False
+        self.ranges.update({node: (begin + start, end + start) for node, (begin, end) in state.ranges.items()})
+        return True
+
+    def _line_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The innermost statement around ``node`` that starts a line of its own (in the module's
+        body or an indented block), None for a node outside every statement."""
+        current: cst.CSTNode | None = node
+        parent = self.parent
+        while current is not None:
+            holder = parent.get(current)
+            if isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and (
+                isinstance(holder, (cst.Module, cst.IndentedBlock))
+            ):
+                return current
+            current = holder
+        return None
+
+    def _indents(self, statement: cst.CSTNode) -> tuple[str, ...]:
+        """The indentation of the blocks around ``statement``, outermost first."""
+        found: list[str] = []
+        current = self.parent.get(statement)
+        while current is not None:
+            if isinstance(current, cst.IndentedBlock):
+                found.append(current.indent if current.indent is not None else self.module.default_indent)
+            current = self.parent.get(current)
+        return tuple(reversed(found))
 
     def _record_statement(self, statement: cst.CSTNode) -> bool:
         """Regenerate one statement where the source says it is; False if the code does not

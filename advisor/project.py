@@ -394,6 +394,7 @@ class Project:
         self._named: dict[Callable[[str], object], list[str]] = {}
         self._dynamic_importers: dict[str, bool] = {}
         self._failing_imports: dict[str, str | None] = {}
+        self._test_code: dict[str, bool] = {}
         self.importer_depth = 0
 
     @cached_property
@@ -1070,12 +1071,15 @@ class Project:
     def is_test_code(self, path: str) -> bool:
         """Whether the file is test code as ``check``'s default exclusions name it (a ``tests``
         folder, ``test_*.py``, ``conftest.py``): its text quotes code, it does not run it."""
-        from fnmatch import fnmatch
+        found = self._test_code.get(path)
+        if found is None:  # asked of the same few files by every file of the project
+            from fnmatch import fnmatch
 
-        from advisor.config import DEFAULT_EXCLUDE
+            from advisor.config import DEFAULT_EXCLUDE
 
-        parts = os.path.relpath(path, self.root).split(os.sep)
-        return any(fnmatch(part, pattern) for part in parts for pattern in DEFAULT_EXCLUDE)
+            parts = os.path.relpath(path, self.root).split(os.sep)
+            found = self._test_code[path] = any(fnmatch(part, pattern) for part in parts for pattern in DEFAULT_EXCLUDE)
+        return found
 
     def _imports_by_name(self, path: str) -> bool:
         # Kept per file: every file of a project asks it of the files that set TF32.

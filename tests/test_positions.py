@@ -200,15 +200,30 @@ def test_tricky_code_positions_are_the_providers(name):
 
 
 def test_statements_ast_cannot_parse_fall_back_to_the_whole_file():
-    positions = assert_positions_match(TRICKY["statements ast cannot parse on every Python"])
+    # Twice, so that finding the statement's code in the source cannot place it either.
+    source = TRICKY["statements ast cannot parse on every Python"] + "type Alias = list[int]\n"
+    positions = assert_positions_match(source)
     if not hasattr(__import__("ast"), "TypeAlias"):
         assert positions._whole_file_done
 
 
 def test_a_decorator_continued_with_a_backslash_is_caught_by_the_source_check():
-    source = TRICKY["a decorator continued with a backslash"]
+    source = TRICKY["a decorator continued with a backslash"] * 2  # twice: the search cannot place it
     positions = assert_positions_match(source)
     assert positions._whole_file_done  # ast says line 3 for the decorator; the code starts on 2
+
+
+def test_a_statement_whose_code_occurs_once_is_placed_without_asking_pythons_parser():
+    source = "import torch\nloss.backward()\nx = DataLoader(ds, batch_size=8)\nloss.backward()\n"
+    module, expected = provider_positions(source)
+    ctx = FileContext("positions.py", source, module, target_for("A100"))
+    positions = Positions(source, module, ctx.parent)
+    call = next(node for node in ctx.nodes(cst.Call) if ctx.code(node.func) == "DataLoader")
+    assert positions.of(call) == expected[call]
+    assert positions._anchors is None  # found by its code alone
+    twice = next(node for node in ctx.nodes(cst.Call) if ctx.code(node.func) == "loss.backward")
+    assert positions.of(twice) == expected[twice]  # the code occurs twice: Python's parser says which line
+    assert positions._anchors is not None and not positions._whole_file_done
 
 
 def test_the_module_node_is_positioned_too():

@@ -285,19 +285,39 @@ def _file_pin(ctx: "FileContext", package: str) -> str | None:
     checked = re.search(_CHECKED_VERSION.format(name=re.escape(package)), source) if package in source else None
     if checked is not None:
         return f">={checked.group(1)}"
-    if _ANY_CHECKED_VERSION.search(source):
+    if _checks_versions(ctx):
         sibling = _sibling_check(ctx, package)
         if sibling is not None:
             return sibling
-    module = getattr(ctx, "module", None)
-    try:
-        docstring = module.get_docstring() if module is not None else None
-    except Exception:  # noqa: BLE001 - a docstring libcst cannot evaluate (bytes, f-string): none
-        return None
+    docstring = _module_docstring(ctx)
     if not docstring or package.lower() not in docstring.lower():
         return None
     match = re.search(_DOCSTRING_PIN.format(name=re.escape(package)), docstring, re.M | re.I)
     return f">={match.group(1)}" if match else None
+
+
+def _checks_versions(ctx: "FileContext") -> bool:
+    """The file maps some package's name to a version (``{'ignite': '0.4.3'}``)."""
+    source = getattr(ctx, "source", "") or ""
+    memo = getattr(ctx, "memo", None)  # of the file's own text: asked for every package
+    if memo is None:
+        return _ANY_CHECKED_VERSION.search(source) is not None
+    return memo(_checks_versions, lambda: _ANY_CHECKED_VERSION.search(source) is not None)
+
+
+def _module_docstring(ctx: "FileContext") -> str | None:
+    module = getattr(ctx, "module", None)
+    if module is None:
+        return None
+
+    def read() -> str | None:
+        try:
+            return module.get_docstring()
+        except Exception:  # noqa: BLE001 - a docstring libcst cannot evaluate (bytes, f-string): none
+            return None
+
+    memo = getattr(ctx, "memo", None)
+    return read() if memo is None else memo(_module_docstring, read)
 
 
 def _sibling_check(ctx: "FileContext", package: str) -> str | None:
@@ -999,6 +1019,13 @@ def cannot_run_as_declared(ctx: "FileContext") -> str | None:
     """Why the file cannot run in the environment its project declares, or None: it reads a
     loss as torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch
     1.0.0+"), or imports a transformers 3 module while the project asks for transformers 4."""
+    memo = getattr(ctx, "memo_for_this_check", None)  # asked of every fix (see declared)
+    if memo is None:
+        return _cannot_run_as_declared(ctx)
+    return memo(cannot_run_as_declared, lambda: _cannot_run_as_declared(ctx))
+
+
+def _cannot_run_as_declared(ctx: "FileContext") -> str | None:
     flat = _FLAT_TRANSFORMERS_MODULE.search(ctx.source)
     if flat is not None:
         spec = declared(ctx, "transformers")
