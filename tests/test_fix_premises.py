@@ -5193,3 +5193,34 @@ def test_a_script_that_sets_cuda_launch_blocking_gets_no_non_blocking_copies():
     commented = source.replace("    os.environ['CUDA", "    # os.environ['CUDA")
     (found,) = [d for d in lint(commented, gpu="A100") if d.code == "ADV103"]
     assert found.fix_applicability is not None
+
+
+@pytest.mark.parametrize("test, dormant", [
+    ("args.model == 'SegNet-ConvLSTM' or 'UNet-ConvLSTM'", True),
+    ("args.model in ('SegNet-ConvLSTM', 'UNet-ConvLSTM')", False),
+    ("args.model == 'SegNet-ConvLSTM' or args.model == 'UNet-ConvLSTM'", False),
+    ("args.model == 'SegNet-ConvLSTM' or ''", False),
+])
+def test_the_else_of_a_test_that_always_holds_never_runs(tmp_path, test, dormant):
+    # Robust-Lane-Detection's train.py: `if args.model == 'SegNet-ConvLSTM' or 'UNet-ConvLSTM':`
+    # is always true (a non-empty string), so the loaders of its `else` are never built.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent(f"""
+        import argparse
+        import torch
+        from torch.utils.data import DataLoader
+        args = argparse.ArgumentParser().parse_args()
+        model = Net().cuda()
+        if {test}:
+            loader = DataLoader(sequences, batch_size=16, shuffle=True, num_workers=4)
+        else:
+            loader = DataLoader(frames, batch_size=16, shuffle=True, num_workers=4)
+        for x, y in loader:
+            loss = model(x.cuda(), y.cuda())
+    """)
+    found = {d.line: d for d in lint(source, gpu="A100", path=str(fresh_script(tmp_path / "train.py", source))) if d.code == "ADV101"}
+    assert found[8].fix_applicability is not None  # the branch that always runs
+    if dormant:
+        assert found[10].fix_applicability is None and "whose test is always true" in found[10].message
+    else:
+        assert found[10].fix_applicability is not None

@@ -158,6 +158,12 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
     for ancestor in ctx.ancestors(node):
         if ancestor is function:
             return None
+        if (
+            isinstance(ancestor, cst.If) and ancestor.orelse is not None
+            and ctx.is_descendant(node, ancestor.orelse) and _literally_true(ancestor.test)
+        ):
+            # Robust-Lane-Detection's ``if args.model == 'SegNet-ConvLSTM' or 'UNet-ConvLSTM':``.
+            return f"the code is in the `else` of `if {ctx.snippet(ancestor.test, 60)}:`, whose test is always true"
         if not isinstance(ancestor, cst.If) or not ctx.is_descendant(node, ancestor.body):
             continue
         if _literally_false(ancestor.test):
@@ -220,6 +226,26 @@ def _choice_never_made(ctx: "FileContext", function: cst.FunctionDef, test: cst.
         f"the code runs only when `{tested.value}` is {wanted.value}, which its default {found[0].default.value} "
         f"is not and nothing in the project chooses"
     )
+
+
+def _literally_true(test: cst.BaseExpression) -> bool:
+    """A test that holds whatever the names in it hold: ``True``, a non-zero number, a non-empty
+    string, or an ``or`` with one of them (``x == 'a' or 'b'``, meant as ``x in ('a', 'b')``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return isinstance(test.operator, cst.Or) and (_literally_true(test.left) or _literally_true(test.right))
+    if isinstance(test, cst.Name):
+        return test.value == "True"
+    if isinstance(test, cst.Integer):
+        try:
+            return test.evaluated_value != 0
+        except Exception:  # noqa: BLE001 - a literal Python cannot evaluate: not known
+            return False
+    if isinstance(test, cst.SimpleString):
+        try:
+            return bool(test.evaluated_value)
+        except Exception:  # noqa: BLE001 - a literal Python cannot evaluate: not known
+            return False
+    return False
 
 
 def _literally_false(test: cst.BaseExpression) -> bool:
