@@ -5224,3 +5224,38 @@ def test_the_else_of_a_test_that_always_holds_never_runs(tmp_path, test, dormant
         assert found[10].fix_applicability is None and "whose test is always true" in found[10].message
     else:
         assert found[10].fix_applicability is not None
+
+
+def test_bf16_is_advice_where_a_module_of_the_same_program_builds_an_lstm(tmp_path):
+    # CorrNet: main.py builds the model of slr_network.py (a BiLSTM) and hands it to seq_train in
+    # seq_scripts.py, which never imports the model's module; autocast runs cuDNN LSTMs in fp16
+    # whatever dtype it is given, so dropping the GradScaler for bf16 trains them unscaled.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "slr_network.py").write_text(
+        "import torch.nn as nn\n\nclass SLRModel(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.temporal = nn.LSTM(512, 512, bidirectional=True)\n"
+    )
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom slr_network import SLRModel\nfrom seq_scripts import seq_train\n\n"
+        "if __name__ == '__main__':\n    model = SLRModel().cuda()\n    seq_train(loader, model, torch.optim.Adam(model.parameters()))\n"
+    )
+    source = textwrap.dedent("""
+        import torch
+
+        def seq_train(loader, model, optimizer):
+            scaler = torch.cuda.amp.GradScaler()
+            for x, y in loader:
+                with torch.cuda.amp.autocast():
+                    loss = model(x.cuda(), y.cuda())
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+    """)
+    finding = only(source, "ADV201", fresh_script(tmp_path / "seq_scripts.py", source))
+    assert finding.fix_applicability is None and "cuDNN recurrent layers" in finding.message
+    (tmp_path / "slr_network.py").write_text(
+        "import torch.nn as nn\n\nclass SLRModel(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.temporal = nn.Conv1d(512, 512, 3)\n"
+    )
+    finding = only(source, "ADV201", fresh_script(tmp_path / "seq_scripts.py", source))
+    assert finding.fix_applicability is not None

@@ -948,11 +948,11 @@ def runs_fft(ctx: FileContext) -> bool:
 
 
 def runs_cudnn_rnn(ctx: FileContext) -> bool:
-    """The file, or a project module it imports, builds a recurrent layer (``nn.LSTM``,
+    """The file, or a project module that runs with it, builds a recurrent layer (``nn.LSTM``,
     ``nn.GRU``, ``nn.RNN``). Autocast runs cuDNN RNNs in float16 whatever dtype it was given
     (``_cudnn_rnn_cast_reflatten`` in ATen's ``AutocastRNN.cpp`` casts to half), so bf16 autocast
     over one is fp16 without the GradScaler bf16 drops. Asked once per file."""
-    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER))
+    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER, b"nn."))
 
 
 def runs_cupy_kernels(ctx: FileContext) -> bool:
@@ -971,11 +971,13 @@ def replicates_in_threads(ctx: FileContext) -> bool:
     return ctx.memo(replicates_in_threads, lambda: bool(ctx.calls(*DATA_PARALLEL)))
 
 
-def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]") -> bool:
-    """``pattern`` is in this file's text or in a project module it imports."""
+def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> bool:
+    """``pattern`` is in this file's text, in a project module it imports, or in one that runs
+    in the same program (:meth:`ProjectView.runs_with_match`): CorrNet's ``seq_scripts.py``
+    trains the model ``main.py`` builds from ``slr_network.py``, whose ``BiLSTM`` it never imports."""
     if pattern.search(ctx.source.encode("utf-8", "replace")):
         return True
-    return ctx.project is not None and ctx.project.imports_match(pattern)
+    return ctx.project is not None and (ctx.project.imports_match(pattern) or ctx.project.runs_with_match(pattern, hint))
 
 
 def casts_data_to_fp16(ctx: FileContext) -> bool:
