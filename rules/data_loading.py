@@ -1223,8 +1223,10 @@ class BlockingHostToDeviceCopy(Rule):
           CUDA tensor, so the loop only runs where its device is the CPU;
         - (advice, no fix) a blocking copy of a tensor the step made on the host follows in the
           same step (`targets = torch.tensor(mlb.transform(targets.numpy()))`, then
-          `targets.to(device)`; `target.type(torch.LongTensor).cuda()`): from pageable memory the
-          host waits for it, and for every copy queued before it;
+          `targets.to(device)`; `target.type(torch.LongTensor).cuda()`), or comes first in the same
+          statement (`points, target = points.cuda(), target.cuda()` with `points` transposed: a
+          strided view is made contiguous in pageable memory before it is copied): from pageable
+          memory the host waits for it, and for every copy queued before it;
         - (advice, no fix) the script sets `CUDA_LAUNCH_BLOCKING=1` (a debugging switch left in
           Dinomaly's scripts): every CUDA call waits for the GPU, and a non-blocking copy overlaps
           nothing;
@@ -1669,8 +1671,8 @@ class BlockingHostToDeviceCopy(Rule):
                     # BEHRT: ``targets = torch.tensor(mlb.transform(targets.numpy()))``, then a
                     # blocking ``targets.to(device)``, which waits for the copies queued before it.
                     finding.as_advice(
-                        f"the step then copies a tensor made on the host with a blocking "
-                        f"`{ctx.snippet(waiting)}` (line {ctx.position(waiting)[0]}), which waits for this copy: "
+                        f"the step also copies a tensor made on the host with a blocking "
+                        f"`{ctx.snippet(waiting)}` (line {ctx.position(waiting)[0]}), which the host waits for: "
                         f"pin that one too, or the non-blocking copy overlaps nothing, so the fix is left as advice"
                     )
                 moved_module = _helper_also_moves_a_model(ctx, call) if fix is not None else None

@@ -394,7 +394,11 @@ class BatchFacts:
             if ctx.order[c] > after and isinstance(c.func, cst.Attribute) and c.func.attr.value in _HOST_SYNCS
         ]
         before = min(reads + syncs, default=ctx.end_order[scope.loop])
-        within = lambda call: after < ctx.order[call] < before  # noqa: E731
+        # A blocking copy earlier in the same statement counts too (pointnet.pytorch's ``points,
+        # target = points.cuda(), target.cuda()``, the points transposed): the step waits for it.
+        statement = ctx.statement_of(copy)
+        start = ctx.order[statement] if statement is not None and ctx.is_descendant(statement, scope.loop.body) else after
+        within = lambda call: min(start, after) < ctx.order[call] < before and call is not copy  # noqa: E731
         for call in self._converted_copies(scope):
             if within(call) and blocking_copy(ctx, call):
                 return call
@@ -424,6 +428,8 @@ class BatchFacts:
             return False
         if value.func.attr.value in _HOST_CONVERSIONS:
             return not value.args
+        if value.func.attr.value in _STRIDED_VIEWS:
+            return True  # copied to the GPU, it is first made contiguous in pageable host memory
         if value.func.attr.value == "type" and len(value.args) == 1 and value.args[0].keyword is None:
             return (ctx.qualname(value.args[0].value) or "").startswith("torch.") and not ctx.facts.devices.cuda_tensor_type(
                 value.args[0].value
@@ -597,3 +603,6 @@ _HOST_CONSTRUCTORS = frozenset({
 })
 # Conversions that make a new host tensor unless the dtype already matches (float64 data made float32).
 _HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})
+# Views whose elements are not contiguous (pointnet.pytorch's ``points.transpose(2, 1)``): a copy
+# of one to the GPU makes a contiguous host tensor first, in pageable memory, and waits for it.
+_STRIDED_VIEWS = frozenset({"transpose", "permute", "swapaxes", "swapdims", "mT"})
