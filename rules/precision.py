@@ -30,7 +30,7 @@ from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.environment import runs_only_below
 from advisor.facts.distributed import deepspeed_precision
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
-from advisor.facts.models import KNOWN_LIBRARIES, trained_models
+from advisor.facts.models import KNOWN_LIBRARIES, fits_raw_parameters, trained_models
 from advisor.facts.precision import (
     runs_fft,
     runs_cudnn_rnn,
@@ -2996,7 +2996,9 @@ class NoMixedPrecision(Rule):
         through a function of the file: NumPy has no bfloat16), and where the wrapped statements
         feed a module the output of a forward run under `torch.no_grad()` earlier in the step (a
         linear probe on a frozen backbone's features: the autocast would reach the head alone),
-        the finding is advice only. `TrainingArguments` get
+        and where the model trained is a class of the file that holds only raw `nn.Parameter`
+        tensors and builds no layer (a curve fit by a matrix product: the fitted values are the
+        result, and bf16 would round them), the finding is advice only. `TrainingArguments` get
         `bf16=True` (`fp16=True` without bf16), `Accelerator(mixed_precision="no")` gets
         `"bf16"`, a Lightning `Trainer` / `Fabric` gets `precision="bf16-mixed"`.
 
@@ -3683,6 +3685,15 @@ class NoMixedPrecision(Rule):
                 f"; the features come from a forward under `{ctx.snippet(frozen)}` (line {ctx.position(frozen)[0]}) "
                 "that the fix's autocast would not reach, and the head alone gains nothing from bf16, so it is "
                 "advice: put that forward under the same autocast"
+            )
+            wrapped = None
+        fitted = fits_raw_parameters(ctx) if wrapped is not None else None
+        if fitted is not None:
+            # EigenTrajectory's curve_fitting: control points fitted by a matrix product, whose
+            # bf16 result the caller then multiplies with fp32 tensors.
+            message += (
+                f"; the model (`{fitted}`) is raw `nn.Parameter` tensors the loop fits, with no layer: a numerical "
+                "fit whose precision is the result, so it is advice"
             )
             wrapped = None
         converted = _to_numpy_after(ctx, region) if wrapped is not None else None

@@ -5289,3 +5289,40 @@ def test_a_label_copy_beside_a_blocking_copy_of_transposed_points_is_advice(tmp_
     plain = source.replace("        points = points.transpose(2, 1)\n", "")
     found = [d for d in lint(plain, gpu="A100", path=str(fresh_script(tmp_path / "train.py", plain))) if d.code == "ADV103"]
     assert len(found) == 2 and all(d.fix_applicability is not None for d in found)
+
+
+def test_bf16_autocast_is_advice_for_a_fit_of_raw_parameters(tmp_path):
+    # EigenTrajectory's CurveModel/curve_fitting.py: a `Model` of control points (one
+    # nn.Parameter, no layer) fitted to trajectories; its bf16 result would raise in the fp32
+    # matmul of the caller, and bf16 rounds the fitted values.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent("""
+        import torch
+
+        def curve_fitting(traj, basis):
+            class Model(torch.nn.Module):
+                def __init__(self):
+                    super(Model, self).__init__()
+                    self.cp = torch.nn.Parameter(torch.zeros(traj.size(0), basis.size(1), 2))
+
+                def forward(self):
+                    recon = (self.cp.transpose(1, 2) @ basis.T).transpose(1, 2)
+                    loss = (recon - traj).norm(p=2, dim=-1).mean()
+                    return recon, loss
+
+            model = Model().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.0001)
+            for _ in range(100000):
+                recon, loss = model()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            return recon.detach()
+    """)
+    finding = only(source, "ADV203", fresh_script(tmp_path / "fit.py", source))
+    assert finding.fix_applicability is None and "raw `nn.Parameter` tensors" in finding.message
+    layered = source.replace(
+        "self.cp = torch.nn.Parameter(torch.zeros(traj.size(0), basis.size(1), 2))", "self.cp = torch.nn.Linear(2048, 2048)"
+    )
+    finding = only(layered, "ADV203", fresh_script(tmp_path / "fit.py", layered))
+    assert "raw `nn.Parameter`" not in finding.message

@@ -1585,3 +1585,52 @@ def pretrained_sizes(ctx: FileContext) -> list[tuple[cst.Call, "ModelSize"]]:
             found.append((call, size))
     return found
 
+
+
+def fits_raw_parameters(ctx: FileContext) -> str | None:
+    """The class of this file that every trained model is built from, where it holds only raw
+    ``nn.Parameter`` tensors and builds no layer (EigenTrajectory's ``curve_fitting``: a
+    ``Model`` of control points fitted to trajectories by a matrix product): a numerical fit,
+    not a network, whose precision is the result. None where a model has layers or is not a
+    class of this file."""
+    return ctx.memo(fits_raw_parameters, lambda: _find_raw_parameter_fit(ctx))
+
+
+def _find_raw_parameter_fit(ctx: FileContext) -> str | None:
+    models = trained_models(ctx)
+    if not models or not all(model.builds for model in models):
+        return None
+    found = None
+    for model in models:
+        for build in model.builds:
+            if build.kind != "local" or not isinstance(build.call.func, cst.Name):
+                return None
+            bindings = ctx.lookup(build.call.func.value, build.call)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ClassDef):
+                return None
+            cls = bindings[0].node
+            if not _only_raw_parameters(ctx, cls):
+                return None
+            found = cls.name.value
+    return found
+
+
+def _only_raw_parameters(ctx: FileContext, cls: cst.ClassDef) -> bool:
+    """``cls`` derives from ``nn.Module`` alone, and its ``__init__`` makes ``nn.Parameter``
+    attributes and calls nothing of ``torch.nn`` besides (no layer, no other class of the file)."""
+    if len(cls.bases) != 1 or ctx.qualname(cls.bases[0].value) != "torch.nn.Module":
+        return False
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    inits = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
+    if len(inits) != 1:
+        return False
+    parameters = 0
+    for call in ctx.walk(inits[0], cst.Call):
+        qualname = ctx.qualname(call.func) or ""
+        if qualname == "torch.nn.Parameter":
+            parameters += 1
+        elif qualname.startswith("torch.nn.") and not qualname.startswith("torch.nn.init."):
+            return False
+        elif isinstance(call.func, cst.Name) and any(isinstance(b.node, cst.ClassDef) for b in ctx.lookup(call.func.value, call)):
+            return False
+    return parameters > 0
