@@ -1651,11 +1651,14 @@ class ProjectView:
             return {path} | {p for p in project._importer_closure(path) if not project.is_test_code(p)}
 
         mine = runs_with(self.path)
+        # A runner that imports modules by a name made at run time (CorrNet's ``main.py``:
+        # ``importlib.import_module`` of the config's ``slr_network.SLRModel``) may run any of them.
+        by_name = any(project.imports_by_name(p) for p in mine)
         for path in matched:
             if project.is_test_code(path):
                 continue
             self.consulted.add(path)
-            if path == self.path or mine & runs_with(path):
+            if path == self.path or by_name or mine & runs_with(path):
                 return True
         return False
 

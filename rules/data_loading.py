@@ -1223,10 +1223,10 @@ class BlockingHostToDeviceCopy(Rule):
           CUDA tensor, so the loop only runs where its device is the CPU;
         - (advice, no fix) a blocking copy of a tensor the step made on the host follows in the
           same step (`targets = torch.tensor(mlb.transform(targets.numpy()))`, then
-          `targets.to(device)`; `target.type(torch.LongTensor).cuda()`), or comes first in the same
-          statement (`points, target = points.cuda(), target.cuda()` with `points` transposed: a
-          strided view is made contiguous in pageable memory before it is copied): from pageable
-          memory the host waits for it, and for every copy queued before it;
+          `targets.to(device)`; `target.type(torch.LongTensor).cuda()`; a transposed or permuted
+          part of the batch, `points.transpose(2, 1).cuda()`, which is made contiguous in pageable
+          memory before it is copied): from pageable memory the host waits for it, and for every
+          copy queued before it;
         - (advice, no fix) the script sets `CUDA_LAUNCH_BLOCKING=1` (a debugging switch left in
           Dinomaly's scripts): every CUDA call waits for the GPU, and a non-blocking copy overlaps
           nothing;

@@ -5261,23 +5261,23 @@ def test_bf16_is_advice_where_a_module_of_the_same_program_builds_an_lstm(tmp_pa
     assert finding.fix_applicability is not None
 
 
-def test_a_label_copy_beside_a_blocking_copy_of_transposed_points_is_advice(tmp_path):
-    # pointnet.pytorch: `points = points.transpose(2, 1)`, then `points, target = points.cuda(),
-    # target.cuda()`. The transposed view is made contiguous in pageable memory and copied
-    # blocking; a non-blocking copy of the 32 labels beside it overlaps nothing.
+def test_a_copy_before_a_blocking_copy_of_transposed_points_is_advice(tmp_path):
+    # A transposed view of the pinned batch is made contiguous in pageable host memory before it
+    # is copied, so its `.cuda()` blocks: a non-blocking copy queued before it overlaps nothing.
+    # After it (pointnet.pytorch's `points, target = points.cuda(), target.cuda()`), the
+    # non-blocking copy still overlaps the kernel launches that follow.
     (tmp_path / ".git").mkdir()
     source = textwrap.dedent("""
         import torch
         from torch.utils.data import DataLoader
         loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4, pin_memory=True)
-        classifier = PointNetCls(k=16).cuda()
+        classifier = PointNetSeg(k=16).cuda()
         optimizer = torch.optim.Adam(classifier.parameters())
         for epoch in range(250):
             for i, data in enumerate(loader, 0):
                 points, target = data
-                target = target[:, 0]
-                points = points.transpose(2, 1)
-                points, target = points.cuda(), target.cuda()
+                target = target.cuda()
+                points = points.transpose(2, 1).cuda()
                 pred = classifier(points)
                 loss = torch.nn.functional.nll_loss(pred, target)
                 loss.backward()
@@ -5285,10 +5285,18 @@ def test_a_label_copy_beside_a_blocking_copy_of_transposed_points_is_advice(tmp_
     """)
     finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
     assert finding.fix_applicability is None
-    assert "blocking `points.cuda()`" in finding.message and "which the host waits for" in finding.message
-    plain = source.replace("        points = points.transpose(2, 1)\n", "")
-    found = [d for d in lint(plain, gpu="A100", path=str(fresh_script(tmp_path / "train.py", plain))) if d.code == "ADV103"]
-    assert len(found) == 2 and all(d.fix_applicability is not None for d in found)
+    assert "blocking `points.transpose(2, 1).cuda()`" in finding.message and "which the host waits for" in finding.message
+    pointnet = source.replace(
+        "        target = target.cuda()\n        points = points.transpose(2, 1).cuda()\n",
+        "        points = points.transpose(2, 1)\n        points, target = points.cuda(), target.cuda()\n",
+    )
+    assert pointnet != source
+    finding = only(pointnet, "ADV103", fresh_script(tmp_path / "train.py", pointnet))
+    assert finding.fix_applicability is not None and ctx_line(pointnet, "points, target = points.cuda()") == finding.line
+
+
+def ctx_line(source: str, text: str) -> int:
+    return next(number for number, line in enumerate(source.splitlines(), 1) if text in line)
 
 
 def test_bf16_autocast_is_advice_for_a_fit_of_raw_parameters(tmp_path):

@@ -394,11 +394,10 @@ class BatchFacts:
             if ctx.order[c] > after and isinstance(c.func, cst.Attribute) and c.func.attr.value in _HOST_SYNCS
         ]
         before = min(reads + syncs, default=ctx.end_order[scope.loop])
-        # A blocking copy earlier in the same statement counts too (pointnet.pytorch's ``points,
-        # target = points.cuda(), target.cuda()``, the points transposed): the step waits for it.
-        statement = ctx.statement_of(copy)
-        start = ctx.order[statement] if statement is not None and ctx.is_descendant(statement, scope.loop.body) else after
-        within = lambda call: min(start, after) < ctx.order[call] < before and call is not copy  # noqa: E731
+        # Only after: a blocking copy before this one (pointnet.pytorch's ``points, target =
+        # points.cuda(), target.cuda()``, the points transposed) leaves this one to overlap the
+        # kernel launches that follow it.
+        within = lambda call: after < ctx.order[call] < before  # noqa: E731
         for call in self._converted_copies(scope):
             if within(call) and blocking_copy(ctx, call):
                 return call

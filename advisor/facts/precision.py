@@ -952,7 +952,7 @@ def runs_cudnn_rnn(ctx: FileContext) -> bool:
     ``nn.GRU``, ``nn.RNN``). Autocast runs cuDNN RNNs in float16 whatever dtype it was given
     (``_cudnn_rnn_cast_reflatten`` in ATen's ``AutocastRNN.cpp`` casts to half), so bf16 autocast
     over one is fp16 without the GradScaler bf16 drops. Asked once per file."""
-    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER, b"nn."))
+    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER, b"nn"))
 
 
 def runs_cupy_kernels(ctx: FileContext) -> bool:
@@ -996,7 +996,13 @@ _FP16_CAST = re.compile(
 )
 
 
-_RNN_LAYER = re.compile(rb"\bnn\.(?:LSTM|GRU|RNN)[ \t]*\(")
+# ``nn.LSTM(...)``, or the class looked up by its name (CorrNet's ``BiLSTMLayer``:
+# ``getattr(nn, self.rnn_type)(...)`` with ``rnn_type='LSTM'``).
+_RNN_LAYER = re.compile(
+    rb"\bnn\.(?:LSTM|GRU|RNN)[ \t]*\("
+    rb"|(?s:\bgetattr\([ \t]*(?:torch\.)?nn[ \t]*,.{0,2000}?[\"'](?:LSTM|GRU|RNN)[\"']"
+    rb"|[\"'](?:LSTM|GRU|RNN)[\"'].{0,2000}?\bgetattr\([ \t]*(?:torch\.)?nn[ \t]*,)"
+)
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
 _CUPY = re.compile(rb"^[ \t]*(?:import[ \t]+cupy\b|from[ \t]+cupy\b)|\bbackend[ \t]*=[ \t]*[\"']cupy[\"']", re.M)
 
