@@ -556,7 +556,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
         finding.as_advice(f"{dormant}, so the fix is left as advice")
         return
     outermost = ctx.outermost_definition(finding.node)
-    if outermost is None or _called_by_its_decorator_or_protocol(outermost):
+    if outermost is None or _called_by_its_decorator_or_protocol(ctx, outermost):
         return  # module-level code, or registered / called by a framework through its decorator
     if ctx.parent.get(outermost) is not ctx.module:
         return
@@ -619,9 +619,26 @@ def _method_around(ctx: FileContext, node: cst.CSTNode, cls: cst.ClassDef) -> cs
     )
 
 
-def _called_by_its_decorator_or_protocol(definition: "cst.FunctionDef | cst.ClassDef") -> bool:
-    """Decorated (registered, or called through its decorator) or a dunder a protocol calls."""
-    return bool(definition.decorators) or definition.name.value.startswith("__")
+def _called_by_its_decorator_or_protocol(ctx: FileContext, definition: "cst.FunctionDef | cst.ClassDef") -> bool:
+    """Decorated (registered, or called through its decorator) or a dunder a protocol calls. A
+    decorator that only wraps the function for its callers (GeoTransformer's
+    ``@torch.no_grad()`` over ``point_to_node_partition_bug``, which nothing calls) registers
+    nothing: the function still runs only where its name is called."""
+    if definition.name.value.startswith("__"):
+        return True
+    for decorator in definition.decorators:
+        target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        if (ctx.qualname(target) or "") not in _WRAPPING_DECORATORS:
+            return True
+    return False
+
+
+# Decorators that wrap a function for whoever calls it by name, and register it nowhere.
+_WRAPPING_DECORATORS = frozenset({
+    "torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+    "torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast",
+    "functools.lru_cache", "functools.cache", "functools.wraps", "staticmethod", "classmethod",
+})
 
 
 def _only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, depth: int = 0) -> list[str]:
@@ -655,7 +672,7 @@ def _find_only_unused_users(ctx: FileContext, view, definition: cst.CSTNode, dep
             return []  # module-level code runs
         if user is definition:
             continue  # its own recursion
-        if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(user):
+        if ctx.parent.get(user) is not ctx.module or _called_by_its_decorator_or_protocol(ctx, user):
             return []
         if dormant_flag(ctx, use) is not None:
             # DM-Count's ``sinkhorn`` calls ``sinkhorn_stabilized`` only under a method nothing chooses.

@@ -5334,3 +5334,40 @@ def test_bf16_autocast_is_advice_for_a_fit_of_raw_parameters(tmp_path):
     )
     finding = only(layered, "ADV203", fresh_script(tmp_path / "fit.py", layered))
     assert "raw `nn.Parameter`" not in finding.message
+
+
+@pytest.mark.parametrize("decorator, unused", [
+    ("@torch.no_grad()", True),
+    ("@torch.inference_mode()", True),
+    ("@functools.lru_cache(maxsize=None)", True),
+    ("@registry.register('partition')", False),
+])
+def test_a_wrapping_decorator_does_not_make_an_unused_function_used(tmp_path, decorator, unused):
+    # GeoTransformer's `@torch.no_grad() def point_to_node_partition_bug(...)`: nothing calls
+    # it; `no_grad` wraps it for callers it does not have. A registering decorator may call it.
+    (tmp_path / ".git").mkdir()
+    module = tmp_path / "partition.py"
+    module.write_text(textwrap.dedent(f"""
+        import functools
+        import torch
+        from registry import registry
+
+        {decorator}
+        def point_to_node_partition_bug(points, nodes):
+            return torch.zeros(points.shape[0]).cuda()
+
+        def point_to_node_partition(points, nodes):
+            return torch.zeros(points.shape[0]).cuda()
+    """))
+    (tmp_path / "registry.py").write_text("class Registry:\n    def register(self, name):\n        return lambda f: f\n\nregistry = Registry()\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom partition import point_to_node_partition\nif __name__ == '__main__':\n"
+        "    for step in range(100):\n        point_to_node_partition(torch.zeros(4, 3, device='cuda'), None)\n"
+    )
+    forget_projects()
+    found = {d.line: d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"}
+    if unused:
+        assert found[8].fix_applicability is None and "nothing in the project uses the function" in found[8].message
+    else:
+        assert found[8].fix_applicability is not None
+    assert found[11].fix_applicability is not None
