@@ -782,8 +782,7 @@ class LoaderFacts:
                 return False
         return True
 
-    @per_node
-    def pinning_withheld(self, call: cst.Call) -> str | None:
+    def pinning_withheld(self, call: cst.Call) -> str | None:  # not kept per node: it reads the requirements
         """Why pinning this loader (``pin_memory`` unset) is advice and not an edit, as a phrase
         for the message; None where ADV101 pins it. ADV103 asks the same question: its
         non-blocking copies pay only from memory ADV101 pins, so a loader left unpinned leaves
