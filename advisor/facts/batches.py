@@ -604,4 +604,4 @@ _HOST_CONSTRUCTORS = frozenset({
 _HOST_CONVERSIONS = frozenset({"float", "double", "long", "int", "half", "bfloat16", "short", "bool", "byte"})
 # Views whose elements are not contiguous (pointnet.pytorch's ``points.transpose(2, 1)``): a copy
 # of one to the GPU makes a contiguous host tensor first, in pageable memory, and waits for it.
-_STRIDED_VIEWS = frozenset({"transpose", "permute", "swapaxes", "swapdims", "mT"})
+_STRIDED_VIEWS = frozenset({"transpose", "permute", "swapaxes", "swapdims"})

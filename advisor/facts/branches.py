@@ -235,12 +235,7 @@ def _literally_true(test: cst.BaseExpression) -> bool:
         return isinstance(test.operator, cst.Or) and (_literally_true(test.left) or _literally_true(test.right))
     if isinstance(test, cst.Name):
         return test.value == "True"
-    if isinstance(test, cst.Integer):
-        try:
-            return test.evaluated_value != 0
-        except Exception:  # noqa: BLE001 - a literal Python cannot evaluate: not known
-            return False
-    if isinstance(test, cst.SimpleString):
+    if isinstance(test, (cst.Integer, cst.SimpleString)):
         try:
             return bool(test.evaluated_value)
         except Exception:  # noqa: BLE001 - a literal Python cannot evaluate: not known

@@ -13,12 +13,15 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from advisor.apis import LIGHTNING_TRAINER
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
+
+T = TypeVar("T")
+
 
 # ``cog.yaml`` lists ``python_packages: - "torch==1.8.0"`` (pixel2style2pixel).
 # nbdev's ``settings.ini``: ``requirements = fastprogress torch>=1.7,<1.14`` (fastai's course22p2).
@@ -56,15 +59,25 @@ _CLAUSE = re.compile(r"(~=|==|>=|<=|!=|>|<)\s*v?([0-9][0-9a-zA-Z.*+!-]*)")
 MAX_PROJECT_FILE_BYTES = 1_000_000
 
 
+def _kept_for_this_check(ctx: "FileContext", key: object, compute: "Callable[[], T]") -> "T":
+    """``compute()``, kept for the rest of this check (:meth:`FileContext.memo_for_this_check`):
+    a file's fixes ask the same version questions again and again; the next check reads the
+    project's files anew. Computed each time for an object that is not a file's context."""
+    memo = getattr(ctx, "memo_for_this_check", None)
+    return compute() if memo is None else memo(key, compute)
+
+
+def _kept_for_the_file(ctx: "FileContext", key: object, compute: "Callable[[], T]") -> "T":
+    """``compute()`` of the file's own text, kept as long as the context (:meth:`FileContext.memo`)."""
+    memo = getattr(ctx, "memo", None)
+    return compute() if memo is None else memo(key, compute)
+
+
 def declared(ctx: "FileContext", package: str) -> str | None:
     """The version specifier the project declares for ``package`` (``">=2.1,<3"``), ``""``
     for a bare name, None where no requirement file names it."""
-    # Kept for the rest of this check (a file's fixes ask the same question up to nine times,
-    # every cap asks about torch); the next check reads the requirements again.
-    memo = getattr(ctx, "memo_for_this_check", None)
-    if memo is None:
-        return _declared(ctx, package)
-    return memo(("declared", package), lambda: _declared(ctx, package))
+    # Asked up to nine times by a file's fixes: every cap asks about torch.
+    return _kept_for_this_check(ctx, ("declared", package), lambda: _declared(ctx, package))
 
 
 def _requirement(package: str) -> "re.Pattern[str]":
@@ -298,11 +311,8 @@ def _file_pin(ctx: "FileContext", package: str) -> str | None:
 
 def _checks_versions(ctx: "FileContext") -> bool:
     """The file maps some package's name to a version (``{'ignite': '0.4.3'}``)."""
-    source = getattr(ctx, "source", "") or ""
-    memo = getattr(ctx, "memo", None)  # of the file's own text: asked for every package
-    if memo is None:
-        return _ANY_CHECKED_VERSION.search(source) is not None
-    return memo(_checks_versions, lambda: _ANY_CHECKED_VERSION.search(source) is not None)
+    source = getattr(ctx, "source", "") or ""  # asked for every package
+    return _kept_for_the_file(ctx, _checks_versions, lambda: _ANY_CHECKED_VERSION.search(source) is not None)
 
 
 def _module_docstring(ctx: "FileContext") -> str | None:
@@ -316,8 +326,7 @@ def _module_docstring(ctx: "FileContext") -> str | None:
         except Exception:  # noqa: BLE001 - a docstring libcst cannot evaluate (bytes, f-string): none
             return None
 
-    memo = getattr(ctx, "memo", None)
-    return read() if memo is None else memo(_module_docstring, read)
+    return _kept_for_the_file(ctx, _module_docstring, read)
 
 
 def _sibling_check(ctx: "FileContext", package: str) -> str | None:
@@ -752,10 +761,7 @@ def _candidates(ctx: "FileContext") -> list[str]:
 
 
 def _candidates_around(ctx: "FileContext") -> list[str]:
-    memo = getattr(ctx, "memo_for_this_check", None)  # asked by each version question (see declared)
-    if memo is None:
-        return _find_candidates_around(ctx)
-    return memo(_candidates_around, lambda: _find_candidates_around(ctx))
+    return _kept_for_this_check(ctx, _candidates_around, lambda: _find_candidates_around(ctx))
 
 
 def _find_candidates_around(ctx: "FileContext") -> list[str]:
@@ -801,10 +807,7 @@ def older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
     """Why the project may run a ``package`` older than ``version`` (``[tool.advisor]
     torch-version``, else its declared requirement's lower bound), or None: nothing says so,
     and advisor assumes a current release."""
-    memo = getattr(ctx, "memo_for_this_check", None)  # every versioned fix of a file asks it (see declared)
-    if memo is None:
-        return _older_allowed(ctx, package, version)
-    return memo(("older_allowed", package, version), lambda: _older_allowed(ctx, package, version))
+    return _kept_for_this_check(ctx, ("older_allowed", package, version), lambda: _older_allowed(ctx, package, version))
 
 
 def _older_allowed(ctx: "FileContext", package: str, version: str) -> str | None:
@@ -1019,10 +1022,7 @@ def cannot_run_as_declared(ctx: "FileContext") -> str | None:
     """Why the file cannot run in the environment its project declares, or None: it reads a
     loss as torch 0.3 did while the project asks for 0.4 or later (pytorch-beginner: "pytorch
     1.0.0+"), or imports a transformers 3 module while the project asks for transformers 4."""
-    memo = getattr(ctx, "memo_for_this_check", None)  # asked of every fix (see declared)
-    if memo is None:
-        return _cannot_run_as_declared(ctx)
-    return memo(cannot_run_as_declared, lambda: _cannot_run_as_declared(ctx))
+    return _kept_for_this_check(ctx, cannot_run_as_declared, lambda: _cannot_run_as_declared(ctx))
 
 
 def _cannot_run_as_declared(ctx: "FileContext") -> str | None:
@@ -1133,10 +1133,7 @@ def _removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str]
     """(module, newest torch, why, oldest torch or None, where) for the first removed module the
     file imports, or else a file of the project that runs in the same program (esvit's
     ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports ``torch._six``)."""
-    memo = getattr(ctx, "memo_for_this_check", None)  # asked by each versioned fix (see declared)
-    if memo is None:
-        return _find_removed_import(ctx)
-    return memo(_removed_import, lambda: _find_removed_import(ctx))
+    return _kept_for_this_check(ctx, _removed_import, lambda: _find_removed_import(ctx))
 
 
 def _find_removed_import(ctx: "FileContext") -> tuple[str, str, str, str | None, str] | None:

@@ -22,7 +22,7 @@ from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, 
 from advisor.context import MISSING, FileContext
 from advisor.facts.branches import calls_of, exclusive_branches
 from advisor.facts.devices import Where, join
-from advisor.facts.loaders import defining_class
+from advisor.facts.loaders import defining_class, local_class
 from advisor.names import dotted_name
 
 if TYPE_CHECKING:
@@ -1586,7 +1586,6 @@ def pretrained_sizes(ctx: FileContext) -> list[tuple[cst.Call, "ModelSize"]]:
     return found
 
 
-
 def fits_raw_parameters(ctx: FileContext) -> str | None:
     """The class of this file that every trained model is built from, where it holds only raw
     ``nn.Parameter`` tensors and builds no layer (EigenTrajectory's ``curve_fitting``: a
@@ -1603,13 +1602,8 @@ def _find_raw_parameter_fit(ctx: FileContext) -> str | None:
     found = None
     for model in models:
         for build in model.builds:
-            if build.kind != "local" or not isinstance(build.call.func, cst.Name):
-                return None
-            bindings = ctx.lookup(build.call.func.value, build.call)
-            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ClassDef):
-                return None
-            cls = bindings[0].node
-            if not _only_raw_parameters(ctx, cls):
+            cls = local_class(ctx, build.call.func) if build.kind == "local" else None
+            if cls is None or not _only_raw_parameters(ctx, cls):
                 return None
             found = cls.name.value
     return found
