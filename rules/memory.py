@@ -1409,6 +1409,12 @@ PREPARE_KBIT = ("peft.prepare_model_for_kbit_training", "peft.utils.prepare_mode
 # ``torch.utils.checkpoint.checkpoint``'s own keywords; any other goes to the checkpointed function.
 CHECKPOINT_OWN_KEYWORDS = frozenset({"use_reentrant", "preserve_rng_state", "context_fn", "determinism_check", "debug"})
 PREPARE_KBIT_POSITION = {"use_gradient_checkpointing": 1, "gradient_checkpointing_kwargs": 2}
+# PEFT's name for it before 0.6 (removed since): it calls ``gradient_checkpointing_enable()`` with
+# no kwargs and takes none to pass.
+PREPARE_INT8 = ("peft.prepare_model_for_int8_training", "peft.utils.prepare_model_for_int8_training", "peft.utils.other.prepare_model_for_int8_training")
+# ``gradient_checkpointing_kwargs`` arrived in transformers 4.35 (TrainingArguments and
+# ``gradient_checkpointing_enable``); before 5, leaving it out means ``{"use_reentrant": True}``.
+TRANSFORMERS_KWARGS = ("transformers", "4.35")
 NON_REENTRANT = '{"use_reentrant": False}'
 
 
@@ -1420,6 +1426,11 @@ def _quantized_load(ctx: FileContext) -> bool:
             if ctx.keyword_arg(call, keyword) is not None:
                 return True
     return False
+
+
+def _assigned_later_anywhere(ctx: FileContext, field: str) -> bool:
+    """``args.<field> = ...`` somewhere in the file."""
+    return any(key.rsplit(".", 1)[-1] == field and nodes for key, nodes in ctx.attribute_assignments.items())
 
 
 def _with_non_reentrant_entry(ctx: FileContext, expr: cst.BaseExpression) -> Edit | None:
@@ -1486,12 +1497,19 @@ class CheckpointingReentrant(Rule):
           passed through unknown `**kwargs`;
         - `model.gradient_checkpointing_enable()` / `TrainingArguments(gradient_checkpointing=True)`
           without kwargs (transformers 5 defaults to non-reentrant), or with a dict that
-          cannot be resolved; the Trainer turns an empty dict into the default too;
+          cannot be resolved; the Trainer turns an empty dict into the default too. Where the
+          project's requirements admit transformers 4 (`transformers==4.31.0`,
+          `transformers>=4.28`), whose default is `{"use_reentrant": True}`, they are
+          reported, and so is a `TrainingArguments` dataclass field defaulting to True and
+          PEFT's old `prepare_model_for_int8_training`; the kwargs fix needs transformers
+          4.35, so it is advice where an older one is admitted;
         - `prepare_model_for_kbit_training(..., use_gradient_checkpointing=False)`, or in a
           file that loads no quantized model (PEFT then enables no checkpointing);
         - other libraries' checkpoint functions (DeepSpeed, fairscale, Megatron);
         - the file is written for an XLA / Neuron / HPU device too (it imports `torch_xla`,
           `neuronx_distributed`, ...): torch_xla's checkpoint raises on `use_reentrant=False`.
+          A `torch.xpu` branch is not such a device: torch's eager XPU backend runs torch's
+          own checkpoint.
 
         The fix is advice where the project ships a DeepSpeed config with ZeRO stage 3 (a JSON
         at its root or in a config folder there): non-reentrant recomputation has reported
@@ -1663,11 +1681,12 @@ class CheckpointingReentrant(Rule):
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        if ctx.facts.devices.other_accelerator:
+        if ctx.facts.devices.other_runtime:
             return  # torch_xla's checkpoint raises on use_reentrant=False, and Neuron scripts swap it in
         yield from self._torch_checkpoints(ctx)
         yield from self._transformers_kwargs(ctx)
         yield from self._prepare_kbit(ctx)
+        yield from self._transformers_4_defaults(ctx)
 
     def _torch_checkpoints(self, ctx: FileContext) -> Iterator[Finding]:
         for call in ctx.calls(TORCH_CHECKPOINT, TORCH_CHECKPOINT_SEQUENTIAL):
@@ -1756,6 +1775,62 @@ class CheckpointingReentrant(Rule):
                 message = message.replace(" (guide: ", f"; {again} enables checkpointing again with transformers' default, reentrant before transformers 5, and without the input-gradient hook this would skip: set `gradient_checkpointing_kwargs` there too, so the fix is left as advice (guide: ", 1)
                 fix = None
             yield self.report(call, message, fix)
+
+    def _transformers_4_defaults(self, ctx: FileContext) -> Iterator[Finding]:
+        """Checkpointing switched on without kwargs where the project runs transformers 4:
+        ``gradient_checkpointing_enable()`` then passes ``{"use_reentrant": True}`` (qlora and
+        TinyLlama pin 4.31; alpaca-lora's PEFT calls it for them)."""
+        older = older_allowed(ctx, "transformers", "5.0")
+        if older is None:
+            return  # transformers 5 passes use_reentrant=False itself
+        if any(function.name.value == "gradient_checkpointing_enable" for function in ctx.nodes(cst.FunctionDef)):
+            return  # the file's own method of that name
+        tail = f"; with transformers before 5 ({older}), that means `{{\"use_reentrant\": True}}`: torch's reentrant variant"
+        for call in ctx.calls(*TRAINING_ARGUMENTS):
+            if not _resolves_true(ctx, call, "gradient_checkpointing") or ctx.argument(call, "gradient_checkpointing_kwargs") is not MISSING:
+                continue
+            message = (
+                f"`gradient_checkpointing=True` without `gradient_checkpointing_kwargs`{tail}; pass "
+                f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
+            )
+            edit = Edit(call, set_keyword(call, "gradient_checkpointing_kwargs", NON_REENTRANT))
+            yield self.report(call, message, self.fix("Use non-reentrant checkpointing", edit, requires=[TRANSFORMERS_KWARGS]))
+        if not _assigned_later_anywhere(ctx, "gradient_checkpointing_kwargs"):
+            for name in ctx.facts.frameworks.parsed_training_arguments:
+                switch = ctx.values.attribute(name, "gradient_checkpointing")
+                if switch is None or switch.value is not True or ctx.values.attribute(name, "gradient_checkpointing_kwargs") is not None:
+                    continue
+                message = (
+                    f"The training arguments' `gradient_checkpointing` defaults to True and no "
+                    f"`gradient_checkpointing_kwargs` is set{tail}; give the dataclass a "
+                    f"`gradient_checkpointing_kwargs` defaulting to `{NON_REENTRANT}` (transformers >= 4.35) "
+                    f"(guide: {GUIDE_CHECKPOINTING})"
+                )
+                yield self.report(ctx.statement_of(switch.node) or switch.node, message)
+                break  # one dataclass field, however many names parse it
+        if not any(q.split(".")[0] in ("transformers", "peft") for q in ctx.imports.aliases.values()):
+            return
+        for call in ctx.method_calls("gradient_checkpointing_enable"):
+            if call.args:
+                continue
+            message = (
+                f"`gradient_checkpointing_enable()` without `gradient_checkpointing_kwargs`{tail}; pass "
+                f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
+            )
+            edit = Edit(call, set_keyword(call, "gradient_checkpointing_kwargs", NON_REENTRANT))
+            yield self.report(call, message, self.fix("Use non-reentrant checkpointing", edit, requires=[TRANSFORMERS_KWARGS]))
+        if not _quantized_load(ctx):
+            return
+        for call in ctx.calls(*PREPARE_INT8):
+            enabled = ctx.argument(call, "use_gradient_checkpointing", 1)
+            if enabled is None or (enabled is not MISSING and ctx.values.value_of(enabled) is not True):  # type: ignore[arg-type]
+                continue
+            message = (
+                f"`prepare_model_for_int8_training` calls `gradient_checkpointing_enable()` without kwargs{tail}; "
+                f"PEFT 0.6 renamed it `prepare_model_for_kbit_training`, which takes "
+                f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
+            )
+            yield self.report(call, message)
 
     @staticmethod
     def _reenabled_reentrant(ctx: FileContext) -> str | None:

@@ -249,6 +249,110 @@ def test_adv502_multiline_dict_keeps_its_layout():
     )
 
 
+TRANSFORMERS_4_ARGUMENTS = """
+import transformers
+from dataclasses import dataclass, field
+from transformers import AutoModelForCausalLM, HfArgumentParser
+
+@dataclass
+class TrainingArguments(transformers.Seq2SeqTrainingArguments):
+    gradient_checkpointing: bool = field(default=True, metadata={"help": "You want to use this."})
+
+(training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+args = transformers.TrainingArguments("out", gradient_checkpointing=True)
+model.gradient_checkpointing_enable()
+"""
+
+
+def _project_with(tmp_path, requirements: str | None, source: str):
+    from advisor.project import forget_projects
+
+    (tmp_path / ".git").mkdir(exist_ok=True)
+    if requirements is not None:
+        (tmp_path / "requirements.txt").write_text(requirements)
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    forget_projects()
+    return script
+
+
+@pytest.mark.parametrize("requirements", [None, "transformers\n", "transformers>=5.0\n"])
+def test_adv502_trusts_transformers_5_defaults(tmp_path, requirements):
+    """transformers 5 passes `use_reentrant=False` itself: switching checkpointing on without
+    kwargs is right there, and on a project that says nothing advisor assumes a current release."""
+    script = _project_with(tmp_path, requirements, TRANSFORMERS_4_ARGUMENTS)
+    assert [d for d in lint(TRANSFORMERS_4_ARGUMENTS, codes=["ADV502"], path=str(script))] == []
+
+
+def test_adv502_reports_the_reentrant_default_of_transformers_4(tmp_path):
+    """qlora and TinyLlama pin transformers 4.31, where `gradient_checkpointing_enable()` with no
+    kwargs means `{"use_reentrant": True}`: the dataclass default, the TrainingArguments call and
+    the model's call each switch it on. `gradient_checkpointing_kwargs` came with 4.35, so with
+    4.31 pinned the fixes are advice; with `>=4.35` allowed they are edits."""
+    script = _project_with(tmp_path, "transformers==4.31.0\n", TRANSFORMERS_4_ARGUMENTS)
+    findings = lint(TRANSFORMERS_4_ARGUMENTS, codes=["ADV502"], path=str(script))
+    assert [d.line for d in findings] == [8, 12, 13]
+    assert all("transformers==4.31.0" in d.message and d.fix_applicability is None for d in findings)
+    assert "the fix needs transformers >= 4.35" in findings[1].message
+    (tmp_path / "requirements.txt").write_text("transformers>=4.38,<5\n")
+    findings = lint(TRANSFORMERS_4_ARGUMENTS, codes=["ADV502"], path=str(script))
+    assert [(d.line, d.fix_applicability) for d in findings] == [(8, None), (12, "safe"), (13, "safe")]
+    fixed = fix(TRANSFORMERS_4_ARGUMENTS, codes=["ADV502"], path=str(script)).fixed.decode()
+    assert 'transformers.TrainingArguments("out", gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False})' in fixed
+    assert 'model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})' in fixed
+
+
+def test_adv502_transformers_4_look_alikes(tmp_path):
+    explicit = """
+    import transformers
+    args = transformers.TrainingArguments("out", gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": True})
+    off = transformers.TrainingArguments("out")
+    """
+    own_method = """
+    import transformers
+    class Wrapper:
+        def gradient_checkpointing_enable(self):
+            self.inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    Wrapper().gradient_checkpointing_enable()
+    """
+    set_later = TRANSFORMERS_4_ARGUMENTS.replace(
+        "model = AutoModelForCausalLM", 'training_args.gradient_checkpointing_kwargs = {"use_reentrant": False}\nmodel = AutoModelForCausalLM'
+    )
+    for source in (explicit, own_method):
+        script = _project_with(tmp_path, "transformers==4.31.0\n", source)
+        assert [d.line for d in lint(source, codes=["ADV502"], path=str(script))] == []
+    script = _project_with(tmp_path, "transformers==4.31.0\n", set_later)
+    assert [d.line for d in lint(set_later, codes=["ADV502"], path=str(script))] == [13, 14]  # the calls, not the field
+
+
+def test_adv502_old_peft_int8_preparation_under_transformers_4(tmp_path):
+    """alpaca-lora: `prepare_model_for_int8_training(model)` (PEFT before 0.6) switches on
+    checkpointing with transformers' default; advice to move to the kbit variant's kwargs."""
+    source = """
+    from peft import prepare_model_for_int8_training
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM.from_pretrained("m", load_in_8bit=True)
+    model = prepare_model_for_int8_training(model)
+    """
+    script = _project_with(tmp_path, "transformers>=4.28.0\n", source)
+    (finding,) = lint(source, codes=["ADV502"], path=str(script))
+    assert finding.line == 5 and finding.fix_applicability is None and "prepare_model_for_kbit_training" in finding.message
+    script = _project_with(tmp_path, "transformers>=5\n", source)
+    assert lint(source, codes=["ADV502"], path=str(script)) == []
+
+
+def test_adv502_intel_xpu_branches_do_not_silence_it(tmp_path):
+    """qlora counts `torch.xpu` devices beside CUDA: torch's eager XPU backend runs torch's own
+    checkpoint, so only another runtime's import (torch_xla, Neuron) keeps the rule out."""
+    xpu = "import torch\nn_gpus = torch.xpu.device_count() if torch.xpu.is_available() else 0\n" + TRANSFORMERS_4_ARGUMENTS
+    script = _project_with(tmp_path, "transformers==4.31.0\n", xpu)
+    assert len(lint(xpu, codes=["ADV502"], path=str(script))) == 3
+    xla = "import torch_xla.core.xla_model as xm\n" + TRANSFORMERS_4_ARGUMENTS
+    script = _project_with(tmp_path, "transformers==4.31.0\n", xla)
+    assert lint(xla, codes=["ADV502"], path=str(script)) == []
+
+
 # -- ADV505 ---------------------------------------------------------------------------------------------------
 def test_adv505_removes_a_device_check_left_empty():
     source = """

@@ -842,6 +842,14 @@ class DeviceFacts:
         return False
 
     @cached_property
+    def other_runtime(self) -> bool:
+        """The file imports another accelerator's own runtime (XLA / TPU, Neuron, Gaudi, Ascend,
+        IPEX; a branch included), names Lightning's TPU / XLA / HPU accelerators or asks for TPU
+        cores: code that swaps in that runtime's own kernels. ``torch.xpu`` and an ``"xpu"``
+        device alone are torch's eager XPU backend, which runs torch's own code paths."""
+        return bool(self._other_runtime_imports) or self._asks_for_tpu_cores
+
+    @cached_property
     def other_accelerator(self) -> bool:
         """The file can run on an accelerator other than a CUDA GPU: it imports an XLA / TPU,
         AWS Neuron, Intel Gaudi (HPU), Ascend (NPU) or Intel XPU runtime (anywhere, a branch

@@ -793,13 +793,22 @@ def _declares_project(folder: str) -> bool:
     return any(os.path.exists(os.path.join(folder, name)) for name in ("pyproject.toml", "setup.py", "setup.cfg"))
 
 
-def _version(text: str) -> tuple[int, ...]:
+def _release(text: str) -> tuple[int, ...]:
+    """The release numbers as written (``~=2.1.0`` and ``~=2.1`` admit different releases)."""
     parts = []
     for piece in text.split("."):
         digits = re.match(r"\d+", piece)
         if digits is None:
             break
         parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """The release numbers to compare, trailing zeros dropped: ``>=5`` and ``5.0`` are one version."""
+    parts = list(_release(text))
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
     return tuple(parts)
 
 
@@ -1253,8 +1262,9 @@ def admits_from(spec: str | None, version: str) -> bool | None:
             return False
         if operator == "<" and value <= wanted or operator == "<=" and value < wanted:
             return False
-        if operator == "~=" and len(value) >= 2:
-            ceiling = (value[0] + 1,) if len(value) == 2 else (value[0], value[1] + 1)
+        written = _release(text)
+        if operator == "~=" and len(written) >= 2:
+            ceiling = (written[0] + 1,) if len(written) == 2 else (written[0], written[1] + 1)
             if ceiling <= wanted:
                 return False
     return True

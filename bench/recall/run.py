@@ -123,19 +123,40 @@ def git_dir(repo: str, mirror: Path | None, cache: Path) -> Path:
     return target
 
 
+# What a checkout holds beside the code that advisor reads: YAML configs (which name the classes
+# Hydra and ``instantiate_from_config`` build), requirement and build files, READMEs and install
+# scripts (which say the versions a project runs), DeepSpeed / launcher JSON configs. Notebooks
+# and data are left out: no reviewed file depends on them, and they are large.
+_CHECKOUT_SUFFIXES = (".py", ".yaml", ".yml", ".txt", ".toml", ".cfg", ".md", ".rst", ".sh", ".json")
+_CHECKOUT_NAMES = ("Dockerfile", "Makefile", "Pipfile")
+_LARGEST_TEXT = 512 * 1024
+
+
+def _wanted(path: str, size: int) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    if path.endswith(".py"):
+        return True
+    return size <= _LARGEST_TEXT and (name.endswith(_CHECKOUT_SUFFIXES) or name.startswith(_CHECKOUT_NAMES))
+
+
 def materialize(project: Project, source: Path, into: Path) -> Path:
-    """The project's Python files and YAML configs (which name the classes Hydra and
-    ``instantiate_from_config`` build) at the pinned commit, under ``into`` / owner+name."""
+    """The project's Python files and the text files of a checkout advisor reads (``_wanted``)
+    at the pinned commit, under ``into`` / owner+name."""
     folder = into / project.repo.replace("/", "+")
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     listed = subprocess.run(
-        ["git", "--git-dir", str(source), "ls-tree", "-r", "--name-only", "-z", project.commit],
+        ["git", "--git-dir", str(source), "ls-tree", "-r", "-l", "-z", project.commit],
         check=True,
         capture_output=True,
-    ).stdout.decode().split("\0")
-    paths = [p for p in listed if p.endswith((".py", ".yaml", ".yml"))]
+    ).stdout.decode(errors="replace").split("\0")
+    paths = []
+    for entry in listed:
+        meta, _, path = entry.partition("\t")
+        fields = meta.split()
+        if len(fields) == 4 and fields[1] == "blob" and fields[3].isdigit() and _wanted(path, int(fields[3])):
+            paths.append(path)
     for start in range(0, len(paths), 200):
         archive = subprocess.run(
             ["git", "--git-dir", str(source), "archive", "--format=tar", project.commit, "--", *paths[start : start + 200]],
