@@ -1780,6 +1780,13 @@ class CheckpointingReentrant(Rule):
         """Checkpointing switched on without kwargs where the project runs transformers 4:
         ``gradient_checkpointing_enable()`` then passes ``{"use_reentrant": True}`` (qlora and
         TinyLlama pin 4.31; alpaca-lora's PEFT calls it for them)."""
+        if not (
+            ctx.calls(*TRAINING_ARGUMENTS)
+            or ctx.facts.frameworks.parsed_training_arguments
+            or ctx.method_calls("gradient_checkpointing_enable")
+            or ctx.calls(*PREPARE_INT8)
+        ):
+            return
         older = older_allowed(ctx, "transformers", "5.0")
         if older is None:
             return  # transformers 5 passes use_reentrant=False itself
