@@ -2044,7 +2044,8 @@ class EvalWithoutNoGrad(Rule):
           files that import it);
         - the loop needs gradients: it calls `backward()`, `torch.autograd.grad`,
           `torch.enable_grad()`, touches `requires_grad` or `.grad` (attribution,
-          adversarial examples), or it is a training loop; also through a function of the
+          adversarial examples), or it is a training loop (an evaluation loop nested in the
+          training loop is reported when an `if` of the step runs it, every N steps); also through a function of the
           project it calls, or a method of an object the file cannot type whose project
           classes do (an attack's `perturb`);
         - the model is built by another framework (`jt_Network()` from `jittor`, Paddle,
@@ -2212,8 +2213,65 @@ class EvalWithoutNoGrad(Rule):
             """,
             note="torch before 0.4: `volatile=True` turns autograd off",
         ),
+        Valid(
+            """
+            import torch
+
+            for step, (x, y) in enumerate(loader):
+                model.train()
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if step % 100 == 0:
+                    model.eval()
+                    for xs, ys in probe_loader:
+                        probe_loss = criterion(model(xs.cuda()), ys.cuda())
+                        probe_loss.backward()
+                        probe_optimizer.step()
+            """,
+            note="a loop every N steps that trains a probe: it needs the gradients",
+        ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+
+            for i in range(num_batches):
+                model.train()
+                seq, labels = next(train_dl)
+                loss = model(seq.cuda(), labels.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if (i + 1) % EVAL_EVERY == 0:
+                    model.eval()
+                    for length, eval_dl in eval_dls.items():
+                        seq, labels = next(eval_dl)
+                        logits = model(seq.cuda())
+                        print(length, (logits.argmax(-1) != labels.cuda()).float().mean().item())
+            """,
+            fixed="""
+            import torch
+
+            for i in range(num_batches):
+                model.train()
+                seq, labels = next(train_dl)
+                loss = model(seq.cuda(), labels.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if (i + 1) % EVAL_EVERY == 0:
+                    model.eval()
+                    with torch.no_grad():
+                        for length, eval_dl in eval_dls.items():
+                            seq, labels = next(eval_dl)
+                            logits = model(seq.cuda())
+                            print(length, (logits.argmax(-1) != labels.cuda()).float().mean().item())
+            """,
+            note="an evaluation every N steps inside the training loop (x-transformers' train_parity.py)",
+        ),
         Invalid(
             """
             import torch
@@ -2399,8 +2457,15 @@ class EvalWithoutNoGrad(Rule):
                 break
             if isinstance(ancestor, _LOOPS) and ctx.order[ancestor] > ctx.order[switch]:
                 found = ancestor
-        if found is None or ctx.loops.loop_of(found) is not None:
+        if found is None:
             return None
+        if ctx.loops.loop_of(found) is not None:
+            # An evaluation every N steps inside the training loop (x-transformers'
+            # ``if (i + 1) % EVAL_EVERY == 0: model.eval(); for ...``): under an ``if`` of the
+            # step, not the step itself.
+            region = ctx.loops.step_region(found)
+            if region is None or not region.guards or region.calls:
+                return None
         return found
 
     @staticmethod
