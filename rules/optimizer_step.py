@@ -66,15 +66,25 @@ def applies_to(ctx: FileContext, zero: Event, optimizer: str, loop_optimizers: S
 
 
 def _zeroes_part_of_a_called_model(ctx: FileContext, zero: cst.Call, receiver: str) -> bool:
-    """``model.generator.zero_grad()`` where the same function calls ``model(d)``: one part of
+    """``model.generator.zero_grad()`` where the same function runs ``model``: one part of
     the model the backward ran through, zeroed to keep it out of the one optimizer's step
-    (TranAD's MAD-GAN trains the discriminator, then the generator, with one optimizer)."""
+    (TranAD's MAD-GAN trains the discriminator, then the generator, with one optimizer;
+    FL-bench's FedPAC zeroes ``self.model.base`` to train only the classifier). The model
+    runs as ``model(d)``, through one of its methods (``self.model.get_last_features(x)``) or
+    through a part (``self.model.classifier(features)``); ``self`` alone is no such model."""
     whole, _, part = receiver.rpartition(".")
-    if not whole or whole.split(".")[0] == "self" or not part:
+    if not whole or whole == "self" or not part:
         return False
     function = ctx.enclosing(zero, cst.FunctionDef)
     scope = function if isinstance(function, cst.FunctionDef) else ctx.module
-    return any(dotted_name(call.func) == whole for call in ctx.walk(scope, cst.Call))
+    prefix = whole + "."
+    for call in ctx.walk(scope, cst.Call):
+        if call is zero:
+            continue
+        name = dotted_name(call.func)
+        if name is not None and (name == whole or name.startswith(prefix)) and not name.endswith(".zero_grad"):
+            return True
+    return False
 
 
 def _built_from(ctx: FileContext, constructor: cst.Call, module: str) -> bool:
@@ -713,6 +723,29 @@ class ZeroGradOrder(Rule):
                     optimizer.step()
             """,
             note="one optimizer, one part of the called model zeroed to keep it out of the step (TranAD's MAD-GAN)",
+        ),
+        Valid(
+            """
+            import torch
+            class Client:
+                def fit(self):
+                    for x, y in self.trainloader:
+                        x, y = x.to(self.device), y.to(self.device)
+                        if self.classifier_rounds:
+                            loss = self.criterion(self.model(x), y)
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            self.model.base.zero_grad()
+                            self.optimizer.step()
+                        else:
+                            features = self.model.get_last_features(x)
+                            loss = self.criterion(self.model.classifier(features), y)
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            self.model.classifier.zero_grad()
+                            self.optimizer.step()
+            """,
+            note="a part of the model zeroed to train only the rest this round (FL-bench's FedPAC)",
         ),
         Valid(
             """

@@ -3740,15 +3740,23 @@ class NoMixedPrecision(Rule):
         choice = _lightning_spelling(ctx, ctx.target.bf16)
         message = f'Lightning on the GPU in full fp32 (`precision` "32-true"): pass `precision="{choice}"`'
         precision = ctx.argument(call, "precision")
+        requires = _lightning_precision_requires(choice)
         if precision is MISSING:
-            fix = self.fix(f'Pass `precision="{choice}"`', Edit(call, set_keyword(call, "precision", f'"{choice}"')))
+            fix = self.fix(f'Pass `precision="{choice}"`', Edit(call, set_keyword(call, "precision", f'"{choice}"')), requires=requires)
         else:
             value = known_setting(ctx, call, "precision")
             fix = None
             if value is not None and value.node is precision and isinstance(value.node, (cst.SimpleString, cst.Integer)):
                 replacement = string_like(value.node, choice)
-                fix = self.fix(f'Use `precision="{choice}"`', Edit(value.node, replacement))
+                fix = self.fix(f'Use `precision="{choice}"`', Edit(value.node, replacement), requires=requires)
         return self.report(call, _message(message), fix)
+
+
+def _lightning_precision_requires(choice: str) -> list[tuple[str, str]]:
+    """The pytorch-lightning a ``precision=`` spelling needs: ``"bf16"`` came with 1.5 (1.3.8
+    raises NotImplementedError), ``"bf16-mixed"`` / ``"16-mixed"`` with 2.0; ``16`` is in all."""
+    since = "2.0" if choice.endswith("-mixed") else "1.5" if choice.startswith("bf16") else None
+    return [("pytorch-lightning", since), ("pytorch_lightning", since)] if since else []
 
 
 def _accelerate_compiles(ctx: FileContext, site: TrainingSite) -> bool:

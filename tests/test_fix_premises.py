@@ -5387,3 +5387,88 @@ def test_a_requirement_floor_written_short_is_that_release(spec, version, below)
     from advisor.facts.environment import admits_below
 
     assert admits_below(spec, version) is below
+
+
+LIGHTNING_NOTEBOOK_SCRIPT = """
+import torch
+import pytorch_lightning as pl
+{metrics}
+class Learner(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 10))
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.model(x), y)
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters())
+trainer = pl.Trainer(max_epochs=3, gpus=1)
+trainer.fit(Learner(), loader)
+"""
+
+
+def test_lightning_bf16_waits_for_the_lightning_a_removed_module_dates(tmp_path):
+    """torchdyn's tutorials import `pytorch_lightning.metrics`, which 1.5 removed, the release
+    that brought `precision="bf16"`: on the Lightning they run, the edit raises."""
+    old = LIGHTNING_NOTEBOOK_SCRIPT.format(metrics="from pytorch_lightning.metrics.functional import accuracy")
+    finding = only(old, "ADV203", fresh_script(tmp_path / "train.py", old))
+    assert finding.fix_applicability is None
+    assert "`pytorch_lightning.metrics`, which pytorch-lightning 1.5 removed" in finding.message
+    current = LIGHTNING_NOTEBOOK_SCRIPT.format(metrics="")
+    finding = only(current, "ADV203", fresh_script(tmp_path / "train.py", current))
+    assert finding.fix_applicability == "unsafe" and 'precision="bf16"' in finding.fix_description
+
+
+def test_spikingjelly_cupy_backend_set_by_function_keeps_fp16(tmp_path):
+    """Spiking-RepVGG: `functional.set_backend(model, 'cupy', instance=neuron.IFNode)`; the CuPy
+    neurons take float and half only, so bf16 autocast raises on the first step."""
+    source = """
+import torch
+from spikingjelly.activation_based import functional, neuron
+model = build().cuda()
+functional.set_backend(model, 'cupy', instance=neuron.IFNode)
+scaler = torch.cuda.amp.GradScaler()
+for images, target in loader:
+    with torch.cuda.amp.autocast():
+        loss = criterion(model(images.cuda()), target.cuda())
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train.py", source))
+    assert finding.fix_applicability is None and "CuPy kernels" in finding.message
+
+
+def test_a_cpu_device_handed_to_a_project_trainer_is_not_a_gpu_run(tmp_path):
+    """augmented-neural-odes: the notebook says `device = torch.device('cpu')` and hands it to
+    the package's `Trainer`, which moves batches to the device it is given (other scripts of the
+    project give it CUDA). Its training runs on the CPU: no TF32 there."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "anode").mkdir()
+    (tmp_path / "anode" / "__init__.py").write_text("")
+    (tmp_path / "anode" / "training.py").write_text(textwrap.dedent("""
+        class Trainer:
+            def __init__(self, model, optimizer, device):
+                self.model, self.optimizer, self.device = model, optimizer, device
+            def train(self, loader, epochs):
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        x, y = x.to(self.device), y.to(self.device)
+                        loss = ((self.model(x) - y) ** 2).mean()
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+    """))
+    gpu_script = textwrap.dedent("""
+        import torch
+        from anode.training import Trainer
+        device = torch.device('cuda')
+        model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), fused=True)
+        Trainer(model, optimizer, device).train(loader, 10)
+    """)
+    (tmp_path / "main_gpu.py").write_text(gpu_script)
+    cpu_script = gpu_script.replace("torch.device('cuda')", "torch.device('cpu')").replace(", fused=True", "")
+    script = fresh_script(tmp_path / "example.py", cpu_script)
+    assert [d.code for d in lint(cpu_script, gpu="A100", path=str(script)) if d.code.startswith("ADV2")] == []
+    assert "ADV202" in [d.code for d in lint(gpu_script, gpu="A100", path=str(tmp_path / "main_gpu.py"))]

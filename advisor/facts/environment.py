@@ -833,6 +833,10 @@ def _older_allowed(ctx: "FileContext", package: str, version: str) -> str | None
         if shown is not None and _version(shown) < _version(version):
             # stat453's L19 notebooks: ``%watermark -p torch,transformers`` printed transformers 4.6.0.
             return f"the notebook's saved output shows {package} {shown}"
+    if package in _LIGHTNING_PACKAGES and not spec:
+        gone = _removed_lightning_module(ctx.source)
+        if gone is not None and _version(gone[1]) <= _version(version):
+            return f"the file imports `{gone[0]}`, which pytorch-lightning {gone[1]} removed: it runs an older one"
     if package == "torch" and not spec:
         cap = _cuda_cap(ctx)
         if cap is not None and _version(cap[1]) < _version(version):
@@ -1025,6 +1029,25 @@ _FLAT_TRANSFORMERS_MODULE = re.compile(
     r"|pegasus|reformer|encoder_decoder|lxmert|funnel|dpr|mobilebert|blenderbot|prophetnet|layoutlm))\b",
     re.M,
 )
+
+
+_LIGHTNING_PACKAGES = ("pytorch-lightning", "pytorch_lightning")
+# Lightning modules a release removed (torchdyn's tutorials: ``pytorch_lightning.metrics``,
+# gone in 1.5, the release that brought ``precision="bf16"``). (pattern, module, removed in)
+_REMOVED_LIGHTNING_MODULES = (
+    (re.compile(r"^[ \t]*(?:from|import)[ \t]+pytorch_lightning\.metrics\b", re.M), "pytorch_lightning.metrics", "1.5"),
+    (re.compile(r"^[ \t]*(?:from|import)[ \t]+pytorch_lightning\.core\.lightning\b", re.M), "pytorch_lightning.core.lightning", "1.9"),
+)
+
+
+def _removed_lightning_module(source: str) -> tuple[str, str] | None:
+    """(module, the pytorch-lightning release that removed it) for the first such import of the file."""
+    if "pytorch_lightning." not in source:
+        return None
+    for pattern, module, removed in _REMOVED_LIGHTNING_MODULES:
+        if pattern.search(source):
+            return module, removed
+    return None
 
 
 def cannot_run_as_declared(ctx: "FileContext") -> str | None:

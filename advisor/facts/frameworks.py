@@ -268,6 +268,8 @@ class FrameworkFacts:
         for call, other, _ in self.delegated_training:
             # The loop runs in the other module: where it puts the model when this file does not say.
             delegated = where if where is not Where.UNKNOWN else Where.CUDA_IF_AVAILABLE if other.facts.devices.gpu.yes else where
+            if delegated is not Where.CUDA and self._hands_over_the_cpu(call):
+                delegated = Where.CPU
             found.append(TrainingSite(DELEGATED, call, None, (), delegated, other))
         return found
 
@@ -300,6 +302,16 @@ class FrameworkFacts:
                 if isinstance(binding, _MethodBinding) and binding.constructor is not None:
                     self._constructors[call] = (binding.constructor, binding.owner)
         return found
+
+    def _hands_over_the_cpu(self, call: cst.Call) -> bool:
+        """A file that names only CPU devices hands one to the trainer (augmented-neural-odes'
+        notebook: ``device = torch.device('cpu')``, then ``Trainer(model, optimizer, device)``):
+        the other module puts the model where it is told."""
+        devices = self.ctx.facts.devices
+        if not devices.gpu.no:
+            return False
+        built, _ = self.handed_over_through(call)
+        return any(devices.where(arg.value) is Where.CPU for handed in {id(call): call, id(built): built}.values() for arg in handed.args)
 
     def handed_over_through(self, call: cst.Call) -> tuple[cst.Call, cst.ClassDef | None]:
         """For a call of :attr:`delegated_training`, the call whose arguments the trainer receives

@@ -1004,7 +1004,12 @@ _RNN_LAYER = re.compile(
     rb"|[\"'](?:LSTM|GRU|RNN)[\"'].{0,2000}?\bgetattr\([ \t]*(?:torch\.)?nn[ \t]*,)"
 )
 _FFT_CALL = re.compile(rb"\bfft\.(?:i?r?fft[n2]?|i?hfft[n2]?)[ \t]*\(|\bstft[ \t]*\(")
-_CUPY = re.compile(rb"^[ \t]*(?:import[ \t]+cupy\b|from[ \t]+cupy\b)|\bbackend[ \t]*=[ \t]*[\"']cupy[\"']", re.M)
+# ``functional.set_backend(model, 'cupy', instance=neuron.IFNode)``: spikingjelly's other spelling
+# (Spiking-RepVGG, behind the ``--model.cupy`` its README passes).
+_CUPY = re.compile(
+    rb"^[ \t]*(?:import[ \t]+cupy\b|from[ \t]+cupy\b)|\bbackend[ \t]*=[ \t]*[\"']cupy[\"']|\bset_backend\([^)\n]*[\"']cupy[\"']",
+    re.M,
+)
 
 
 _TF32_SETTING = re.compile(rb"\ballow_tf32\b|set_float32_matmul_precision\(|\bfp32_precision\b")
