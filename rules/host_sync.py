@@ -1878,8 +1878,9 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
             return False
         # Only modules the file imports, directly or through others (DIG's explainers, which
         # differentiate in their own forward, are not what its ProNet example evaluates).
-        reached, todo = set(), [os.path.abspath(ctx.path)]
-        by_name = False
+        own = os.path.abspath(ctx.path)
+        reached, todo = {own}, _defining_modules(ctx)
+        by_name = project.imports_by_name(own)
         while todo and len(reached) < 400:
             path = todo.pop()
             if path in reached:
@@ -1894,6 +1895,45 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
         return False
 
     return ctx.memo(_differentiates_in_forward, find)
+
+
+def _defining_modules(ctx: FileContext) -> list[str]:
+    """The project modules the file's imports reach: for ``from package import Name``, the
+    module that defines ``Name`` rather than the package's ``__init__`` and everything it
+    re-exports (x-transformers' ``train_parity.py`` imports ``TransformerWrapper``; the
+    package's ``__init__`` also exports an XL wrapper whose training differentiates). Where a
+    name does not resolve to a definition, the package's ``__init__`` stays."""
+    view = ctx.project
+    project = view.project
+    own = os.path.abspath(ctx.path)
+    imported = project.imports(own)
+    packages = {path for path in imported if os.path.basename(path) == "__init__.py"}
+    if not packages:
+        return list(imported)
+    narrowed: list[str] = []
+    whole: set[str] = set()
+    for node in ctx.nodes(cst.Import):  # ``import package``: all of it
+        for alias in node.names:
+            path = project.module_path(dotted_name(alias.name) or "", 0, own)
+            if path in packages:
+                whole.add(path)
+    for node in ctx.nodes(cst.ImportFrom):
+        module = dotted_name(node.module) if node.module is not None else ""
+        package = project.module_path(module or "", len(node.relative), own) if module or node.relative else None
+        if package not in packages:
+            continue
+        if isinstance(node.names, cst.ImportStar):
+            whole.add(package)
+            continue
+        for alias in node.names:
+            local = alias.asname.name if alias.asname is not None else alias.name
+            bound = view.binding(local) if isinstance(local, cst.Name) else None
+            if bound is None or not isinstance(bound[1].node, (cst.FunctionDef, cst.ClassDef)):
+                whole.add(package)  # a module or a value by name: the package as a whole
+            elif os.path.abspath(bound[0].path) not in narrowed:
+                narrowed.append(os.path.abspath(bound[0].path))
+    kept = [path for path in imported if path not in packages or path in whole]
+    return kept + [path for path in narrowed if path not in kept]
 
 
 def _differentiating_forward(ctx: FileContext) -> bool:
@@ -2052,7 +2092,8 @@ class EvalWithoutNoGrad(Rule):
           MindSpore, TensorFlow): `torch.no_grad()` does not reach it;
         - a module the file imports (directly or through others) takes `torch.autograd.grad`
           in its `forward`: an interatomic potential's forces are the energy's gradient, and
-          under `torch.no_grad()` its evaluation raises;
+          under `torch.no_grad()` its evaluation raises. For `from package import Name`, the
+          module that defines `Name` counts, not everything the package's `__init__` exports;
         - the model's parameters are frozen (`model.requires_grad_(False)`, or
           `requires_grad = False` in a loop over its `parameters()` / `named_parameters()`);
         - the model is switched back with `model.train()` before the loop, or the loop only

@@ -5106,6 +5106,49 @@ def test_no_grad_is_not_added_where_a_model_differentiates_in_its_forward(tmp_pa
 
 
 
+def test_a_package_reexporting_a_differentiating_module_does_not_silence_its_other_models(tmp_path):
+    """x-transformers: `from x_transformers import TransformerWrapper` reaches the module that
+    defines it; the package's `__init__` also exports an XL wrapper whose training takes
+    `torch.autograd.grad`, which the evaluated model never runs. Importing that wrapper (or the
+    package as a whole) still keeps the evaluation out of `no_grad`."""
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg.plain import Wrapper\nfrom pkg.xl import XLWrapper\n")
+    (package / "plain.py").write_text("import torch.nn as nn\n\nclass Wrapper(nn.Module):\n    def forward(self, x):\n        return self.net(x)\n")
+    (package / "xl.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class XLWrapper(nn.Module):
+            def forward(self, x):
+                loss = self.net(x).sum()
+                return torch.autograd.grad(loss, self.memory)[0]
+    """))
+    source = textwrap.dedent("""
+        import torch
+        from pkg import {name}
+
+        model = {name}().cuda()
+        for step in range(1000):
+            model.train()
+            loss = model(next(train_dl).cuda()).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step % 100 == 0:
+                model.eval()
+                for seq in eval_batches:
+                    record(model(seq.cuda()).argmax(-1).cpu())
+    """)
+    plain = source.format(name="Wrapper")
+    assert "ADV705" in [d.code for d in lint(plain, gpu="A100", path=str(fresh_script(tmp_path / "train.py", plain)))]
+    xl = source.format(name="XLWrapper")
+    assert "ADV705" not in [d.code for d in lint(xl, gpu="A100", path=str(fresh_script(tmp_path / "train.py", xl)))]
+    whole = plain.replace("from pkg import Wrapper", "import pkg\nWrapper = pkg.Wrapper")
+    assert "ADV705" not in [d.code for d in lint(whole, gpu="A100", path=str(fresh_script(tmp_path / "train.py", whole)))]
+
+
 def test_no_grad_is_not_added_where_a_forward_calls_a_method_that_differentiates(tmp_path):
     # VolSDF: the renderer's forward calls implicit_network.get_outputs, which takes the SDF's
     # gradient for its normals; the training script builds the model from a config by name
@@ -5472,3 +5515,51 @@ def test_a_cpu_device_handed_to_a_project_trainer_is_not_a_gpu_run(tmp_path):
     script = fresh_script(tmp_path / "example.py", cpu_script)
     assert [d.code for d in lint(cpu_script, gpu="A100", path=str(script)) if d.code.startswith("ADV2")] == []
     assert "ADV202" in [d.code for d in lint(gpu_script, gpu="A100", path=str(tmp_path / "main_gpu.py"))]
+
+
+def test_a_graph_collate_set_on_a_namespace_in_another_module_is_not_pinned(tmp_path):
+    """grail: `train.py` sets `params.collate_fn = collate_dgl`, whose batches nest DGL graphs
+    with Python label lists; the trainer's loader reads `collate_fn=self.params.collate_fn`.
+    Pinning such batches pins nothing."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils.py").write_text(textwrap.dedent("""
+        import dgl
+        def collate_dgl(samples):
+            graphs_pos, labels_pos, graphs_neg, labels_neg = map(list, zip(*samples))
+            batched_pos = dgl.batch(graphs_pos)
+            batched_neg = dgl.batch(graphs_neg)
+            return (batched_pos, labels_pos), (batched_neg, labels_neg)
+        def collate_tensors(samples):
+            return torch.stack(samples)
+    """))
+    trainer = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        class Trainer:
+            def __init__(self, params, model, data, optimizer):
+                self.params, self.model, self.data, self.optimizer = params, model, data, optimizer
+            def train_epoch(self):
+                loader = DataLoader(self.data, batch_size=16, shuffle=True, num_workers=4, collate_fn=self.params.collate_fn)
+                for batch in loader:
+                    pos, neg = self.params.move_batch_to_device(batch, self.params.device)
+                    loss = self.model(pos).mean() - self.model(neg).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+    """)
+    (tmp_path / "trainer.py").write_text(trainer)
+    main = textwrap.dedent("""
+        import torch
+        from utils import {collate}
+        from trainer import Trainer
+        params.device = torch.device('cuda')
+        params.collate_fn = {collate}
+        model = Net().to(params.device)
+        Trainer(params, model, data, torch.optim.Adam(model.parameters())).train_epoch()
+    """)
+    (tmp_path / "train.py").write_text(main.format(collate="collate_dgl"))
+    forget_projects()
+    assert "ADV101" not in [d.code for d in lint(trainer, gpu="A100", path=str(tmp_path / "trainer.py"))]
+    (tmp_path / "train.py").write_text(main.format(collate="collate_tensors"))
+    forget_projects()
+    assert "ADV101" in [d.code for d in lint(trainer, gpu="A100", path=str(tmp_path / "trainer.py"))]

@@ -11,6 +11,7 @@ or when it is named or shuffled like one outside evaluation code.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from functools import cached_property
@@ -1355,8 +1356,30 @@ class LoaderFacts:
             bound = ctx.project.binding(collate)  # ``utils.collate_fn`` of ``import util.misc as utils``
             if bound is not None and isinstance(bound[1].node, cst.FunctionDef):
                 return [(bound[0], bound[1].node)]
-            return ctx.project.methods_named(collate.attr.value) or None
+            return ctx.project.methods_named(collate.attr.value) or self._assigned_to_attribute(collate.attr.value)
         return None
+
+    def _assigned_to_attribute(self, attribute: str) -> "list[tuple[FileContext, cst.FunctionDef]] | None":
+        """The functions the project's files assign to an attribute of that name: grail's trainer
+        reads ``collate_fn=self.params.collate_fn``, which ``train.py`` sets with
+        ``params.collate_fn = collate_dgl``. None when any assignment is not a function of the
+        project, or there is none."""
+        view = self.ctx.project
+        found: list[tuple[FileContext, cst.FunctionDef]] = []
+        for path in view.texts_matching(_attribute_assignment(attribute), attribute.encode()):
+            other = view.context_of(path) if os.path.abspath(path) != os.path.abspath(self.ctx.path) else self.ctx
+            if other is None:
+                return None
+            for key, nodes in other.attribute_assignments.items():
+                if key.rsplit(".", 1)[-1] != attribute:
+                    continue
+                for node in nodes:
+                    value = node.value if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
+                    function = other.facts.loaders.function_named(value) if isinstance(value, cst.Name) else None
+                    if function is None:
+                        return None
+                    found.append(function)
+        return found or None
 
     def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
         """The ``def`` a name binds once: in this file, or in the project module it is imported
@@ -1996,6 +2019,12 @@ _GRAPH_LIBRARIES = ("dgl.", "torch_geometric.")
 _NESTED_TENSOR_BUILDERS = frozenset({"nested_tensor_from_tensor_list", "NestedTensor"})
 
 
+@functools.lru_cache(maxsize=32)
+def _attribute_assignment(attribute: str) -> "re.Pattern[bytes]":
+    """``<something>.<attribute> = <name>`` in a file's text."""
+    return re.compile(rb"\.[ \t]*" + re.escape(attribute.encode()) + rb"[ \t]*=[ \t]*[A-Za-z_]")
+
+
 def _returned_inner_function(factory: cst.FunctionDef) -> cst.FunctionDef | None:
     """The function defined in ``factory``'s body that ``factory`` returns by name."""
     body = factory.body.body if isinstance(factory.body, cst.IndentedBlock) else ()
@@ -2118,10 +2147,17 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
         value = returned.value
         if isinstance(value, cst.Call) and _builds_plain_dataclass(ctx, value):
             continue  # trlx's ``ILQLBatch(...)``: pinning returns a dataclass as it is
-        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        parts = _tuple_parts(value)  # grail: ``return (batched_graph_pos, r_labels_pos), g_labels_pos, ...``
         if not any(graph_call(part) or (isinstance(part, cst.Name) and part.value in graphs) for part in parts):
             return False
     return True
+
+
+def _tuple_parts(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The leaves of a (nested) tuple expression, or the expression itself."""
+    if not isinstance(value, cst.Tuple):
+        return [value]
+    return [leaf for element in value.elements for leaf in _tuple_parts(element.value)]
 
 
 def _builds_plain_dataclass(ctx: "FileContext", call: cst.Call) -> bool:
