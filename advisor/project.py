@@ -50,6 +50,8 @@ _SKIPPED = {
 }
 # A project larger than this is a library tree, not a training project: scope stays per folder.
 MAX_PROJECT_FILES = 5000
+# The project texts a process keeps for repeated scans (:meth:`Project._peek`).
+_KEPT_TEXT_BYTES = 24 * 1024 * 1024
 # How many parsed sibling modules a process keeps, and how much source they may add up to.
 _CONTEXTS_KEPT = 16
 _BYTES_KEPT = 256 * 1024
@@ -372,6 +374,7 @@ class Project:
         self._in_progress: set[str] = set()
         self._module_paths: dict[tuple[str, int, str], str | None] = {}
         self._texts: dict[str, bytes] = {}
+        self._kept_text_bytes = 0  # of the texts :meth:`_peek` keeps
         self._closures: dict[str, list[str]] = {}
         self._file_identifiers: dict[str, "collections.Counter[bytes]"] = {}
         self._file_definitions: dict[str, "collections.Counter[bytes]"] = {}
@@ -1175,8 +1178,16 @@ class Project:
         return found
 
     def _peek(self, path: str) -> bytes:
-        """The file's bytes, without keeping them (a scan of every file reads each once)."""
-        return self._texts.get(path) or _read_regular(path)
+        """The file's bytes, kept while the project's kept texts stay under a budget: every new
+        question of :meth:`texts_matching` scans every file again (about eighty per check of
+        a large project), and a training project's files fit; a vendored library's do not."""
+        found = self._texts.get(path)
+        if found is None:
+            found = _read_regular(path)
+            if self._kept_text_bytes + len(found) <= _KEPT_TEXT_BYTES:
+                self._texts[path] = found
+                self._kept_text_bytes += len(found)
+        return found
 
     def text(self, path: str) -> bytes:
         """The file's bytes (once per process)."""
