@@ -1372,6 +1372,8 @@ class Fp16OnBf16Gpu(Rule):
             # ``precision="bf16"`` came with pytorch-lightning 1.5 (1.3.8 raises NotImplementedError:
             # VideoTransformer), "bf16-mixed" with 2.0; ``lightning`` has both from its first release.
             since = "2.0" if replacement == "bf16-mixed" else "1.5"
+            if since == "1.5" and _deepspeed_strategy(ctx, call):
+                since = "1.7"  # DeepSpeedStrategy took bf16 in 1.7 (#12508); 1.6 silently ran fp32
             requires = [("pytorch-lightning", since), ("pytorch_lightning", since)]
             fix = None
             if isinstance(value.node, cst.SimpleString):
@@ -1387,6 +1389,14 @@ class Fp16OnBf16Gpu(Rule):
             kept = _fp16_kept_elsewhere(ctx, fix)
             if kept is not None:
                 message, fix = message + kept, None
+            branch = _branches_on_fp16_precision(ctx) if fix is not None else None
+            if branch is not None:
+                # s2s2net: ``dtype = torch.float16 if self.precision == 16 else torch.float``
+                message += (
+                    f"; the code branches on the precision being 16 (`{ctx.snippet(branch)}`, line "
+                    f"{ctx.position(branch)[0]}), which bf16 would no longer take, so the fix is left as advice"
+                )
+                fix = None
             yield self.report(self.at_keyword(call, "precision"), _message(message), fix)
 
 
@@ -1410,6 +1420,35 @@ class Fp16OnBf16Gpu(Rule):
 
 
 _LIGHTNING_BF16_SPELLINGS = ("bf16", "bf16-mixed", "bf16-true")
+_LIGHTNING_FP16_VALUES = (16, "16", "16-mixed", "16-true")
+
+
+def _deepspeed_strategy(ctx: FileContext, trainer: cst.Call) -> bool:
+    """The Lightning Trainer runs under DeepSpeed: ``strategy="deepspeed_stage_2"`` or
+    ``strategy=DeepSpeedStrategy(stage=2)`` (``DeepSpeedPlugin`` before 1.6)."""
+    strategy = ctx.argument(trainer, "strategy")
+    if strategy is None or strategy is MISSING:
+        return False
+    value = ctx.values.value_of(strategy)  # type: ignore[arg-type]
+    if isinstance(value, str):
+        return value.startswith("deepspeed")
+    built = ctx.bound_call(strategy) if isinstance(strategy, cst.Name) else strategy  # type: ignore[arg-type]
+    name = dotted_name(built.func) if isinstance(built, cst.Call) else None
+    return bool(name) and name.rsplit(".", 1)[-1] in ("DeepSpeedStrategy", "DeepSpeedPlugin")
+
+
+def _branches_on_fp16_precision(ctx: FileContext) -> cst.Comparison | None:
+    """A test of the file on the Trainer's precision being 16 (``self.precision == 16``,
+    ``trainer.precision == "16-mixed"``): code that takes another path once it is bf16."""
+    for comparison in ctx.nodes(cst.Comparison):
+        if len(comparison.comparisons) != 1 or not isinstance(comparison.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+            continue
+        sides = (comparison.left, comparison.comparisons[0].comparator)
+        named = any((dotted_name(side) or "").rsplit(".", 1)[-1] == "precision" for side in sides)
+        literal = any(isinstance(side, (cst.Integer, cst.SimpleString)) and ctx.values.value_of(side) in _LIGHTNING_FP16_VALUES for side in sides)
+        if named and literal:
+            return comparison
+    return None
 _LIGHTNING_EVALUATION = ("test", "validate", "predict")
 
 

@@ -5563,3 +5563,75 @@ def test_a_graph_collate_set_on_a_namespace_in_another_module_is_not_pinned(tmp_
     (tmp_path / "train.py").write_text(main.format(collate="collate_tensors"))
     forget_projects()
     assert "ADV101" in [d.code for d in lint(trainer, gpu="A100", path=str(tmp_path / "trainer.py"))]
+
+
+S2S2NET = """
+import torch
+import pytorch_lightning as pl
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(4, 64, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 1, 3))
+    def training_step(self, batch, batch_idx):
+        dtype = {dtype}
+        return self.body(batch["image"].to(dtype=dtype)).mean()
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+trainer = pl.Trainer(accelerator="auto", devices="auto", strategy={strategy}, precision=16)
+trainer.fit(Net(), loader)
+"""
+
+
+@pytest.mark.parametrize(
+    "requirement, strategy, dtype, fixed, says",
+    [
+        ("pytorch-lightning==1.6.3", '"ddp"', "torch.float", True, None),
+        ("pytorch-lightning==1.6.3", "pl.strategies.DeepSpeedStrategy(stage=2)", "torch.float", False, "needs pytorch-lightning >= 1.7"),
+        ("pytorch-lightning==1.6.3", '"deepspeed_stage_2"', "torch.float", False, "needs pytorch-lightning >= 1.7"),
+        ("pytorch-lightning==1.7.7", "pl.strategies.DeepSpeedStrategy(stage=2)", "torch.float", True, None),
+        ("pytorch-lightning==1.7.7", '"ddp"', "torch.float16 if self.precision == 16 else torch.float", False, "branches on the precision being 16"),
+    ],
+)
+def test_lightning_bf16_under_deepspeed_and_precision_tests(tmp_path, requirement, strategy, dtype, fixed, says):
+    """s2s2net (pytorch-lightning 1.6.3, DeepSpeed ZeRO-2): Lightning's DeepSpeedStrategy took
+    bf16 only in 1.7, and 1.6 trains `precision="bf16"` in plain fp32; its module also casts
+    inputs to half on `self.precision == 16`, a path bf16 would leave."""
+    (tmp_path / ".git").mkdir(exist_ok=True)
+    (tmp_path / "requirements.txt").write_text(requirement + "\n")
+    source = S2S2NET.format(strategy=strategy, dtype=dtype)
+    finding = only(source, "ADV201", fresh_script(tmp_path / "model.py", source))
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+    if says:
+        assert says in finding.message
+
+
+def test_a_switch_every_call_turns_off_keeps_its_branch_dormant(tmp_path):
+    """NotaGen's inference script: its own `prepare_model_for_kbit_training(model,
+    use_gradient_checkpointing=True)` is called once, with `use_gradient_checkpointing=False`:
+    the checkpointing line under the switch never runs, so its edit would gain nothing."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("transformers==4.40.0\n")
+    source = textwrap.dedent("""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained("gpt2").cuda()
+
+
+        def prepare(model, use_gradient_checkpointing=True):
+            if use_gradient_checkpointing:
+                model.gradient_checkpointing_enable()
+            return model
+
+
+        model = prepare(model, use_gradient_checkpointing={passed})
+    """)
+    off = source.format(passed="False")
+    finding = only(off, "ADV502", fresh_script(tmp_path / "infer.py", off))
+    assert finding.fix_applicability is None and "every call of `prepare` turns off" in finding.message
+    on = source.format(passed="True")
+    assert only(on, "ADV502", fresh_script(tmp_path / "infer.py", on)).fix_applicability == "safe"
+    handed = off + "\ncallbacks = [prepare]\n"
+    assert only(handed, "ADV502", fresh_script(tmp_path / "infer.py", handed)).fix_applicability == "safe"

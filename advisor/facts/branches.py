@@ -175,6 +175,8 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
                         f"the code runs only when `{flag.value}` is set, which its default leaves off and nothing "
                         f"in the project passes"
                     )
+                if isinstance(function, cst.FunctionDef) and _every_call_turns_off(ctx, function, flag.value):
+                    return f"the code runs only when `{flag.value}` is set, which every call of `{function.name.value}` turns off"
                 if _constant_off(ctx, flag):
                     return f"the code runs only when `{flag.value}` is set, which the module sets off and nothing changes"
             elif isinstance(function, cst.FunctionDef):
@@ -443,6 +445,40 @@ def _never_turned_on(ctx: "FileContext", function: cst.FunctionDef, name: str) -
         if any(arg.star for arg in given):
             return False  # ``**config``: a key of a YAML file may turn it on
         if index is not None and len(given) + skipped > index:
+            return False
+    return True
+
+
+def _every_call_turns_off(ctx: "FileContext", function: cst.FunctionDef, name: str) -> bool:
+    """``name`` is a parameter of ``function`` that every call seen (one at least, in its file
+    and in the project files importing it) passes as ``False`` / ``None`` / ``0``, whatever its
+    default: NotaGen's ``prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)``
+    of its own function whose default is ``True``. The function is named nowhere but in those
+    calls (a callback, a registry, a config could call it otherwise)."""
+    found = _parameter(function, name)
+    if found is None or _falsy(found[0].default):
+        return False  # a default that is off: :func:`_never_turned_on`'s question
+    index = found[1]
+    calls = calls_of(ctx, function)
+    if not calls:
+        return False
+    view = ctx.project
+    assert view is not None
+    if view.mentions_outside(function.name.value) > sum(1 for other, _ in calls if other is not ctx):
+        return False  # named in another file beyond the calls seen
+    if sum(1 for n in ctx.nodes(cst.Name) if n.value == function.name.value) != 1 + sum(1 for other, _ in calls if other is ctx):
+        return False  # named in its own file beyond its ``def`` and the calls seen
+    positional = [*function.params.posonly_params, *function.params.params]
+    method = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
+    skipped = 1 if isinstance(method, cst.ClassDef) and positional and positional[0].name.value in ("self", "cls") else 0
+    for _other, call in calls:
+        if any(arg.star for arg in call.args):
+            return False
+        passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
+        given = [arg for arg in call.args if arg.keyword is None]
+        if passed is None and index is not None and len(given) + skipped > index:
+            passed = given[index - skipped].value
+        if passed is None or not _falsy(passed):
             return False
     return True
 
