@@ -1343,7 +1343,7 @@ class Fp16OnBf16Gpu(Rule):
                 continue  # inference: fp16 is as fast as bf16 and more precise
             fix = None
             if isinstance(value.node, cst.SimpleString):
-                fix = self.fix('Use `mixed_precision="bf16"`', Edit(value.node, string_like(value.node, "bf16")))
+                fix = self.fix('Use `mixed_precision="bf16"`', Edit(value.node, string_like(value.node, "bf16")), requires=_accelerate_precision_requires("bf16"))
             message = f'`mixed_precision="fp16"` on a bf16-capable GPU ({self._gpu(ctx)}): use `"bf16"`'
             kept = _fp16_kept_elsewhere(ctx, fix)
             if kept is not None:
@@ -3766,13 +3766,19 @@ class NoMixedPrecision(Rule):
                 "`Accelerator()` without `mixed_precision` trains in full fp32 under plain `python` and unless "
                 f'`accelerate config` chose mixed precision: pass `mixed_precision="{choice}"`'
             )
-            fix = self.fix(f'Pass `mixed_precision="{choice}"`', Edit(call, set_keyword(call, "mixed_precision", f'"{choice}"')))
+            fix = self.fix(
+                f'Pass `mixed_precision="{choice}"`',
+                Edit(call, set_keyword(call, "mixed_precision", f'"{choice}"')),
+                requires=_accelerate_precision_requires(choice),
+            )
             return self.report(call, _message(message), fix)
         message = f'`Accelerator(mixed_precision="no")` trains in full fp32: use `"{choice}"`'
         value = known_setting(ctx, call, "mixed_precision")
         fix = None
         if value is not None and isinstance(value.node, cst.SimpleString):
-            fix = self.fix(f'Use `mixed_precision="{choice}"`', Edit(value.node, string_like(value.node, choice)))
+            fix = self.fix(
+                f'Use `mixed_precision="{choice}"`', Edit(value.node, string_like(value.node, choice)), requires=_accelerate_precision_requires(choice)
+            )
         return self.report(call, _message(message), fix)
 
     def _lightning(self, ctx: FileContext, call: cst.Call) -> Finding:
@@ -3789,6 +3795,13 @@ class NoMixedPrecision(Rule):
                 replacement = string_like(value.node, choice)
                 fix = self.fix(f'Use `precision="{choice}"`', Edit(value.node, replacement), requires=requires)
         return self.report(call, _message(message), fix)
+
+
+def _accelerate_precision_requires(choice: str) -> list[tuple[str, str]]:
+    """What ``Accelerator(mixed_precision=...)`` needs: the argument came with accelerate 0.6
+    (0.2's ``Accelerator`` raises TypeError on it: PLM-ICD pins 0.2.1), and bf16 autocast on
+    CUDA with torch 1.10."""
+    return [("accelerate", "0.6"), ("torch", "1.10")] if choice == "bf16" else [("accelerate", "0.6")]
 
 
 def _lightning_precision_requires(choice: str) -> list[tuple[str, str]]:

@@ -5635,3 +5635,29 @@ def test_a_switch_every_call_turns_off_keeps_its_branch_dormant(tmp_path):
     assert only(on, "ADV502", fresh_script(tmp_path / "infer.py", on)).fix_applicability == "safe"
     handed = off + "\ncallbacks = [prepare]\n"
     assert only(handed, "ADV502", fresh_script(tmp_path / "infer.py", handed)).fix_applicability == "safe"
+
+
+@pytest.mark.parametrize(
+    "requirements, fixed",
+    [("accelerate==0.2.1\ntorch==1.8.1\n", False), ("accelerate>=0.20\ntorch>=2.0\n", True), ("accelerate>=0.20\ntorch==1.8.1\n", False)],
+)
+def test_accelerate_mixed_precision_needs_the_accelerate_that_took_it(tmp_path, requirements, fixed):
+    """PLM-ICD pins accelerate 0.2.1, whose `Accelerator` has `fp16=` but no `mixed_precision=`
+    (added in 0.6), and torch 1.8.1, which has no bf16 autocast on CUDA (1.10)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text(requirements)
+    source = textwrap.dedent("""
+        import torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 10))
+        optimizer = torch.optim.AdamW(model.parameters())
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    """)
+    finding = only(source, "ADV203", fresh_script(tmp_path / "run.py", source))
+    assert (finding.fix_applicability is not None) == fixed, finding.message
