@@ -311,7 +311,8 @@ class FrameworkFacts:
         if not devices.gpu.no:
             return False
         built, _ = self.handed_over_through(call)
-        return any(devices.where(arg.value) is Where.CPU for handed in {id(call): call, id(built): built}.values() for arg in handed.args)
+        handed = (call,) if built is call else (call, built)  # ``Trainer(model, opt, device).train(...)``
+        return any(devices.where(arg.value) is Where.CPU for each in handed for arg in each.args)
 
     def handed_over_through(self, call: cst.Call) -> tuple[cst.Call, cst.ClassDef | None]:
         """For a call of :attr:`delegated_training`, the call whose arguments the trainer receives
