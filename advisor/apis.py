@@ -34,6 +34,8 @@ ACCELERATOR = "accelerate.Accelerator"
 LIGHTNING_TRAINER = "lightning.pytorch.Trainer"
 # Lightning 1.x also builds it from the command line: ``Trainer.from_argparse_args(opt, **kwargs)``.
 LIGHTNING_TRAINER_BUILDERS = (LIGHTNING_TRAINER, f"{LIGHTNING_TRAINER}.from_argparse_args")
+# Lightning's fp16 spellings of ``Trainer(precision=...)`` / ``Fabric(precision=...)``.
+LIGHTNING_FP16 = (16, "16", "16-mixed", "16-true")
 FABRIC = "lightning.fabric.Fabric"
 TORCH_ADAM = ("torch.optim.Adam", "torch.optim.AdamW")
 DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel")

@@ -451,6 +451,16 @@ class FileContext:
             scope = self.scope_of.get(self.parent.get(scope, self.module), self.module)
         return []
 
+    def assignments_to_attribute(self, *names: str) -> list[cst.CSTNode]:
+        """The statements assigning an attribute of one of ``names`` on anything
+        (``args.gradient_checkpointing_kwargs = ...``, ``params.collate_fn = collate_dgl``)."""
+        return [
+            node
+            for key, nodes in self.attribute_assignments.items()
+            if key.rsplit(".", 1)[-1] in names
+            for node in nodes
+        ]
+
     def single_assignment(self, name: cst.Name) -> cst.BaseExpression | None:
         """The value of ``name`` if it is bound exactly once, by ``name = value``."""
         bindings = self.lookup(name.value, name)

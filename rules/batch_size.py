@@ -9,7 +9,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, FABRIC, LIGHTNING_FP16, LIGHTNING_TRAINER, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import set_keyword
 from advisor.names import dotted_name
@@ -138,7 +138,7 @@ def _resolve_argument(ctx: FileContext, call: cst.Call, keyword: str, default: i
 
 def _assigned_later(ctx: FileContext, *fields: str) -> bool:
     """``args.gradient_accumulation_steps = ...`` somewhere: the constructor's value may not be the one used."""
-    return any(key.rsplit(".", 1)[-1] in fields and nodes for key, nodes in ctx.attribute_assignments.items())
+    return bool(ctx.assignments_to_attribute(*fields))
 
 
 def _field_true(ctx: FileContext, name: cst.Name, field: str) -> bool:
@@ -785,8 +785,6 @@ BATCH_MULTIPLE = 8  # the guide: "Often it's a multiple of 8"
 # Smaller batches are a method's choice (or ADV401's business when accumulated), and a
 # multiple of 8 would mean several times the memory.
 SMALL_TRAINING_BATCH = 8
-# Lightning's fp16 spellings of ``Trainer(precision=...)`` / ``Fabric(precision=...)``.
-_LIGHTNING_FP16 = (16, "16", "16-mixed", "16-true")
 
 
 @dataclass(frozen=True)
@@ -813,7 +811,7 @@ def _loop_fp16(ctx: FileContext) -> bool:
         return True
     if any(_resolves_to(ctx, call, "mixed_precision", ("fp16",)) for call in ctx.calls(ACCELERATOR)):
         return True
-    return any(_resolves_to(ctx, call, "precision", _LIGHTNING_FP16) for call in ctx.calls(FABRIC, LIGHTNING_TRAINER))
+    return any(_resolves_to(ctx, call, "precision", LIGHTNING_FP16) for call in ctx.calls(FABRIC, LIGHTNING_TRAINER))
 
 
 def training_batches(ctx: FileContext) -> Iterator[TrainingBatch]:

@@ -1428,11 +1428,6 @@ def _quantized_load(ctx: FileContext) -> bool:
     return False
 
 
-def _assigned_later_anywhere(ctx: FileContext, field: str) -> bool:
-    """``args.<field> = ...`` somewhere in the file."""
-    return any(key.rsplit(".", 1)[-1] == field and nodes for key, nodes in ctx.attribute_assignments.items())
-
-
 def _with_non_reentrant_entry(ctx: FileContext, expr: cst.BaseExpression) -> Edit | None:
     """The edit adding ``"use_reentrant": False`` to the dict literal (or ``dict(...)``) ``expr`` holds."""
     node = expr
@@ -1796,13 +1791,8 @@ class CheckpointingReentrant(Rule):
         for call in ctx.calls(*TRAINING_ARGUMENTS):
             if not _resolves_true(ctx, call, "gradient_checkpointing") or ctx.argument(call, "gradient_checkpointing_kwargs") is not MISSING:
                 continue
-            message = (
-                f"`gradient_checkpointing=True` without `gradient_checkpointing_kwargs`{tail}; pass "
-                f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
-            )
-            edit = Edit(call, set_keyword(call, "gradient_checkpointing_kwargs", NON_REENTRANT))
-            yield self.report(call, message, self.fix("Use non-reentrant checkpointing", edit, requires=[TRANSFORMERS_KWARGS]))
-        if not _assigned_later_anywhere(ctx, "gradient_checkpointing_kwargs"):
+            yield self._without_kwargs(call, "`gradient_checkpointing=True`", tail)
+        if not ctx.assignments_to_attribute("gradient_checkpointing_kwargs"):
             for name in ctx.facts.frameworks.parsed_training_arguments:
                 switch = ctx.values.attribute(name, "gradient_checkpointing")
                 if switch is None or switch.value is not True or ctx.values.attribute(name, "gradient_checkpointing_kwargs") is not None:
@@ -1818,14 +1808,8 @@ class CheckpointingReentrant(Rule):
         if not any(q.split(".")[0] in ("transformers", "peft") for q in ctx.imports.aliases.values()):
             return
         for call in ctx.method_calls("gradient_checkpointing_enable"):
-            if call.args:
-                continue
-            message = (
-                f"`gradient_checkpointing_enable()` without `gradient_checkpointing_kwargs`{tail}; pass "
-                f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
-            )
-            edit = Edit(call, set_keyword(call, "gradient_checkpointing_kwargs", NON_REENTRANT))
-            yield self.report(call, message, self.fix("Use non-reentrant checkpointing", edit, requires=[TRANSFORMERS_KWARGS]))
+            if not call.args:
+                yield self._without_kwargs(call, "`gradient_checkpointing_enable()`", tail)
         if not _quantized_load(ctx):
             return
         for call in ctx.calls(*PREPARE_INT8):
@@ -1838,6 +1822,16 @@ class CheckpointingReentrant(Rule):
                 f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
             )
             yield self.report(call, message)
+
+    def _without_kwargs(self, call: cst.Call, switch: str, tail: str) -> Finding:
+        """``switch`` (a ``TrainingArguments`` or ``gradient_checkpointing_enable()`` call) turns
+        checkpointing on without kwargs: the fix passes the non-reentrant ones."""
+        message = (
+            f"{switch} without `gradient_checkpointing_kwargs`{tail}; pass "
+            f"`gradient_checkpointing_kwargs={NON_REENTRANT}` (guide: {GUIDE_CHECKPOINTING})"
+        )
+        edit = Edit(call, set_keyword(call, "gradient_checkpointing_kwargs", NON_REENTRANT))
+        return self.report(call, message, self.fix("Use non-reentrant checkpointing", edit, requires=[TRANSFORMERS_KWARGS]))
 
     @staticmethod
     def _reenabled_reentrant(ctx: FileContext) -> str | None:

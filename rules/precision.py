@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 
-from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, TRAINING_ARGUMENTS
+from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_FP16, TRAINING_ARGUMENTS
 from advisor.context import MISSING, FileContext
 from advisor.edits import combine_edits, lines_removed_with, nested_block, remove_statements, set_keyword, string_like
 from advisor.loops import TrainingLoop
@@ -1420,7 +1420,6 @@ class Fp16OnBf16Gpu(Rule):
 
 
 _LIGHTNING_BF16_SPELLINGS = ("bf16", "bf16-mixed", "bf16-true")
-_LIGHTNING_FP16_VALUES = (16, "16", "16-mixed", "16-true")
 
 
 def _deepspeed_strategy(ctx: FileContext, trainer: cst.Call) -> bool:
@@ -1445,7 +1444,7 @@ def _branches_on_fp16_precision(ctx: FileContext) -> cst.Comparison | None:
             continue
         sides = (comparison.left, comparison.comparisons[0].comparator)
         named = any((dotted_name(side) or "").rsplit(".", 1)[-1] == "precision" for side in sides)
-        literal = any(isinstance(side, (cst.Integer, cst.SimpleString)) and ctx.values.value_of(side) in _LIGHTNING_FP16_VALUES for side in sides)
+        literal = any(isinstance(side, (cst.Integer, cst.SimpleString)) and ctx.values.value_of(side) in LIGHTNING_FP16 for side in sides)
         if named and literal:
             return comparison
     return None

@@ -471,14 +471,12 @@ def _every_call_turns_off(ctx: "FileContext", function: cst.FunctionDef, name: s
     positional = [*function.params.posonly_params, *function.params.params]
     method = ctx.enclosing(function, cst.ClassDef, cst.FunctionDef)
     skipped = 1 if isinstance(method, cst.ClassDef) and positional and positional[0].name.value in ("self", "cls") else 0
-    for _other, call in calls:
+    position = None if index is None else index - skipped
+    for other, call in calls:
         if any(arg.star for arg in call.args):
             return False
-        passed = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
-        given = [arg for arg in call.args if arg.keyword is None]
-        if passed is None and index is not None and len(given) + skipped > index:
-            passed = given[index - skipped].value
-        if passed is None or not _falsy(passed):
+        passed = other.argument(call, name, position)
+        if not isinstance(passed, cst.BaseExpression) or not _falsy(passed):
             return False
     return True
 

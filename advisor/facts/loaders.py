@@ -1370,15 +1370,12 @@ class LoaderFacts:
             other = view.context_of(path) if os.path.abspath(path) != os.path.abspath(self.ctx.path) else self.ctx
             if other is None:
                 return None
-            for key, nodes in other.attribute_assignments.items():
-                if key.rsplit(".", 1)[-1] != attribute:
-                    continue
-                for node in nodes:
-                    value = node.value if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
-                    function = other.facts.loaders.function_named(value) if isinstance(value, cst.Name) else None
-                    if function is None:
-                        return None
-                    found.append(function)
+            for node in other.assignments_to_attribute(attribute):
+                value = node.value if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
+                function = other.facts.loaders.function_named(value) if isinstance(value, cst.Name) else None
+                if function is None:
+                    return None
+                found.append(function)
         return found or None
 
     def function_named(self, name: cst.Name) -> "tuple[FileContext, cst.FunctionDef] | None":
