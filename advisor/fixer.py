@@ -28,6 +28,7 @@ from advisor.engine import (
     FileError,
     Settings,
     attach_project,
+    done_with,
     project_context,
     check_file,
     decode,
@@ -331,9 +332,11 @@ def _fix_rounds(
                 continue
         result.applied.extend(_applied(ctx, f, round_number) for f in chosen)
         try:
-            ctx = FileContext.from_source(path, code, settings.target)
+            fixed_ctx = FileContext.from_source(path, code, settings.target)
         except cst.ParserSyntaxError:
             break
+        done_with(ctx)
+        ctx = fixed_ctx
         attach_project(ctx, settings)  # every round sees the facts a fresh check would
     findings, errors = run_rules(ctx, codes)
     result.errors = errors
@@ -342,6 +345,7 @@ def _fix_rounds(
     result.fixed = ctx.source.encode(encoding) if ctx.source != original_source else data
     if notebook is not None:
         result.fixed_python = ctx.source.encode(encoding)
+    done_with(ctx)
     return result
 
 

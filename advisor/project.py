@@ -1247,6 +1247,11 @@ class Project:
                 self._kept_bytes -= len(dropped.source)
                 dropped.release_caches()  # so that it is freed when the last holder lets go
 
+    def keeps(self, ctx: "FileContext") -> bool:
+        """Whether ``ctx`` is among the contexts kept for the project's other files."""
+        kept = self._contexts.get(os.path.abspath(ctx.path))
+        return kept is not None and kept[1] is ctx
+
     def cached(self, path: str, data_size: int) -> "FileContext | None":
         """The context already parsed for ``path`` when the file on disk is still what was parsed."""
         cached = self._contexts.get(path)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import settings
 
-from advisor.engine import parse, run_rules
+from advisor.engine import done_with, parse, run_rules
 
 ROBUSTNESS = Path(__file__).resolve().parent.parent / "bench" / "robustness" / "run.py"
 
@@ -141,3 +141,24 @@ def test_no_file_context_outlives_its_check(path):
     del ctx, findings
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize("path", [
+    Path(__file__).resolve().parent.parent / "fixtures" / "plain_pytorch.py",
+    Path(__file__).resolve().parent.parent / "fixtures" / "hf_no_trainer.py",
+])
+def test_a_checked_context_is_freed_without_the_cycle_collector(path):
+    """Facts derived from a tree point back at its context: left to the cycle collector, every
+    collection until then walks the whole tree again (a sixth of a cold check of library
+    code). Once the engine is done with a context, dropping the last reference frees it."""
+    ctx = parse(path.name, path.read_bytes(), settings().target)
+    findings, errors = run_rules(ctx, settings().codes)
+    assert findings and not errors
+    done_with(ctx)
+    alive = weakref.ref(ctx)
+    gc.disable()
+    try:
+        del ctx, findings
+        assert alive() is None
+    finally:
+        gc.enable()
