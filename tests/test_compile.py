@@ -617,6 +617,93 @@ def test_a_model_a_project_factory_builds_and_a_project_trainer_steps(tmp_path):
     assert not [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
 
 
+_DIFFUSION_UNET = """
+    import torch as th
+    import torch.nn as nn
+
+    from .nn import conv_nd, linear
+
+
+    class QKVAttention(nn.Module):
+        def forward(self, qkv):
+            q, k, v = qkv.chunk(3, dim=1)
+            return th.einsum("bts,bcs->bct", th.einsum("bct,bcs->bts", q, k).softmax(-1), v)
+
+
+    class UNetModel(nn.Module):
+        def __init__(self, channels, num_classes=None):
+            super().__init__()
+            self.time_embed = nn.Sequential(linear(channels, 4 * channels), nn.SiLU())
+            if num_classes is not None:
+                self.label_emb = nn.Embedding(num_classes, 4 * channels)
+            self.inp = conv_nd(2, 3, channels, 3, padding=1)
+            self.attention = QKVAttention()
+
+        def forward(self, x, timesteps, y=None):
+            return self.attention(self.inp(x))
+"""
+
+
+@pytest.mark.parametrize("forward, embedded, expected", [
+    ("def forward(self, x, timesteps, y=None):", "num_classes", {"ADV202", "ADV602", "ADV605"}),
+    # a segmentation UNet, fed the data set's own image sizes: no single size to tune for
+    ("def forward(self, x):", "num_classes", {"ADV202", "ADV602"}),
+    # token embeddings: a sequence model, whose input lengths vary
+    ("def forward(self, x, timesteps, y=None):", "vocab_size", {"ADV202", "ADV602"}),
+])
+def test_a_factory_functions_model_is_read_through_the_helpers_of_its_modules(tmp_path, forward, embedded, expected):
+    # improved-diffusion: `create_model_and_diffusion` returns the `UNetModel` that
+    # `create_model` builds; its layers come from `conv_nd` / `linear` of the package's `nn.py`,
+    # its attention is `th.einsum`, and its class-label embedding makes it no sequence model.
+    unet = textwrap.dedent(_DIFFUSION_UNET).replace("def forward(self, x, timesteps, y=None):", forward)
+    _project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/nn.py": """
+            import torch.nn as nn
+
+            def conv_nd(dims, *args, **kwargs):
+                if dims == 2:
+                    return nn.Conv2d(*args, **kwargs)
+                return nn.Conv3d(*args, **kwargs)
+
+            def linear(*args, **kwargs):
+                return nn.Linear(*args, **kwargs)
+        """,
+        "pkg/unet.py": unet.replace("num_classes, 4", f"{embedded}, 4"),
+        "pkg/script_util.py": """
+            from .unet import UNetModel
+
+            def create_model(channels):
+                return UNetModel(channels)
+
+            def create_model_and_diffusion(channels):
+                model = create_model(channels)
+                diffusion = object()
+                return model, diffusion
+        """,
+        "pkg/train_util.py": TRAINER_MODULE,
+        "pkg/dist_util.py": "import torch\n\ndef dev():\n    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
+        "scripts/image_train.py": """
+            from pkg import dist_util
+            from pkg.script_util import create_model_and_diffusion
+            from pkg.train_util import TrainLoop
+
+
+            def main():
+                model, diffusion = create_model_and_diffusion(64)
+                model.to(dist_util.dev())
+                TrainLoop(model=model, data=load(), lr=1e-4).run_loop()
+
+
+            if __name__ == "__main__":
+                main()
+        """,
+    })
+    script = tmp_path / "scripts/image_train.py"
+    found = {d.code for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code in ("ADV202", "ADV602", "ADV605")}
+    assert found == expected
+
+
 def test_a_model_handed_to_a_trainer_class_that_moves_it(tmp_path):
     # minGPT: chargpt.py builds `GPT(config)` and runs `Trainer(config, model, dataset).run()`;
     # the Trainer moves it (`self.model = self.model.to(self.device)`) and steps the optimizer

@@ -1421,6 +1421,16 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             if not layers:  # a wrapper (``DDPM(eps_model=NaiveUnet(...))``): the model it is given
                 return _wraps_conv_net(ctx, call)
             return "conv" in layers and "sequence" not in layers
+        built = build_classes(ctx, build)  # a factory function's model
+        if built:
+            layers = set()
+            for other, cls in built:
+                if _TRANSFORMER_NAME.search(cls.name.value):
+                    return False
+                if _variable_size_model(ctx, cls.name.value) and not _denoiser(other, cls):
+                    return False
+                _layers_under(other, cls, layers, set())
+            return "conv" in layers and "sequence" not in layers
         return _cnn_name(name) or _wraps_conv_net(ctx, call)
     if build.kind in ("local", "torch.nn"):
         found: set[str] = set()
@@ -1435,6 +1445,27 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             return _wraps_conv_net(ctx, call)
         return "conv" in found and "sequence" not in found
     return False
+
+
+# The arguments a denoising network's forward takes besides the image (improved-diffusion's
+# ``forward(self, x, timesteps, y=None)``, EDM's ``sigma``).
+_DENOISER_ARGUMENT = re.compile(r"^(t|timesteps?|time|sigmas?|noise_levels?|noise_labels)$")
+
+
+def _denoiser(ctx: FileContext, cls: cst.ClassDef) -> bool:
+    """A diffusion model's UNet (its ``forward`` takes the timestep): it denoises images of the one
+    size it generates, unlike a segmentation UNet fed the data set's own sizes."""
+    forward = _method_of(cls, "forward")
+    return forward is not None and any(_DENOISER_ARGUMENT.match(p.name.value) for p in forward.params.params[1:])
+
+
+# The first argument of an embedding of class labels (a class-conditional generator's), not of tokens.
+_LABEL_COUNT = re.compile(r"class|label", re.IGNORECASE)
+
+
+def _label_embedding(ctx: FileContext, call: cst.Call) -> bool:
+    count = ctx.argument(call, "num_embeddings", 0)
+    return isinstance(count, cst.BaseExpression) and bool(_LABEL_COUNT.search(ctx.code(count)))
 
 
 def _wraps_conv_net(ctx: FileContext, call: cst.Call) -> bool:
@@ -1464,7 +1495,7 @@ def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: se
         qualname = ctx.qualname(call.func) or ""
         if qualname in _CONV_LAYERS:
             found.add("conv")
-        elif qualname in _SEQUENCE_LAYERS:
+        elif qualname in _SEQUENCE_LAYERS and not _label_embedding(ctx, call):
             found.add("sequence")
         elif qualname.startswith("torchvision.models.") or qualname in ("timm.create_model", "timm.models.create_model"):
             kind = "torchvision" if qualname.startswith("torchvision.") else "timm"
@@ -1474,6 +1505,16 @@ def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: se
             bindings = ctx.lookup(call.func.value, call)
             if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
                 _layers_under(ctx, bindings[0].node, found, seen)
+            elif len(bindings) == 1 and isinstance(bindings[0].node, cst.ImportFrom) and len(seen) < _LAYER_NODES:
+                # a layer helper of another project module (``conv_nd`` of improved-diffusion's ``nn.py``)
+                elsewhere = defined_elsewhere(ctx, call)
+                if elsewhere is not None:
+                    _layers_under(elsewhere[0], elsewhere[1], found, seen)
+
+
+# Definitions visited when reading a model's layers through other modules: a model class
+# reaches a few dozen; a bound keeps a package's web of helpers from being read whole.
+_LAYER_NODES = 200
 
 
 def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileContext, cst.ClassDef] | None:
@@ -1493,6 +1534,79 @@ def project_class(ctx: FileContext, func: cst.BaseExpression) -> tuple[FileConte
     if not isinstance(node, cst.ClassDef) or node.name.value not in local_module_classes(other):
         return None
     return other, node
+
+
+def defined_elsewhere(ctx: FileContext, call: cst.Call) -> tuple[FileContext, cst.ClassDef | cst.FunctionDef] | None:
+    """The ``def`` or ``class`` another module of the project binds to the name ``call`` calls
+    (``conv_nd(...)`` from improved-diffusion's ``.nn``), with that module's context."""
+    if ctx.project is None or not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return None
+    found = ctx.project.binding(call.func)
+    if found is None or found[0] is ctx or not isinstance(found[1].node, (cst.ClassDef, cst.FunctionDef)):
+        return None
+    return found[0], found[1].node
+
+
+def factory_classes(
+    ctx: FileContext, call: cst.Call, element: tuple[int, int] | None = None, depth: int = 0
+) -> list[tuple[FileContext, cst.ClassDef]]:
+    """The ``nn.Module`` classes of the project whose instance ``call`` returns, through the
+    factory functions of this file or of other project modules that build it
+    (improved-diffusion's ``model, diffusion = create_model_and_diffusion(...)`` returns the
+    model ``create_model`` builds, a ``UNetModel`` of ``unet.py``). ``element``: the index and
+    count of the names the call's result is unpacked into."""
+    found_class = project_class(ctx, call.func)
+    if found_class is not None:
+        return [found_class] if element is None else []
+    if isinstance(call.func, cst.Name) and element is None and call.func.value in local_module_classes(ctx):
+        return [(ctx, local_module_classes(ctx)[call.func.value])]
+    if depth > 3:
+        return []
+    function: tuple[FileContext, cst.CSTNode] | None = None
+    if isinstance(call.func, cst.Name):
+        bindings = ctx.lookup(call.func.value, call)
+        if len(bindings) == 1 and isinstance(bindings[0].node, cst.FunctionDef):
+            function = (ctx, bindings[0].node)
+    if function is None:
+        elsewhere = defined_elsewhere(ctx, call)
+        if elsewhere is not None and isinstance(elsewhere[1], cst.FunctionDef):
+            function = elsewhere
+    if function is None:
+        return []
+    other, node = function
+    classes: list[tuple[FileContext, cst.ClassDef]] = []
+    for statement in other.walk(node, cst.Return):
+        returned = statement.value
+        if returned is None or other.scope_of.get(statement) is not node:
+            continue
+        if element is not None:
+            if not isinstance(returned, cst.Tuple) or len(returned.elements) != element[1]:
+                continue
+            returned = returned.elements[element[0]].value
+        returned = strip_same_module_methods(returned)
+        values = [returned]
+        if isinstance(returned, cst.Name):
+            values = [b.value for b in other.lookup(returned.value, statement) if b.value is not None]
+        for value in values:
+            value = strip_same_module_methods(value)
+            if isinstance(value, cst.Call):
+                classes.extend(c for c in factory_classes(other, value, None, depth + 1) if c not in classes)
+    return classes
+
+
+def build_classes(ctx: FileContext, build: ModelBuild) -> list[tuple[FileContext, cst.ClassDef]]:
+    """The project classes of the model ``build`` makes: its own class, or those its factory
+    function returns (the element of a tuple its result is unpacked into)."""
+    element = None
+    binding = build.binding
+    if isinstance(binding, cst.Assign) and binding.value is build.call and len(binding.targets) == 1:
+        target = binding.targets[0].target
+        if isinstance(target, (cst.Tuple, cst.List)):
+            names = [dotted_name(e.value) for e in target.elements]
+            if build.name not in names or any(isinstance(e, cst.StarredElement) for e in target.elements):
+                return []
+            element = (names.index(build.name), len(names))
+    return factory_classes(ctx, build.call, element)
 
 
 def parallel_wrapper(ctx: FileContext, call: cst.Call) -> str | None:

@@ -820,7 +820,7 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
     if follow_project and not linear and not conv and ctx.project is not None:
         # The model class lives in a module of the project (``from models import ViT``): what
         # that class builds (an encoder's convolutions do not hide a decoder's matmuls).
-        from advisor.facts.models import project_class
+        from advisor.facts.models import build_classes, project_class, trained_models
 
         for call in ctx.nodes(cst.Call):
             found = project_class(ctx, call.func)
@@ -828,6 +828,14 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
                 other, cls = found
                 if other.memo(("fp32 matmuls", cls), lambda: _class_matmuls(other, cls, set())):
                     return True
+        # A model a factory function of the project builds (``create_model_and_diffusion``).
+        for model in trained_models(ctx):
+            for build in model.builds:
+                if build.kind != "imported":
+                    continue
+                for other, cls in build_classes(ctx, build):
+                    if other is not ctx and other.memo(("fp32 matmuls", cls), lambda: _class_matmuls(other, cls, set())):
+                        return True
     return False
 
 
