@@ -549,10 +549,7 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     failing = view.import_that_fails()
     if failing is not None:
         # Face_Pytorch's eval_megaface.py imports backbone.self_attention, which backbone/ lacks.
-        finding.as_advice(
-            f"the file imports `{failing}`, which its package in the project does not have, so it raises before "
-            f"this code runs; the fix is left as advice"
-        )
+        finding.as_advice(f"the file imports {failing}, so it raises before this code runs; the fix is left as advice")
         return
     if any(ctx.is_descendant(finding.node, guard) for guard in ctx.main_guards) and view.project.importers.get(view.path):
         # Show-o's wan21_vae.py: the model module the project imports ends with a smoke test.

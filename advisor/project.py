@@ -611,8 +611,29 @@ class Project:
         return self._failing_imports[path]
 
     def _find_import_that_fails(self, path: str) -> str | None:
+        self._failing_imports[path] = None  # an import cycle answers "no" where it closes
         for imported in self._imports_of(path):
-            if not imported.top or imported.level:
+            if not imported.top:
+                continue
+            source = self.module_path(imported.module, imported.level, path) if imported.module else None
+            spelled = "." * imported.level + imported.module
+            if source is None and imported.level and imported.module and self._relative_module_missing(imported, path):
+                # pytorch-asr's deepspeech_ce/train.py: ``from ..utils.dataset import ...``, and asr/models/ has no utils
+                return f"`{spelled}`, which its package in the project does not have"
+            if source is not None and source != path:
+                missing = self._name_missing(source, imported.names) if not source.endswith("__init__.py") else None
+                if missing is not None:
+                    # pytorch-asr's deepspeech_ce/train.py: ``from ..utils.dataset import AudioCEDataset``
+                    return f"`{missing}` from `{spelled}`, which does not define it"
+                if self.import_that_fails(source) is not None:
+                    return f"`{spelled}`, which cannot be imported itself"
+            if imported.level:
+                # Imported only as a member of its package (relative imports): the package's
+                # ``__init__.py`` runs first (pytorch-asr's convnet/model.py under an
+                # ``__init__.py`` importing a train.py that cannot be imported).
+                package_init = os.path.join(os.path.dirname(path), "__init__.py")
+                if package_init != path and package_init in self._file_set and self.import_that_fails(package_init) is not None:
+                    return f"its package `{os.path.basename(os.path.dirname(path))}`, which cannot be imported"
                 continue
             parts = imported.module.split(".")
             if not self._package_on_path(parts[0], path):
@@ -625,7 +646,7 @@ class Project:
                         and not re.search(rb"\b" + re.escape(name.encode()) + rb"\b", self._peek(package))
                         and not self._beside(package, name)
                     ):
-                        return f"{imported.module}.{name}"
+                        return f"`{imported.module}.{name}`, which its package in the project does not have"
             if len(parts) < 2 or package is not None:
                 continue
             for end in range(2, len(parts) + 1):
@@ -633,8 +654,34 @@ class Project:
                     continue
                 package = self.module_path(".".join(parts[: end - 1]), 0, path)
                 if package is not None and package.endswith("__init__.py") and not self._beside(package, parts[end - 1]):
-                    return imported.module
+                    return f"`{imported.module}`, which its package in the project does not have"
                 break
+        return None
+
+    def _relative_module_missing(self, imported: _Import, importer: str) -> bool:
+        """Whether the module a relative import names is neither a file of the project nor
+        anything a build may put there (:meth:`_beside`)."""
+        base = os.path.dirname(importer)
+        for _ in range(imported.level - 1):
+            base = os.path.dirname(base)
+        if not base.startswith(self.root):
+            return False
+        parts = imported.module.split(".")
+        for index, part in enumerate(parts):
+            if self._first(os.path.join(base, *parts[: index + 1])) is None:
+                return not self._beside(os.path.join(base, *parts[:index], "__init__.py"), part)
+        return False
+
+    def _name_missing(self, module: str, names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` that the module's text never spells (so it neither defines nor
+        imports it), unless the module makes names no text shows (``import *``, ``__getattr__``,
+        ``globals()``)."""
+        text = self._peek(module)
+        if b"*" in text and re.search(rb"import\s*\*", text) or b"__getattr__" in text or b"globals()" in text:
+            return None
+        for name in names:
+            if name != "*" and not re.search(rb"\b" + re.escape(name.encode()) + rb"\b", text):
+                return name
         return None
 
     def _package_on_path(self, name: str, importer: str) -> bool:

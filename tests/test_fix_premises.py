@@ -1597,6 +1597,49 @@ def test_a_script_importing_a_module_its_package_lacks_cannot_run(tmp_path, pres
         assert found.fix_applicability is not None, found.message
 
 
+@pytest.mark.parametrize("layout, fails", [
+    ("module missing", "`..utils.dataset`, which its package in the project does not have"),
+    ("name missing", "`AudioCEDataset` from `..utils.dataset`, which does not define it"),
+    ("package fails", "its package `convnet`, which cannot be imported"),
+    ("all there", None),
+])
+def test_a_package_member_whose_imports_cannot_be_satisfied_cannot_run(tmp_path, layout, fails):
+    # pytorch-asr: deepspeech_ce/train.py imports `..utils.dataset` (asr/models/ has no utils),
+    # other modules import names the dataset module no longer defines, and convnet/model.py sits
+    # in a package whose __init__.py imports a train.py that cannot be imported.
+    (tmp_path / ".git").mkdir()
+    models = tmp_path / "asr" / "models"
+    (models / "convnet").mkdir(parents=True)
+    (tmp_path / "asr" / "__init__.py").write_text("")
+    (models / "__init__.py").write_text("")
+    if layout != "module missing":
+        (models / "utils").mkdir()
+        (models / "utils" / "__init__.py").write_text("")
+        defined = "AudioSplitDataset" if layout in ("name missing", "package fails") else "AudioCEDataset"
+        (models / "utils" / "dataset.py").write_text(f"class {defined}:\n    pass\n")
+    importing = "from ..utils.dataset import AudioCEDataset\n"
+    (models / "convnet" / "train.py").write_text(importing if layout == "package fails" else "")
+    (models / "convnet" / "__init__.py").write_text("from .train import *\nfrom .model import *\n")
+    (models / "convnet" / "layers.py").write_text("import torch\nconv = torch.nn.Conv2d\n")
+    model = models / "convnet" / "model.py"
+    model.write_text(("" if layout == "package fails" else importing) + textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader
+        from .layers import conv
+
+        loader = DataLoader(AudioCEDataset(), batch_size=32, num_workers=4)
+        net = conv(3, 8, 3).cuda()
+        for img in loader:
+            net(img.cuda())
+    """))
+    forget_projects()
+    (found,) = [d for d in lint(model.read_text(), gpu="A100", path=str(model)) if d.code == "ADV101"]
+    if fails is None:
+        assert found.fix_applicability is not None, found.message
+    else:
+        assert found.fix_applicability is None and f"imports {fails}, so it raises" in found.message, found.message
+
+
 def test_a_folder_named_like_a_library_deep_in_a_package_is_not_what_it_imports(tmp_path):
     # voxelmorph/torch/layers.py imports torch.nn: the folder voxelmorph/torch/ is not the torch
     # Python finds there.
