@@ -25,6 +25,7 @@ from libcst import CSTNode
 
 from advisor.context import FileContext
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion, nesting_error
+from advisor.names import dotted_name
 from advisor.registry import all_rules
 from advisor.project import METHOD, MODULE_LEVEL
 from advisor.noqa import FILE_NOQA, FILE_NOQA_MENTION, OWN_LINE_FILE_NOQA, suppressed
@@ -519,6 +520,61 @@ def _withhold_where_the_file_cannot_run(ctx: FileContext, finding: Finding) -> N
         finding.as_advice(f"{reason}: the code does not run as written, so the fix is left as advice")
 
 
+def _withhold_where_every_launch_sets_it(ctx: FileContext, finding: Finding) -> None:
+    """A fix that only changes the defaults of command-line options becomes advice where every
+    command the project ships to run the file passes those options itself (LLM-Blender's
+    ``train_ranker.sh`` passes ``--per_device_train_batch_size`` and
+    ``--gradient_accumulation_steps`` on each of its runs): the new defaults would not apply."""
+    assert finding.fix is not None and ctx.project is not None
+    options: list[tuple[str, ...]] = []
+    for edit in finding.fix.edits:
+        spellings = _option_defaulted_at(ctx, edit.node)
+        if spellings is None:
+            return  # the fix changes more than an option's default
+        options.append(spellings)
+    launches = ctx.project.launch_commands() if options else []
+    if not launches:
+        return
+    for _, command in launches:
+        for spellings in options:
+            if not any(re.search(r"(?<![\w-])" + re.escape(option) + r"(?![\w-])", command) for option in spellings):
+                return
+    where = sorted({os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.path))) for path, _ in launches})
+    passed = ", ".join(f"`{spellings[0]}`" for spellings in options)
+    finding.as_advice(
+        f"every command the project ships to run this file ({', '.join(f'`{w}`' for w in where[:3])}) passes {passed} "
+        f"itself, so the new default would not apply; the fix is left as advice"
+    )
+
+
+def _option_defaulted_at(ctx: FileContext, node: cst.CSTNode) -> tuple[str, ...] | None:
+    """The command-line spellings of the option whose default ``node`` is (or is part of):
+    ``parser.add_argument("--batch_size", "-b", default=1)``, or a dataclass field that
+    ``HfArgumentParser`` turns into ``--batch_size``."""
+    for ancestor in (node, *ctx.ancestors(node)):
+        if isinstance(ancestor, cst.Arg) and ancestor.keyword is not None and ancestor.keyword.value == "default":
+            call = ctx.parent.get(ancestor)
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+                spellings = tuple(
+                    value for value in (ctx.values.value_of(arg.value) for arg in call.args if arg.keyword is None)
+                    if isinstance(value, str) and value.startswith("-")
+                )
+                return spellings or None
+            if isinstance(call, cst.Call) and dotted_name(call.func) in ("field", "dataclasses.field"):
+                ancestor = ctx.parent.get(call)
+        if isinstance(ancestor, cst.AnnAssign) and isinstance(ancestor.target, cst.Name):
+            cls = ctx.enclosing(ancestor, cst.ClassDef, cst.FunctionDef)
+            if isinstance(cls, cst.ClassDef) and any(
+                (dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("dataclass")
+                for d in cls.decorators
+            ):
+                return (f"--{ancestor.target.value}",)
+            return None
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+    return None
+
+
 # Edits in code that never runs (a vendored trainer nothing imports, an abandoned module) are
 # the largest doubtful group of every held-out fix audit (docs/fix_audit.md): advice there.
 _UNREACHED = "no script, notebook or console entry point of the project imports this module, so the fix is left as advice"
@@ -930,6 +986,8 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
                 _withhold_where_the_file_cannot_run(ctx, finding)
             if finding.fix is not None and ctx.project is not None:
                 _withhold_in_code_nothing_runs(ctx, finding)
+            if finding.fix is not None and ctx.project is not None:
+                _withhold_where_every_launch_sets_it(ctx, finding)
             if finding.fix is not None:
                 _withhold_in_older_version_branch(ctx, finding)
             if finding.fix is not None and ctx.path.endswith(".ipynb"):

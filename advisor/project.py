@@ -373,6 +373,7 @@ class Project:
         self._contexts: OrderedDict[str, tuple[tuple[int, int], "FileContext | None"]] = OrderedDict()
         self._in_progress: set[str] = set()
         self._module_paths: dict[tuple[str, int, str], str | None] = {}
+        self._launches: dict[str, list[tuple[str, str]]] = {}
         self._texts: dict[str, bytes] = {}
         self._kept_text_bytes = 0  # of the texts :meth:`_peek` keeps
         self._closures: dict[str, list[str]] = {}
@@ -477,6 +478,38 @@ class Project:
             )
             found += sum(len(bare.findall(_read_regular(path))) for path in (*self._walk[2], *self._documents))
             self._values_written[value] = found
+        return found
+
+    def launch_commands(self, path: str) -> list[tuple[str, str]]:
+        """The command lines the project's shell scripts and documents run ``path`` with
+        (``python train_ranker.py --per_device_train_batch_size 1 ...``, ``torchrun ... \\``
+        continued over lines), as (the file holding it, the command's text after the script's
+        name). A script named by another script of the same name elsewhere in the tree counts:
+        which one a command runs is not told."""
+        name = os.path.basename(path)
+        found = self._launches.get(name)
+        if found is None:
+            found = []
+            spelled = re.compile(rb"(?<![\w.-])" + re.escape(name.encode()) + rb"(?![\w.-])")
+            for document in self._documents:
+                text = _read_regular(document)
+                if name.encode() not in text:
+                    continue
+                for match in spelled.finditer(text):
+                    end = match.end()
+                    while True:  # the command goes on over lines ending in a backslash
+                        newline = text.find(b"\n", end)
+                        if newline < 0:
+                            newline = len(text)
+                        if text[end:newline].rstrip().endswith(b"\\"):
+                            end = newline + 1
+                            continue
+                        break
+                    line_start = text.rfind(b"\n", 0, match.start()) + 1
+                    if re.match(rb"\s*#", text[line_start : match.start()]):
+                        continue  # a commented-out command
+                    found.append((document, text[match.end() : newline].decode("utf-8", "replace")))
+            self._launches[name] = found
         return found
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
@@ -1817,6 +1850,12 @@ class ProjectView:
         answer may change with any file of the project."""
         self.asked_texts = True
         return self.project.value_written(value)
+
+    def launch_commands(self) -> list[tuple[str, str]]:
+        """The command lines the project ships that run this file (:meth:`Project.launch_commands`);
+        the answer may change with any file of the project."""
+        self.asked_texts = True
+        return self.project.launch_commands(self.path)
 
     def configs_matching(self, pattern: "re.Pattern[bytes]") -> list[str]:
         """The project's YAML configs whose text has ``pattern`` (:meth:`Project.configs_matching`)."""

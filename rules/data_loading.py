@@ -124,7 +124,8 @@ class DataLoaderPinMemory(Rule):
           Python list of strings (prompts): pinning leaves strings as they are; or the
           `collate_fn` (`lambda x: x`, or a function of the project) only gathers the items into Python lists
           and dicts and makes no tensor: the batch is the dataset's items as they are (PIL
-          images, strings), made into tensors later, if at all; or the dataset's
+          images, strings), made into tensors later, if at all; or it is `lambda batch:
+          zip(*batch)`, whose `zip` iterator pinning hands on untouched; or the dataset's
           `__getitem__` reads nothing by its index (DreamBooth's `PromptDataset` returns the
           prompt and the index); or the dataset is a Python list the file builds (a literal,
           a comprehension, or `[]` filled with `.append`: cached latents, items in memory);
@@ -169,6 +170,18 @@ class DataLoaderPinMemory(Rule):
                 model(tokens).sum().backward()
             """,
             note="`collate_fn=lambda x: x`: the batch is the data set's records, made into tensors later (sqlova)",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=8, shuffle=True, num_workers=4, collate_fn=lambda batch: zip(*batch))
+            for inputs, labels in loader:
+                x = torch.from_numpy(collate_inputs(inputs)).cuda()
+                model(x).sum().backward()
+            """,
+            note="`collate_fn=lambda batch: zip(*batch)`: pinning hands a zip iterator on as it is (awni/speech)",
         ),
         Valid(
             """

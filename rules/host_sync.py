@@ -1172,7 +1172,8 @@ class HostAllocThenCopy(Rule):
         copy saved is not worth other numbers.
         `linspace`/`logspace` and a stepped `arange` may round differently, so they are unsafe too.
         Any factory's fix is withheld where the code is seen to run once: a module's
-        `__init__` (a KV cache), a script's top level outside a loop, or a lazy
+        `__init__` (a KV cache), a function that sets up the run's processes
+        (`init_distributed`, `setup_ddp`), a script's top level outside a loop, or a lazy
         initialisation (an optimizer's `if len(state) == 0:`, `if key not in self.cache:`
         that fills the cache, `if not self.initialized:` where a method sets the flag,
         `if self.x is None:` that assigns it, or a function called only under one), a data
@@ -1427,6 +1428,17 @@ class HostAllocThenCopy(Rule):
                     self.cache_k = torch.zeros(max_batch, max_len, heads, dim).cuda()
             """,
             note="made once, in `__init__`: one copy saved would not show, so the fix is left as advice (LLaMA's KV cache)",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+
+            def init_worker_distributed_environment(rank, world_size):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                dist.all_reduce(torch.zeros(1).cuda())
+            """,
+            note="a warm-up all-reduce in a function that sets up the processes: made once, so the fix is left as advice (vLLM's worker)",
         ),
         Invalid(
             """

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from advisor.apis import ACCELERATOR, DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, LIGHTNING_TRAINER, TORCH_ADAM, TRAINING_ARGUMENTS
-from advisor.facts.distributed import imports_deepspeed, shipped_deepspeed_configs
+from advisor.facts.distributed import deepspeed_builds_the_optimizer, imports_deepspeed, shipped_deepspeed_configs
 from advisor.facts.environment import older_allowed
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import small_network_training
@@ -124,7 +124,9 @@ class AdamNotFused(Rule):
           that imports it or a YAML config of the project): Lightning's mixed precision raises
           for a fused optimizer there;
         - `TrainingArguments` without `optim`, with an `optim` read from the command line,
-          or with `use_cpu=True`;
+          or with `use_cpu=True`; or every command the project ships to run the file passes
+          `--deepspeed` a config with its own `optimizer` section: DeepSpeed builds the
+          optimizer then, and `optim` is not used (PandaLM's `inst-tune.sh`);
         - the optimizer is bound to a name nothing reads (an evaluation script that builds one
           beside its model and never steps it);
         - the optimizer updates one or two tensors written out by name (SAC's
@@ -495,6 +497,8 @@ class AdamNotFused(Rule):
         return self.fix(description, edit, requires=[("torch", "2.4")])
 
     def _check_trainer(self, ctx: FileContext) -> Iterator[Finding]:
+        if deepspeed_builds_the_optimizer(ctx) is not None:
+            return  # PandaLM's inst-tune.sh: the DeepSpeed config's optimizer section decides
         for call in ctx.calls(*TRAINING_ARGUMENTS):
             if not ctx.facts.devices.framework_setting(call).gpu:
                 continue

@@ -5704,3 +5704,95 @@ def test_accelerate_mixed_precision_needs_the_accelerate_that_took_it(tmp_path, 
     """)
     finding = only(source, "ADV203", fresh_script(tmp_path / "run.py", source))
     assert (finding.fix_applicability is not None) == fixed, finding.message
+
+
+_RANKER = """
+    import argparse
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--per_device_train_batch_size", type=int, default=1)
+    parser.add_argument("--gradient_accumulation_steps", type=int, default=32)
+    args = parser.parse_args()
+    accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
+    train_dataloader = DataLoader(train_ds, shuffle=True, collate_fn=collator, batch_size=args.per_device_train_batch_size)
+    model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+    for epoch in range(3):
+        for step, batch in enumerate(train_dataloader):
+            with accelerator.accumulate(model):
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
+"""
+
+
+_BOTH = "--per_device_train_batch_size 1 \\\n    --gradient_accumulation_steps 16"
+
+
+@pytest.mark.parametrize("script_text, advice", [
+    # LLM-Blender's train_ranker.sh: every run passes both options
+    (f"torchrun --nproc_per_node 4 train_ranker.py \\\n    {_BOTH}\n"
+     "python train_ranker.py --per_device_train_batch_size=2 --gradient_accumulation_steps=8\n", True),
+    # one run leaves the accumulation to its default: the new defaults change that run
+    (f"torchrun train_ranker.py {_BOTH}\npython train_ranker.py --per_device_train_batch_size 2\n", False),
+    # a commented-out command is no run
+    (f"# python train_ranker.py --data x\ntorchrun train_ranker.py {_BOTH}\n", True),
+    ("echo nothing runs the ranker here\n", False),
+])
+def test_option_defaults_every_shipped_command_overrides_are_advice(tmp_path, script_text, advice):
+    (tmp_path / ".git").mkdir()
+    script = tmp_path / "train_ranker.py"
+    script.write_text(textwrap.dedent(_RANKER))
+    (tmp_path / "train_ranker.sh").write_text("#!/bin/bash\n" + script_text)
+    forget_projects()
+    (found,) = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV401"]
+    if advice:
+        assert found.fix_applicability is None
+        assert "every command the project ships to run this file (`train_ranker.sh`) passes `--per_device_train_batch_size`" in found.message
+    else:
+        assert found.fix_applicability is not None, found.message
+
+
+_INST_TUNE = """
+    from dataclasses import dataclass, field
+
+    import transformers
+
+
+    @dataclass
+    class TrainingArguments(transformers.TrainingArguments):
+        optim: str = field(default="adamw_torch")
+
+
+    def train():
+        parser = transformers.HfArgumentParser((TrainingArguments,))
+        (training_args,) = parser.parse_args_into_dataclasses()
+        model = transformers.AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b")
+        trainer = transformers.Trainer(model=model, args=training_args, train_dataset=data)
+        trainer.train()
+
+
+    if __name__ == "__main__":
+        train()
+"""
+
+
+@pytest.mark.parametrize("config, silent", [
+    ('{"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "zero_optimization": {"stage": 2}}', True),
+    ('{"zero_optimization": {"stage": 2}}', False),  # the Trainer builds the optimizer `optim` names
+])
+def test_an_optim_default_deepspeed_replaces_on_every_shipped_run_is_not_reported(tmp_path, config, silent):
+    # PandaLM: scripts/inst-tune.sh runs `deepspeed inst-tune.py ... --deepspeed assets/ds_config_zero2.json`,
+    # whose "optimizer" section has DeepSpeed build the optimizer: the Trainer's `optim` is unused.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pandalm" / "scripts").mkdir(parents=True)
+    (tmp_path / "pandalm" / "assets").mkdir()
+    script = tmp_path / "pandalm" / "inst-tune.py"
+    script.write_text(textwrap.dedent(_INST_TUNE))
+    (tmp_path / "pandalm" / "assets" / "ds_config_zero2.json").write_text(config)
+    (tmp_path / "pandalm" / "scripts" / "inst-tune.sh").write_text(
+        "deepspeed --master_port=2023 inst-tune.py --bf16 True --deepspeed assets/ds_config_zero2.json\n"
+    )
+    forget_projects()
+    found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV601"]
+    assert (not found) if silent else len(found) == 1

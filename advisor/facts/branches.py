@@ -535,10 +535,20 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         return bool(built) and all(runs_once(other, call, depth + 1) for other, call in built)
     if depth >= 2 or (_repeats_within(ctx, node, function) and not _prepares_data(ctx, function)):
         return False  # a loop in a function called once may be the training loop itself
+    if _SETS_UP_PROCESSES.match(function.name.value):
+        return True  # vLLM's ``init_worker_distributed_environment``: a warm-up all-reduce at start-up
     callers = calls_of(ctx, function)
     return bool(callers) and all(
         lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
     )
+
+
+# Functions that set up the processes of a run, called once at start-up: ``init_distributed``,
+# ``setup_ddp``, ``init_worker_distributed_environment``, ``init_process_group``.
+_SETS_UP_PROCESSES = re.compile(
+    r"^_*(init|initiali[sz]e|setup|set_up)_(\w+_)?(distributed|dist|process_group|processes|ddp|nccl|"
+    r"environment|env)(_\w+)?$"
+)
 
 
 # Autoregressive decoding: ``generate``, ``primed_generate``, ``beam_search``, ``greedy_search``.

@@ -311,6 +311,55 @@ def shipped_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]]:
     return ctx.memo(shipped_deepspeed_configs, lambda: _find_deepspeed_configs(ctx, os.path.abspath(project.project.root)))
 
 
+_DEEPSPEED_OPTION = re.compile(r"--deepspeed[= ]+[\"']?([^\s\"']+\.json)")
+
+
+def launched_deepspeed_configs(ctx: "FileContext") -> list[tuple[str, object]] | None:
+    """The DeepSpeed configs that the commands the project ships to run this file pass
+    (``--deepspeed assets/ds_config_zero2.json`` in PandaLM's ``inst-tune.sh``), parsed, with
+    the path as written; None unless there is such a command and each passes one the project
+    holds (looked up beside the command's script, at the project's root, beside this file)."""
+    from advisor.facts.environment import read_project_file
+
+    view = getattr(ctx, "project", None)
+    if view is None:
+        return None
+    launches = view.launch_commands()
+    if not launches:
+        return None
+    root = os.path.abspath(view.project.root)
+    found: list[tuple[str, object]] = []
+    for script, command in launches:
+        match = _DEEPSPEED_OPTION.search(command)
+        if match is None:
+            return None
+        written = match.group(1)
+        config = None
+        for base in (os.path.dirname(script), root, os.path.dirname(os.path.abspath(ctx.path))):
+            candidate = os.path.normpath(os.path.join(base, written))
+            if candidate.startswith(root) and os.path.isfile(candidate):
+                text = read_project_file(ctx, candidate)
+                try:
+                    config = json.loads(text) if text is not None else None
+                except ValueError:
+                    config = None
+                break
+        if not isinstance(config, dict):
+            return None
+        found.append((written, config))
+    return found
+
+
+def deepspeed_builds_the_optimizer(ctx: "FileContext") -> str | None:
+    """The config (as the launch commands write it) when every command the project ships to run
+    this file hands the Trainer a DeepSpeed config with its own ``optimizer`` section: DeepSpeed
+    then builds the optimizer, and the Trainer's ``optim`` is not used."""
+    configs = launched_deepspeed_configs(ctx)
+    if not configs or not all(isinstance(config, dict) and isinstance(config.get("optimizer"), dict) for _, config in configs):
+        return None
+    return configs[0][0]
+
+
 def imports_deepspeed(ctx: "FileContext") -> bool:
     """The file imports DeepSpeed itself (LLaVA's ``train.py``: ``from deepspeed import zero``
     to gather ZeRO-3 parameters for saving): it is written to run under it, whether or not its

@@ -1194,6 +1194,8 @@ class LoaderFacts:
         b: b[0]`` hands over a batch the dataset made."""
         ctx = self.ctx
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
+        if _zip_lambda(collate):
+            return True  # awni/speech: ``collate_fn=lambda batch: zip(*batch)``
         if _identity_lambda(collate):
             # sqlova's ``collate_fn=lambda x: x``: the batch is the list of the data set's items
             # (raw JSON records), turned into tensors later, if at all. Not with
@@ -2110,6 +2112,23 @@ def _built_outside_itself(ctx: "FileContext", cls: cst.ClassDef) -> bool:
             view.consulted.add(path)
             total += len(call.findall(view.project.text(path)))
     return total > inside
+
+
+def _zip_lambda(expr) -> bool:
+    """``lambda batch: zip(*batch)``: the batch is a ``zip`` iterator, which pinning hands on as
+    it is (it pins tensors in lists, tuples and dicts, not in iterators)."""
+    if not isinstance(expr, cst.Lambda) or len(expr.params.params) != 1 or expr.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return False
+    body = expr.body
+    return (
+        isinstance(body, cst.Call)
+        and isinstance(body.func, cst.Name)
+        and body.func.value == "zip"
+        and len(body.args) == 1
+        and body.args[0].star == "*"
+        and isinstance(body.args[0].value, cst.Name)
+        and body.args[0].value.value == expr.params.params[0].name.value
+    )
 
 
 def _identity_lambda(expr) -> bool:
