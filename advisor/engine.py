@@ -639,6 +639,14 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             f"so the fix is left as advice"
         )
         return
+    if kind == "function" and _runs_only_in_own_self_test(ctx, view, outermost):
+        # MiniASR's model_utils.py: ``check_extractor_attributes`` runs from its ``__main__`` only.
+        view.asked_importers = True
+        finding.as_advice(
+            f"the function `{outermost.name.value}` runs only in the `__main__` self-test of a module the project "
+            f"imports, so the fix is left as advice"
+        )
+        return
     uncalled = _uncalled_method(ctx, view, finding.node, outermost)
     if uncalled is not None:
         finding.as_advice(f"{uncalled}, so the fix is left as advice")
@@ -646,6 +654,18 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     hook = _lightning_hook_nothing_runs(ctx, view, finding.node, outermost)
     if hook is not None:
         finding.as_advice(hook)
+
+
+def _runs_only_in_own_self_test(ctx: FileContext, view, function: cst.CSTNode) -> bool:
+    """A module-level function of a module the project imports, named only in the module's own
+    ``__main__`` block: a diagnostic run by hand (``python model_utils.py <model>``), not training."""
+    if not ctx.main_guards or not view.project.importers.get(view.path):
+        return False
+    name = function.name.value  # type: ignore[attr-defined]
+    uses = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not function.name]  # type: ignore[attr-defined]
+    if not uses or not all(any(ctx.is_descendant(use, guard) for guard in ctx.main_guards) for use in uses):
+        return False
+    return view.mentions_outside(name, kind=MODULE_LEVEL) == 0
 
 
 # Lightning hooks that only ``trainer.predict(...)`` / ``trainer.test(...)`` run, and those calls.
@@ -956,6 +976,29 @@ def file_suppressions(ctx: FileContext) -> frozenset[str] | None:
     return frozenset(found) if found else None
 
 
+def _withhold_where_premises_fail(ctx: FileContext, finding: Finding) -> None:
+    """Leave the fix as advice where the project shows it would not pay or not run (each
+    check below says which premise), the first that fails speaking."""
+    if finding.fix is not None and finding.fix.requires:
+        _withhold_if_too_new(ctx, finding)
+    if finding.fix is not None:
+        _withhold_where_the_file_cannot_run(ctx, finding)
+    if finding.fix is not None and ctx.project is not None:
+        _withhold_in_code_nothing_runs(ctx, finding)
+    if finding.fix is not None and ctx.project is not None:
+        _withhold_where_every_launch_sets_it(ctx, finding)
+    if finding.fix is not None:
+        _withhold_in_older_version_branch(ctx, finding)
+    if finding.fix is not None and ctx.path.endswith(".ipynb"):
+        shown = _notebook_ran_without_gpu(ctx)
+        if shown is not None:
+            finding.as_advice(_RAN_WITHOUT_GPU.format(shown))
+    if finding.fix is not None and ctx.path.endswith(".ipynb"):
+        _withhold_on_the_notebooks_own_hardware(ctx, finding)
+    if finding.fix is not None:
+        _withhold_on_the_recorded_hardware(ctx, finding)
+
+
 def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], list[FileError]]:
     """Every enabled rule over one context; findings positioned and filtered by suppressions."""
     findings: list[Finding] = []
@@ -980,24 +1023,14 @@ def run_rules(ctx: FileContext, codes: Iterable[str]) -> tuple[list[Finding], li
             continue
         ran.append(code)
         for finding in produced:
-            if finding.fix is not None and finding.fix.requires:
-                _withhold_if_too_new(ctx, finding)
             if finding.fix is not None:
-                _withhold_where_the_file_cannot_run(ctx, finding)
-            if finding.fix is not None and ctx.project is not None:
-                _withhold_in_code_nothing_runs(ctx, finding)
-            if finding.fix is not None and ctx.project is not None:
-                _withhold_where_every_launch_sets_it(ctx, finding)
-            if finding.fix is not None:
-                _withhold_in_older_version_branch(ctx, finding)
-            if finding.fix is not None and ctx.path.endswith(".ipynb"):
-                shown = _notebook_ran_without_gpu(ctx)
-                if shown is not None:
-                    finding.as_advice(_RAN_WITHOUT_GPU.format(shown))
-            if finding.fix is not None and ctx.path.endswith(".ipynb"):
-                _withhold_on_the_notebooks_own_hardware(ctx, finding)
-            if finding.fix is not None:
-                _withhold_on_the_recorded_hardware(ctx, finding)
+                try:
+                    _withhold_where_premises_fail(ctx, finding)
+                except Exception as error:  # a bug in a premise check keeps the finding, never the fix
+                    if from_recursion(error):
+                        raise
+                    errors.append(FileError(ctx.path, f"internal error checking {code}'s fix: {type(error).__name__}: {error}"))
+                    finding.as_advice("its premises could not be checked, so the fix is left as advice")
             finding.path = ctx.path
             finding.line, finding.column, finding.end_line, finding.end_column = ctx.position(finding.node)
             if lines is None:

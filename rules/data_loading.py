@@ -130,7 +130,8 @@ class DataLoaderPinMemory(Rule):
           prompt and the index); or the dataset is a Python list the file builds (a literal,
           a comprehension, or `[]` filled with `.append`: cached latents, items in memory);
         - the dataset is tensors held in memory: a `TensorDataset` (also one a function of
-          the file builds, or one handed in as a parameter), or a dataset class of the file
+          the file builds, one handed in as a parameter, or one the class keeps in an attribute
+          its methods set), or a dataset class of the file
           whose `__getitem__` only indexes or slices tensors it holds. The batch is in RAM
           already and its copy to the GPU is small; pinning adds one more copy, in a thread
           that competes for the GIL with the per-sample indexing that is most of such a
@@ -182,6 +183,28 @@ class DataLoaderPinMemory(Rule):
                 model(x).sum().backward()
             """,
             note="`collate_fn=lambda batch: zip(*batch)`: pinning hands a zip iterator on as it is (awni/speech)",
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            class Data:
+                def __init__(self, x, y):
+                    self.train_set = TensorDataset(x, y)
+
+                def loader(self):
+                    return DataLoader(self.train_set, batch_size=64, num_workers=2)
+
+
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in Data(xs, ys).loader():
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+            note="a `TensorDataset` the class keeps in `self.train_set`: tensors in memory, read through the attribute (PiSSA)",
         ),
         Valid(
             """

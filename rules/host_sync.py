@@ -1160,7 +1160,9 @@ class HostAllocThenCopy(Rule):
         - a script shows no CUDA device at all (a file that only defines modules is checked:
           its `forward` runs wherever the model is). An NCCL process group shows one: NCCL
           only runs on CUDA devices. `.to(t.device)` of a tensor the function is given counts
-          as the GPU only in a file that trains there or whose importers do.
+          as the GPU only in a file that trains there or whose importers do, and never in a
+          data collator (a `collate_fn`, a `__call__` of a `...Collator` class, a function only
+          they call): it batches the data set's CPU tensors.
 
         The fix is safe for `zeros`, `ones`, `empty`, `full`, `eye` and `arange` without a
         step; for random factories (`rand`, `randn`, `randint`, `randperm`) it is unsafe: the
@@ -1217,6 +1219,23 @@ class HostAllocThenCopy(Rule):
                 return torch.zeros(n).to(like)
             """,
             note="`.to(like)` of a parameter the function never reads as a tensor: a device, a dtype or a tensor",
+        ),
+        Valid(
+            """
+            import torch
+            model = Net().cuda()
+
+            def padding(inputs, pad_id, cutoff):
+                tokens = torch.ones(len(inputs), cutoff).long().to(inputs[0].device) * pad_id
+                for i, toks in enumerate(inputs):
+                    tokens[i, -len(toks):] = toks
+                return tokens
+
+            class DataCollatorForSupervisedDataset:
+                def __call__(self, instances):
+                    return dict(input_ids=padding([i["input_ids"] for i in instances], 0, 256))
+            """,
+            note="a helper only a data collator calls: it batches the data set's CPU tensors in the loader (RRHF)",
         ),
         Valid(
             """
@@ -1700,6 +1719,8 @@ class HostAllocThenCopy(Rule):
             return cst.Attribute(device, cst.Name("device")), cst.Attribute(device, cst.Name("dtype"))
         if not (ctx.facts.devices.on_gpu(device) or _argument_device(ctx, device)):
             return None
+        if isinstance(device, cst.Attribute) and device.attr.value == "device" and _collates(ctx, copy):
+            return None  # RRHF's ``padding(inputs, ...)`` of a data collator: its tensors are the CPU's
         return device, dtype
 
     def _fix(
@@ -1732,6 +1753,25 @@ class HostAllocThenCopy(Rule):
     def _stepped(ctx: FileContext, factory: cst.Call) -> bool:
         positional = [arg for arg in factory.args if arg.keyword is None]
         return len(positional) > 2 or ctx.keyword_arg(factory, "step") is not None
+
+
+_COLLATOR = re.compile(r"collat", re.IGNORECASE)
+
+
+def _collates(ctx: FileContext, node: cst.CSTNode, depth: int = 0) -> bool:
+    """``node`` runs in a data collator (the ``__call__`` of a class named for collation, a
+    ``collate_fn``), or in a function of the file only collators call: it batches the items a
+    data set made, on the CPU, in the loader."""
+    function = ctx.enclosing(node, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    if _COLLATOR.search(function.name.value):
+        return True
+    cls = ctx.enclosing(function, cst.ClassDef)
+    if isinstance(cls, cst.ClassDef) and function.name.value == "__call__" and _COLLATOR.search(cls.name.value):
+        return True
+    callers = ctx.loops.callers(function) if depth < 2 else []
+    return bool(callers) and all(_collates(ctx, call, depth + 1) for call in callers)
 
 
 def _empty_shape(factory: cst.Call, kind: str) -> bool:

@@ -430,3 +430,21 @@ def test_the_files_own_compile_warnings_are_not_printed(tmp_path):
         )
         assert "Warning" not in completed.stderr and "Traceback" not in completed.stderr, completed.stderr
         assert (tmp_path / "train.py").read_bytes() == HEADER + b's = "\\d"\n' + FIXED_LOADER + TAIL
+
+
+def test_a_bug_in_a_premise_check_keeps_the_finding_and_withholds_the_fix(monkeypatch):
+    """A rule's crash is reported and the run goes on; so is a crash of a check that decides
+    whether a fix may apply: the finding stays, its fix becomes advice, and the error is named."""
+    import advisor.engine as engine
+    from helpers import settings
+
+    def broken(ctx, finding):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(engine, "_withhold_where_the_file_cannot_run", broken)
+    source = HEADER + LOADER + b"for x in loader:\n    x.cuda()\n"
+    result = engine.check_file("snippet.py", settings(["ADV101"], "A100"), data=source)
+    (found,) = result.diagnostics
+    assert found.code == "ADV101" and found.fix_applicability is None
+    assert "premises could not be checked" in found.message
+    assert any("internal error checking ADV101's fix: ValueError: boom" in e.message for e in result.errors)

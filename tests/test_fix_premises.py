@@ -5796,3 +5796,87 @@ def test_an_optim_default_deepspeed_replaces_on_every_shipped_run_is_not_reporte
     forget_projects()
     found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV601"]
     assert (not found) if silent else len(found) == 1
+
+
+@pytest.mark.parametrize("train_calls_it, advice", [(False, True), (True, False)])
+def test_a_function_only_a_modules_own_self_test_runs_is_advice(tmp_path, train_calls_it, advice):
+    # MiniASR's miniasr/utils/model_utils.py: `check_extractor_attributes` allocates probe tensors
+    # and runs only as `python model_utils.py <model>`; train.py imports the module for other helpers.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    module = tmp_path / "utils" / "model_utils.py"
+    module.write_text(textwrap.dedent("""
+        import sys
+
+        import torch
+
+
+        def freeze(model):
+            for p in model.parameters():
+                p.requires_grad = False
+
+
+        def check_extractor_attributes(name):
+            device = torch.device("cuda")
+            for length in range(8):
+                wave = torch.zeros(16000 + length).to(device)
+                print(name, wave.shape)
+
+
+        if __name__ == "__main__":
+            check_extractor_attributes(sys.argv[1])
+    """))
+    (tmp_path / "train.py").write_text(
+        "from utils.model_utils import freeze" + (", check_extractor_attributes" if train_calls_it else "") + "\n\n"
+        "if __name__ == '__main__':\n    freeze(model)\n" + ("    check_extractor_attributes('x')\n" if train_calls_it else "")
+    )
+    forget_projects()
+    (found,) = [d for d in lint(module.read_text(), gpu="A100", path=str(module)) if d.code == "ADV704"]
+    if advice:
+        assert found.fix_applicability is None and "runs only in the `__main__` self-test" in found.message
+    else:
+        assert found.fix_applicability is not None, found.message
+
+
+_CTC_TRAINER = """
+    import torch
+    from torch.cuda.amp import autocast
+    from transformers import Trainer
+
+
+    class CTCTrainer(Trainer):
+        def training_step(self, model, inputs):
+            model.train()
+            inputs = self._prepare_inputs(inputs)
+            if self.use_amp:
+                with autocast():
+                    loss = self.compute_loss(model, inputs)
+            else:
+                loss = self.compute_loss(model, inputs)
+            loss.backward()
+            return loss.detach()
+"""
+
+
+@pytest.mark.parametrize("requirement, runs", [
+    ("git+https://github.com/huggingface/transformers.git", False),  # soxan: the git main, 4.20 or later
+    ("transformers>=4.30", False),
+    ("transformers==4.4.0", True),  # the Trainer still had `use_amp`
+    ("git+https://github.com/huggingface/transformers.git@v4.10.0", True),  # a ref of whatever age
+])
+def test_a_trainer_subclass_reading_use_amp_cannot_run_on_transformers_4_20(tmp_path, requirement, runs):
+    # The wav2vec2 fine-tuning blog's CTCTrainer (copied into soxan) reads `self.use_amp`, which
+    # transformers 4.20 replaced with `use_cuda_amp`: on a newer release the step raises.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text(f"torch\n{requirement}\n")
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(textwrap.dedent(_CTC_TRAINER))
+    (tmp_path / "train.py").write_text("from trainer import CTCTrainer\n\nif __name__ == '__main__':\n    CTCTrainer(model=model).train()\n")
+    forget_projects()
+    found = [d for d in lint(trainer.read_text(), gpu="A100", path=str(trainer)) if d.code == "ADV204"]
+    assert found
+    if runs:
+        assert all(d.fix_applicability is not None for d in found), [d.message for d in found]
+    else:
+        assert all(d.fix_applicability is None and "reads `self.use_amp`, which transformers 4.20 removed" in d.message for d in found)

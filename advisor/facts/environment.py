@@ -15,6 +15,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, TypeVar
 
+import libcst as cst
+
 from advisor.apis import LIGHTNING_TRAINER
 
 if TYPE_CHECKING:
@@ -87,7 +89,7 @@ def _requirement(package: str) -> "re.Pattern[str]":
     # ``torch>=2.1``, ``"torch >= 2.1, < 3"``, ``torch = "^2.1"`` and ``torch = ">=1.10.1, <1.13"``
     # (Poetry), ``- pytorch=2.1`` and ``- pytorch::pytorch=1.13.1`` (conda, with its channel: tabular-dl-tabr)
     return re.compile(
-        rf"""(?:^[ \t]*(?:-[ \t]*)?(?:[\w.-]+::)?|["'])(?:py)?{name}(?:\[[^\]]*\])?[ \t]*"""
+        rf"""(?:^[ \t]*(?:-[ \t]*)?(?:[\w.-]+::)?|["']|git\+https?://github\.com/[\w.-]+/)(?:py)?{name}(?:\.git)?(?:\[[^\]]*\])?[ \t]*"""
         rf"""(?P<spec>@[ \t]*[^"'\s;#]+|=[ \t]*["'](?P<quoted>(?:[<>=!~]=?[ \t]*)?v?[0-9][^"']*)["']|=[ \t]*["']?[\^~]?[0-9][^"'\s#]*"""
         rf"""|(?:[<>=!~]=?[ \t]*v?[0-9][^"',;\s#]*[ \t]*,?[ \t]*)*)"""
         rf"""(?=["'\s;#\]]|$)""",
@@ -1063,7 +1065,7 @@ def _cannot_run_as_declared(ctx: "FileContext") -> str | None:
         spec = declared(ctx, "transformers")
         if spec and not spec.startswith("@") and admits_below(spec, "4.0") is False:
             return f"the file imports `{flat.group(1)}`, which transformers 4.0 removed, and the project asks for transformers{spec}"
-    removed = _removed_trainer_argument(ctx)
+    removed = _removed_trainer_argument(ctx) or _removed_trainer_attribute(ctx)
     if removed is not None:
         return removed
     legacy = scalar_loss_indexed(ctx.source)
@@ -1100,6 +1102,34 @@ def _removed_trainer_argument(ctx: "FileContext") -> str | None:
             spec = declared(ctx, package)
             if spec and not spec.startswith("@") and admits_below(spec, "2.0") is False:
                 return f"its `Trainer({passed[0]}=...)` is an argument Lightning 2.0 removed, and the project asks for {package}{spec}"
+    return None
+
+
+def _removed_trainer_attribute(ctx: "FileContext") -> str | None:
+    """A subclass of transformers' ``Trainer`` reads ``self.use_amp``, which transformers 4.20
+    replaced with ``use_cuda_amp`` (the wav2vec2 fine-tuning blog's ``CTCTrainer``, copied into
+    soxan), in a project that installs transformers 4.20 or later (or its git main): the
+    training step raises ``AttributeError``."""
+    if "use_amp" not in ctx.source:
+        return None
+    for cls in ctx.nodes(cst.ClassDef):
+        if not any((ctx.qualname(base.value) or "").startswith("transformers.") and "Trainer" in (ctx.qualname(base.value) or "") for base in cls.bases):
+            continue
+        reads = assigns = False
+        for node in ctx.walk(cls, cst.Attribute):
+            if node.attr.value == "use_amp" and isinstance(node.value, cst.Name) and node.value.value == "self":
+                target = ctx.parent.get(node)
+                if isinstance(target, cst.AssignTarget) or (isinstance(target, (cst.AnnAssign, cst.AugAssign)) and target.target is node):
+                    assigns = True
+                else:
+                    reads = True
+        if not reads or assigns:
+            continue
+        spec = declared(ctx, "transformers")
+        if spec is None or spec.startswith("@") or admits_below(spec, "4.20") is not False:
+            return None
+        asked = f"asks for transformers{spec}" if spec else "installs the current transformers"
+        return f"its `{cls.name.value}` reads `self.use_amp`, which transformers 4.20 removed from the Trainer, and the project {asked}"
     return None
 
 

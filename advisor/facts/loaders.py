@@ -1580,6 +1580,18 @@ class LoaderFacts:
                 # ``local_train_ds, local_val_ds = dset_train, dset_val`` (the Kaggle ensembler)
                 return self.dataset_sources(paired, depth + 1)
             return None
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            # PiSSA's ``DataLoader(self.odd_dataset, ...)``, set in ``__init__`` to a ``TensorDataset``
+            assigned = self._assigned_to_self(expr)
+            if not assigned:
+                return [expr] if assigned is not None else None
+            found = []
+            for value in assigned:
+                inner = self.dataset_sources(value, depth + 1)
+                if inner is None:
+                    return None
+                found.extend(inner)
+            return found
         if isinstance(expr, cst.Call):
             function = ctx.loops.callee(expr)
             if function is None:
@@ -1597,6 +1609,37 @@ class LoaderFacts:
                 found.extend(inner)
             return found
         return [expr]
+
+    def _assigned_to_self(self, attribute: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """The values the methods of the enclosing class assign to ``self.<attr>``; None when one
+        is assigned some other way (unpacked, augmented) and so cannot be read."""
+        ctx = self.ctx
+        cls = ctx.enclosing(attribute, cst.ClassDef)
+        if not isinstance(cls, cst.ClassDef):
+            return []
+        name = attribute.attr.value
+
+        def is_it(target: cst.BaseExpression) -> bool:
+            return (
+                isinstance(target, cst.Attribute)
+                and isinstance(target.value, cst.Name)
+                and target.value.value == "self"
+                and target.attr.value == name
+            )
+
+        values: list[cst.BaseExpression] = []
+        for node in ctx.walk(cls, cst.Assign):
+            for target in node.targets:
+                if is_it(target.target):
+                    values.append(node.value)
+                elif isinstance(target.target, (cst.Tuple, cst.List)) and any(is_it(e.value) for e in target.target.elements):
+                    return None
+        for node in (*ctx.walk(cls, cst.AnnAssign), *ctx.walk(cls, cst.AugAssign)):
+            if is_it(node.target):
+                if isinstance(node, cst.AugAssign) or node.value is None:
+                    return None
+                values.append(node.value)
+        return values
 
     def _sources_passed_for(self, param: cst.Param, depth: int) -> list[cst.BaseExpression] | None:
         """What every call of the file passes for ``param`` of one of its functions."""
