@@ -692,13 +692,14 @@ class Project:
         return None
 
     def _relative_module_missing(self, imported: _Import, importer: str) -> bool:
-        """Whether the module a relative import names is neither a file of the project nor
-        anything a build may put there (:meth:`_beside`)."""
+        """Whether the module a relative import names, in a regular package of the project (one
+        with its ``__init__.py``), is neither a file of the project nor anything a build may put
+        there (:meth:`_beside`)."""
         base = os.path.dirname(importer)
         for _ in range(imported.level - 1):
             base = os.path.dirname(base)
-        if not base.startswith(self.root):
-            return False
+        if not base.startswith(self.root) or os.path.join(base, "__init__.py") not in self._file_set:
+            return False  # not a regular package: a few files copied out of one, whose rest is not here
         parts = imported.module.split(".")
         for index, part in enumerate(parts):
             if self._first(os.path.join(base, *parts[: index + 1])) is None:

@@ -1,7 +1,6 @@
 """ADV1xx: data loading (guide: "Data preloading")."""
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst

@@ -436,12 +436,13 @@ def test_a_bug_in_a_premise_check_keeps_the_finding_and_withholds_the_fix(monkey
     """A rule's crash is reported and the run goes on; so is a crash of a check that decides
     whether a fix may apply: the finding stays, its fix becomes advice, and the error is named."""
     import advisor.engine as engine
+    import advisor.fix_premises as fix_premises
     from helpers import settings
 
     def broken(ctx, finding):
         raise ValueError("boom")
 
-    monkeypatch.setattr(engine, "_withhold_where_the_file_cannot_run", broken)
+    monkeypatch.setattr(fix_premises, "_withhold_where_the_file_cannot_run", broken)
     source = HEADER + LOADER + b"for x in loader:\n    x.cuda()\n"
     result = engine.check_file("snippet.py", settings(["ADV101"], "A100"), data=source)
     (found,) = result.diagnostics

@@ -1602,6 +1602,7 @@ def test_a_script_importing_a_module_its_package_lacks_cannot_run(tmp_path, pres
     ("name missing", "`AudioCEDataset` from `..utils.dataset`, which does not define it"),
     ("package fails", "its package `convnet`, which cannot be imported"),
     ("all there", None),
+    ("copied out", None),  # files copied out of a package without its __init__.py: the rest is not here
 ])
 def test_a_package_member_whose_imports_cannot_be_satisfied_cannot_run(tmp_path, layout, fails):
     # pytorch-asr: deepspeech_ce/train.py imports `..utils.dataset` (asr/models/ has no utils),
@@ -1611,8 +1612,9 @@ def test_a_package_member_whose_imports_cannot_be_satisfied_cannot_run(tmp_path,
     models = tmp_path / "asr" / "models"
     (models / "convnet").mkdir(parents=True)
     (tmp_path / "asr" / "__init__.py").write_text("")
-    (models / "__init__.py").write_text("")
-    if layout != "module missing":
+    if layout != "copied out":
+        (models / "__init__.py").write_text("")
+    if layout not in ("module missing", "copied out"):
         (models / "utils").mkdir()
         (models / "utils" / "__init__.py").write_text("")
         defined = "AudioSplitDataset" if layout in ("name missing", "package fails") else "AudioCEDataset"
@@ -5798,8 +5800,12 @@ def test_an_optim_default_deepspeed_replaces_on_every_shipped_run_is_not_reporte
     assert (not found) if silent else len(found) == 1
 
 
-@pytest.mark.parametrize("train_calls_it, advice", [(False, True), (True, False)])
-def test_a_function_only_a_modules_own_self_test_runs_is_advice(tmp_path, train_calls_it, advice):
+@pytest.mark.parametrize("train_calls_it, documented, advice", [
+    (False, False, True),
+    (True, False, False),
+    (False, True, False),  # DINO's eval_knn.py: imported, and run as its README says: an entry point
+])
+def test_a_function_only_a_modules_own_self_test_runs_is_advice(tmp_path, train_calls_it, documented, advice):
     # MiniASR's miniasr/utils/model_utils.py: `check_extractor_attributes` allocates probe tensors
     # and runs only as `python model_utils.py <model>`; train.py imports the module for other helpers.
     (tmp_path / ".git").mkdir()
@@ -5827,6 +5833,8 @@ def test_a_function_only_a_modules_own_self_test_runs_is_advice(tmp_path, train_
         if __name__ == "__main__":
             check_extractor_attributes(sys.argv[1])
     """))
+    if documented:
+        (tmp_path / "README.md").write_text("Check a model:\n\n    python utils/model_utils.py wav2vec2\n")
     (tmp_path / "train.py").write_text(
         "from utils.model_utils import freeze" + (", check_extractor_attributes" if train_calls_it else "") + "\n\n"
         "if __name__ == '__main__':\n    freeze(model)\n" + ("    check_extractor_attributes('x')\n" if train_calls_it else "")

@@ -321,7 +321,6 @@ def _attribute_never_on(ctx: "FileContext", function: cst.FunctionDef, attribute
     if not values or any(ctx.enclosing(v, cst.FunctionDef) is not init for v in values):
         return None
     parameters = [v for v in values if not _falsy(v)]
-    project = view.project
     # Set on from outside (``model.use_checkpoint = True``); another class's own ``self.x = x``
     # sets its own attribute.
     setting = re.compile(rb"(?<!\bself)\." + re.escape(attribute.encode()) + rb"[ \t]*=(?!=)[ \t]*(?!False\b|None\b|0\b)")

@@ -359,8 +359,22 @@ def venv_facts(python: Path) -> dict[str, str]:
     return {"python": lines[0] if lines else "?", "libcst": lines[1] if len(lines) > 1 else "?"}
 
 
+def compile_advisor(python: Path) -> None:
+    """Byte-compile advisor's modules and rules, as pip does when it installs a package: from
+    an editable checkout under ``PYTHONDONTWRITEBYTECODE`` (these machines set it), every timed
+    run would otherwise compile each module changed since its ``.pyc`` was written, which is
+    most of a warm run's time (0.45 s of 1.4 s on the packages corpus)."""
+    code = (
+        "import compileall, os, advisor, advisor.rules\n"
+        "for module in (advisor, advisor.rules):\n"
+        "    compileall.compile_dir(os.path.dirname(module.__file__), quiet=1)\n"
+    )
+    subprocess.run([str(python), "-c", code], check=True)
+
+
 def advisor_tool() -> Tool:
     python = Path(sys.executable)
+    compile_advisor(python)
     script = script_of(python, "advisor")
     base = [str(script)] if script.exists() else [str(python), "-m", "advisor"]
     version = capture([*base, "--version"]).replace("advisor ", "")
@@ -764,7 +778,8 @@ def render(rows: list[Row], corpora: dict[str, Corpus], tools: dict[str, Tool], 
         "**cold** adds `--no-cache`; **cold, alone** also `--no-project` (each file analysed alone, without "
         "its project's other modules); **first run** starts with no `.advisor_cache/` and fills it; **warm** "
         "reruns on the unchanged tree with that cache. The corpus root's pyproject.toml says "
-        "`[tool.advisor] select = [\"ALL\"]` and holds the cache.",
+        "`[tool.advisor] select = [\"ALL\"]` and holds the cache. Its modules are byte-compiled first, "
+        "as an install compiles them (the peers' venvs were compiled by pip).",
     ]
     if "TorchFix" in tools:
         codes = facts.get("torchfix_rules") or []
