@@ -1175,7 +1175,8 @@ class HostAllocThenCopy(Rule):
         `linspace`/`logspace` and a stepped `arange` may round differently, so they are unsafe too.
         Any factory's fix is withheld where the code is seen to run once: a module's
         `__init__` (a KV cache), a function that sets up the run's processes
-        (`init_distributed`, `setup_ddp`), a script's top level outside a loop, or a lazy
+        (`init_distributed`, `setup_ddp`) or exports the model (the dummy input of
+        `torch.onnx.export`), a script's top level outside a loop, or a lazy
         initialisation (an optimizer's `if len(state) == 0:`, `if key not in self.cache:`
         that fills the cache, `if not self.initialized:` where a method sets the flag,
         `if self.x is None:` that assigns it, or a function called only under one), a data
@@ -1458,6 +1459,17 @@ class HostAllocThenCopy(Rule):
                 dist.all_reduce(torch.zeros(1).cuda())
             """,
             note="a warm-up all-reduce in a function that sets up the processes: made once, so the fix is left as advice (vLLM's worker)",
+        ),
+        Invalid(
+            """
+            import torch
+
+            class Model(torch.nn.Module):
+                def export(self, size, path):
+                    dummy = torch.zeros(1, 3, *size).cuda()
+                    torch.onnx.export(self.cuda(), dummy, path)
+            """,
+            note="the dummy input of a model export, made once: the fix is left as advice (retinanet-examples)",
         ),
         Invalid(
             """

@@ -111,9 +111,27 @@ class InMemoryDatasetPerSample(Rule):
           would be noise;
         - the loader is read once into a list that the training loop iterates (SpanBERT's
           `train_batches = [batch for batch in train_dataloader]`): it collates once, not
-          every step.
+          every step;
+        - the dataset is indices (`TensorDataset(torch.arange(n))`, BertGCN's index loaders): the
+          step reads the data by them, and collating a few integers costs next to nothing beside it.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            import torch.utils.data as Data
+
+            train_idx = Data.TensorDataset(torch.arange(0, nb_train, dtype=torch.long))
+            idx_loader_train = Data.DataLoader(train_idx, batch_size=64, shuffle=True)
+            model = BertGCN().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for (idx,) in idx_loader_train:
+                loss = model(graph, idx.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a loader of indices into a graph the step reads: BertGCN",
+        ),
         Valid(
             """
             import torch
@@ -394,6 +412,8 @@ class InMemoryDatasetPerSample(Rule):
                 continue
             if (loaders.dataset_on_gpu(call) and not copies) or loaders.unused_lightning_loader(call):
                 continue
+            if loaders.index_dataset(call):
+                continue  # BertGCN's ``TensorDataset(torch.arange(n))``: indices, read by a heavy step
             if not loaders.runs_for_training(call):
                 continue
             if self._read_once_into_a_list(ctx, call):

@@ -536,6 +536,8 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         return False  # a loop in a function called once may be the training loop itself
     if _SETS_UP_PROCESSES.match(function.name.value):
         return True  # vLLM's ``init_worker_distributed_environment``: a warm-up all-reduce at start-up
+    if any(ctx.qualname(call.func) in _EXPORTS for call in ctx.walk(function, cst.Call)):
+        return True  # retinanet-examples' ``Model.export``: the dummy input of one ``torch.onnx.export``
     callers = calls_of(ctx, function)
     return bool(callers) and all(
         lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
@@ -548,6 +550,12 @@ _SETS_UP_PROCESSES = re.compile(
     r"^_*(init|initiali[sz]e|setup|set_up)_(\w+_)?(distributed|dist|process_group|processes|ddp|nccl|"
     r"environment|env)(_\w+)?$"
 )
+
+
+# Exporting a model runs once: its inputs are dummies traced through it.
+_EXPORTS = frozenset({
+    "torch.onnx.export", "torch.onnx.dynamo_export", "torch.export.export", "torch.jit.trace", "torch.jit.trace_module",
+})
 
 
 # Autoregressive decoding: ``generate``, ``primed_generate``, ``beam_search``, ``greedy_search``.

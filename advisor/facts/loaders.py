@@ -1136,15 +1136,27 @@ class LoaderFacts:
         return None
 
     def index_dataset(self, call: cst.Call) -> bool:
-        """A loader over ``range(n)`` (or ``list(range(n))``): its batches are integer indices,
-        not the training data, so neither pinning nor workers change what reaches the GPU."""
+        """A loader over ``range(n)`` (or ``list(range(n))``, or a ``TensorDataset`` of one
+        ``torch.arange``: BertGCN's index loaders): its batches are integer indices, not the
+        training data, so neither pinning nor workers change what reaches the GPU, and indexing
+        them one at a time costs next to nothing beside the step that reads the data by them."""
         ctx = self.ctx
         dataset = self._dataset_expression(call)
         if dataset is None:
             return False
         if builtin_call(ctx, dataset, "list", "tuple") and len(dataset.args) == 1:  # type: ignore[attr-defined]
             dataset = dataset.args[0].value  # type: ignore[attr-defined]
-        return builtin_call(ctx, dataset, "range")
+        if builtin_call(ctx, dataset, "range"):
+            return True
+        sources = self.dataset_sources(dataset)
+        return bool(sources) and all(
+            isinstance(source, cst.Call)
+            and ctx.qualname(source.func) == "torch.utils.data.TensorDataset"
+            and len(source.args) == 1
+            and isinstance(source.args[0].value, cst.Call)
+            and ctx.qualname(source.args[0].value.func) == "torch.arange"
+            for source in sources
+        )
 
     def yields_images_untransformed(self, call: cst.Call) -> bool:
         """A loader over a torchvision ``ImageFolder`` (``DatasetFolder``) whose ``transform`` makes
