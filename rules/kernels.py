@@ -687,11 +687,42 @@ def _packs_with_returned_lengths(ctx: FileContext, model: TrainedModel) -> bool:
 
 def _double_backward(ctx: FileContext) -> bool:
     """Gradients of gradients (WGAN-GP penalties, MAML): compiled graphs do not support them."""
-    if ctx.calls("torch.autograd.grad", "torch.func.grad", "torch.func.functional_call"):
-        return True
-    return any(
-        arg.keyword is not None and arg.keyword.value == "create_graph" for call in ctx.nodes(cst.Call) for arg in call.args
-    )
+    return bool(_gradient_calls(ctx))
+
+
+def _gradient_calls(ctx: FileContext) -> list[cst.Call]:
+    calls = list(ctx.calls("torch.autograd.grad", "torch.func.grad", "torch.func.functional_call"))
+    calls += [
+        call for call in ctx.nodes(cst.Call)
+        if call not in calls and any(arg.keyword is not None and arg.keyword.value == "create_graph" for arg in call.args)
+    ]
+    return calls
+
+
+def _double_backward_models(ctx: FileContext) -> set[str] | None:
+    """The spellings of the models a gradient of gradients goes through, where each such
+    gradient is taken in a function of the file: the names that function calls and the names
+    its callers hand it (PyTorch-GAN's WGAN-GP: ``compute_gradient_penalty(discriminator,
+    ...)`` differentiates through the discriminator only; its generator compiles). None where
+    one is taken elsewhere (module level, a function nothing in the file calls): any model may
+    be in it."""
+    found: set[str] = set()
+    for call in _gradient_calls(ctx):
+        function = ctx.enclosing(call, cst.FunctionDef)
+        if not isinstance(function, cst.FunctionDef) or (ctx.qualname(call.func) or "").startswith("torch.func."):
+            return None
+        for inner in ctx.walk(function, cst.Call):
+            name = dotted_name(inner.func)
+            if name is not None:
+                found.add(name)
+        parameters = {p.name.value for p in function.params.params}
+        if parameters - {"self"}:
+            callers = ctx.loops.callers(function)
+            if not callers:
+                return None
+            for caller in callers:
+                found.update(name for arg in caller.args if (name := dotted_name(arg.value)) is not None)
+    return found
 
 
 def _uses_library(ctx: FileContext, *modules: str) -> bool:
@@ -959,8 +990,10 @@ class NoTorchCompile(Rule):
         - Lightning's `Trainer` runs the loop (what `training_step` calls decides what a
           compile would reach), or the model is loaded in 8/4 bit, or the file uses Unsloth
           (which compiles itself);
-        - the file takes gradients of gradients (`torch.autograd.grad`, `create_graph=True`:
-          WGAN-GP penalties, MAML), which compiled graphs do not support;
+        - the model takes part in gradients of gradients (`torch.autograd.grad`,
+          `create_graph=True`: WGAN-GP penalties, MAML), which compiled graphs do not support:
+          where each is taken in a function of the file, the models it calls or its callers hand
+          it (WGAN-GP's critic; its generator is reported); elsewhere, every model of the file;
         - the model steps through the batch's longest sequence in Python (a captioning or
           seq2seq decoder): its `forward` in the file loops over `range(max(lengths.tolist()))`,
           `range(steps.item())` or `range(int(...))` of its inputs, or it returns the lengths
@@ -1149,6 +1182,23 @@ class NoTorchCompile(Rule):
         Valid(
             """
             import torch
+            from models import Critic, Generator
+            generator, critic = Generator().cuda(), Critic().cuda()
+            opt_g = torch.optim.Adam(generator.parameters())
+            opt_c = torch.optim.Adam(critic.parameters())
+            for real in loader:
+                fake = generator(torch.randn(64, 100, device="cuda"))
+                grads = torch.autograd.grad(critic(real).sum(), real, create_graph=True)[0]
+                (critic(fake.detach()).mean() + grads.norm()).backward()
+                opt_c.step()
+                (-critic(fake).mean()).backward()
+                opt_g.step()
+            """,
+            note="a gradient of gradients taken at the top level of the loop: any model may be in it",
+        ),
+        Valid(
+            """
+            import torch
             def train(model, loader):
                 optimizer = torch.optim.AdamW(model.parameters())
                 for x in loader:
@@ -1243,6 +1293,60 @@ class NoTorchCompile(Rule):
         ),
     ]
     invalid = [
+        Invalid(
+            """
+            import torch
+            from torch import autograd
+
+            from models import Discriminator, Generator
+
+            generator = Generator().cuda()
+            discriminator = Discriminator().cuda()
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            optimizer_D = torch.optim.Adam(discriminator.parameters())
+
+            def compute_gradient_penalty(D, real, fake):
+                alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device)
+                interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+                gradients = autograd.grad(D(interpolates).sum(), interpolates, create_graph=True)[0]
+                return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+            for real_imgs in dataloader:
+                fake_imgs = generator(torch.randn(64, 100, device="cuda"))
+                penalty = compute_gradient_penalty(discriminator, real_imgs.data, fake_imgs.data)
+                (discriminator(fake_imgs.detach()).mean() - discriminator(real_imgs).mean() + 10 * penalty).backward()
+                optimizer_D.step()
+                (-discriminator(fake_imgs).mean()).backward()
+                optimizer_G.step()
+            """,
+            fixed="""
+            import torch
+            from torch import autograd
+
+            from models import Discriminator, Generator
+
+            generator = Generator().cuda()
+            generator = torch.compile(generator)
+            discriminator = Discriminator().cuda()
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            optimizer_D = torch.optim.Adam(discriminator.parameters())
+
+            def compute_gradient_penalty(D, real, fake):
+                alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device)
+                interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+                gradients = autograd.grad(D(interpolates).sum(), interpolates, create_graph=True)[0]
+                return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+            for real_imgs in dataloader:
+                fake_imgs = generator(torch.randn(64, 100, device="cuda"))
+                penalty = compute_gradient_penalty(discriminator, real_imgs.data, fake_imgs.data)
+                (discriminator(fake_imgs.detach()).mean() - discriminator(real_imgs).mean() + 10 * penalty).backward()
+                optimizer_D.step()
+                (-discriminator(fake_imgs).mean()).backward()
+                optimizer_G.step()
+            """,
+            note="WGAN-GP (PyTorch-GAN): the penalty differentiates twice through the discriminator only; the generator compiles",
+        ),
         Invalid(
             """
             import torch
@@ -1518,9 +1622,14 @@ class NoTorchCompile(Rule):
         if compiles_something(ctx) or _uses_library(ctx, "unsloth") or _compile_commented_out(ctx):
             return
         yield from self._training_arguments(ctx)
-        if _double_backward(ctx) or small_network_training(ctx):
-            return  # RL / meta-learning / toy networks: the step is the environment, compiling is overhead
+        if small_network_training(ctx):
+            return  # RL / toy networks: the step is the environment, compiling is overhead
+        through_gradients: set[str] | None = _double_backward_models(ctx) if _double_backward(ctx) else set()
+        if through_gradients is None:
+            return  # meta-learning, penalties anywhere: gradients of gradients, which compiled graphs do not take
         for model in trained_models(ctx):
+            if model.name in through_gradients or any(b.name in through_gradients for b in model.builds):
+                continue  # WGAN-GP's critic: its gradient penalty differentiates through it twice
             decided = model.handed_to & _COMPILE_DECIDED_ELSEWHERE
             accelerate_only = decided == {"accelerate"} and self._accelerator_leaves_dynamo(ctx)
             data_parallel_only = decided == {"data_parallel"}
