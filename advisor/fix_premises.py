@@ -207,10 +207,13 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
 
 
 def _runs_only_in_own_self_test(ctx: FileContext, view, function: cst.CSTNode) -> bool:
-    """A module-level function of a module the project imports, named only in the module's own
-    ``__main__`` block: a diagnostic run by hand (``python model_utils.py <model>``), not training."""
+    """A module-level function of a package's module the project imports, named only in the
+    module's own ``__main__`` block, which no command the project ships runs: a diagnostic run by
+    hand (MiniASR's ``python model_utils.py <model>``), not training."""
     if not ctx.main_guards or not view.project.importers.get(view.path) or view.launch_commands():
         return False  # a script the project's documents run (DINO's eval_knn.py) is an entry point
+    if not view.project.in_package(view.path):
+        return False  # a script beside others, not a package's module (Face_Pytorch's eval_lfw.py)
     name = function.name.value  # type: ignore[attr-defined]
     uses = [n for n in ctx.nodes(cst.Name) if n.value == name and n is not function.name]  # type: ignore[attr-defined]
     if not uses or not all(any(ctx.is_descendant(use, guard) for guard in ctx.main_guards) for use in uses):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import sys
 import stat as stat_module
 import weakref
 from collections import OrderedDict
@@ -397,7 +398,7 @@ class Project:
         self._holding: dict[bytes, list[str]] = {}
         self._named: dict[Callable[[str], object], list[str]] = {}
         self._dynamic_importers: dict[str, bool] = {}
-        self._failing_imports: dict[str, str | None] = {}
+        self._failing_imports: dict[tuple[str, bool], str | None] = {}
         self._test_code: dict[str, bool] = {}
         self.importer_depth = 0
 
@@ -600,7 +601,9 @@ class Project:
         return None
 
     def _first(self, stem: str) -> str | None:
-        for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+        # A package wins over a module of the same name in one folder, as Python's path finder
+        # has it (MemFlow's ``inference/`` beside its ``inference.py``).
+        for candidate in (os.path.join(stem, "__init__.py"), stem + ".py"):
             if candidate in self._file_set:
                 return candidate
         return None
@@ -632,23 +635,37 @@ class Project:
             self._imported[(path, top_level)] = found
         return found
 
-    def import_that_fails(self, path: str) -> str | None:
-        """The first top-level import of ``path`` naming a module of a project package that the
-        package does not have, nor its ``__init__.py`` names (Face_Pytorch's
-        ``eval_megaface.py`` imports ``self_attention`` from ``backbone``, which has no such
-        module, compiled or not): the file raises ``ImportError`` before anything in it runs.
-        Imports under ``try`` or a function are not read, nor those of a package the project
-        does not hold, nor names of a package whose ``__init__.py`` imports with ``*``."""
-        if path not in self._failing_imports:  # asked once per fix of the file
-            self._failing_imports[path] = self._find_import_that_fails(path)
-        return self._failing_imports[path]
+    def import_that_fails(self, path: str, imported: bool = False) -> str | None:
+        """Why ``path`` raises ``ImportError`` before anything in it runs, or None: a top-level
+        import names a module of a project package that the package does not have, nor its
+        ``__init__.py`` names (Face_Pytorch's ``eval_megaface.py`` imports ``self_attention``
+        from ``backbone``, which has no such module, compiled or not); a relative import names
+        a module its regular package lacks; an import names what the project module never
+        spells; or a project module it imports fails so itself. Imports under ``try`` or a
+        function are not read, nor those of the standard library or of a package the project
+        does not hold, nor names of a package whose ``__init__.py`` imports with ``*``. An
+        absolute import that could find different files depending on where Python starts is
+        not judged. ``imported``: the file is imported by another (not run as a script), so its
+        own folder is not where Python looks."""
+        key = (path, imported)
+        if key not in self._failing_imports:  # asked once per fix of the file
+            self._failing_imports[key] = self._find_import_that_fails(path, imported)
+        return self._failing_imports[key]
 
-    def _find_import_that_fails(self, path: str) -> str | None:
-        self._failing_imports[path] = None  # an import cycle answers "no" where it closes
+    def _find_import_that_fails(self, path: str, imported_file: bool) -> str | None:
+        self._failing_imports[(path, imported_file)] = None  # an import cycle answers "no" where it closes
         for imported in self._imports_of(path):
             if not imported.top:
                 continue
-            source = self.module_path(imported.module, imported.level, path) if imported.module else None
+            head = imported.module.split(".")[0]
+            if imported.level:
+                source = self.module_path(imported.module, imported.level, path) if imported.module else None
+            elif head in sys.stdlib_module_names or not self._package_on_path(head, path, beside=not imported_file):
+                continue  # ``from io import BytesIO`` inside doctr/io/: the standard library's
+            else:
+                source = self._absolute_module(imported.module, path, imported_file)
+                if source is not None and not imported_file and self._resolves_elsewhere_too(imported.module, path, source):
+                    continue  # NeuOpt's ``from utils import ...`` in agent/, beside an agent/utils.py, run from the root
             spelled = "." * imported.level + imported.module
             if source is None and imported.level and imported.module and self._relative_module_missing(imported, path):
                 # pytorch-asr's deepspeech_ce/train.py: ``from ..utils.dataset import ...``, and asr/models/ has no utils
@@ -656,26 +673,24 @@ class Project:
             if source is not None and source != path:
                 missing = self._name_missing(source, imported.names) if not source.endswith("__init__.py") else None
                 if missing is not None:
-                    # pytorch-asr's deepspeech_ce/train.py: ``from ..utils.dataset import AudioCEDataset``
+                    # hubert's train.py: ``from hubert.model import Hubert, URLS``, and model.py has no URLS
                     return f"`{missing}` from `{spelled}`, which does not define it"
-                if self.import_that_fails(source) is not None:
+                if self.import_that_fails(source, imported=True) is not None:
                     return f"`{spelled}`, which cannot be imported itself"
             if imported.level:
                 # Imported only as a member of its package (relative imports): the package's
                 # ``__init__.py`` runs first (pytorch-asr's convnet/model.py under an
                 # ``__init__.py`` importing a train.py that cannot be imported).
                 package_init = os.path.join(os.path.dirname(path), "__init__.py")
-                if package_init != path and package_init in self._file_set and self.import_that_fails(package_init) is not None:
+                if package_init != path and package_init in self._file_set and self.import_that_fails(package_init, imported=True) is not None:
                     return f"its package `{os.path.basename(os.path.dirname(path))}`, which cannot be imported"
                 continue
             parts = imported.module.split(".")
-            if not self._package_on_path(parts[0], path):
-                continue
-            package = self.module_path(imported.module, 0, path)
+            package = self._absolute_module(imported.module, path, imported_file)
             if package is not None and package.endswith("__init__.py") and b"*" not in self._peek(package):
                 for name in imported.names:  # ``from backbone import cbam, self_attention``
                     if (
-                        self.module_path(f"{imported.module}.{name}", 0, path) is None
+                        self._absolute_module(f"{imported.module}.{name}", path, imported_file) is None
                         and not re.search(rb"\b" + re.escape(name.encode()) + rb"\b", self._peek(package))
                         and not self._beside(package, name)
                     ):
@@ -683,13 +698,46 @@ class Project:
             if len(parts) < 2 or package is not None:
                 continue
             for end in range(2, len(parts) + 1):
-                if self.module_path(".".join(parts[:end]), 0, path) is not None:
+                if self._absolute_module(".".join(parts[:end]), path, imported_file) is not None:
                     continue
-                package = self.module_path(".".join(parts[: end - 1]), 0, path)
+                package = self._absolute_module(".".join(parts[: end - 1]), path, imported_file)
                 if package is not None and package.endswith("__init__.py") and not self._beside(package, parts[end - 1]):
                     return f"`{imported.module}`, which its package in the project does not have"
                 break
         return None
+
+    def _absolute_module(self, module: str, importer: str, imported: bool) -> str | None:
+        """The project file of an absolute import: as :meth:`module_path` finds it for a script;
+        for a module that is imported, only from the project's root, ``src/`` or where the
+        project installs the package (its own folder is not on Python's path then)."""
+        if not imported:
+            return self.module_path(module, 0, importer)
+        parts = [p for p in module.split(".") if p]
+        if not parts:
+            return None
+        for base in (self.root, os.path.join(self.root, "src"), *self._package_bases.get(parts[0], ())):
+            found = self._first(os.path.join(base, *parts))
+            if found is not None:
+                return found
+        return None
+
+    def in_package(self, path: str) -> bool:
+        """Whether ``path`` is a module of a regular package of the project (its folder has an
+        ``__init__.py``), not a script beside others."""
+        return os.path.join(os.path.dirname(path), "__init__.py") in self._file_set
+
+    def _resolves_elsewhere_too(self, module: str, importer: str, found: str | None) -> bool:
+        """Whether the absolute import of ``module`` could find another project file than
+        ``found``, depending on the folder Python starts from (the importer's own, when it runs as
+        a script; the project's root or ``src/``, when it is imported from a script there)."""
+        parts = [p for p in module.split(".") if p]
+        directory = os.path.dirname(importer)
+        bases = [directory]
+        while directory != self.root and directory.startswith(self.root):
+            directory = os.path.dirname(directory)
+            bases.append(directory)
+        bases.append(os.path.join(self.root, "src"))
+        return any((other := self._first(os.path.join(base, *parts))) is not None and other != found for base in bases)
 
     def _relative_module_missing(self, imported: _Import, importer: str) -> bool:
         """Whether the module a relative import names, in a regular package of the project (one
@@ -718,12 +766,14 @@ class Project:
                 return name
         return None
 
-    def _package_on_path(self, name: str, importer: str) -> bool:
+    def _package_on_path(self, name: str, importer: str, beside: bool = True) -> bool:
         """Whether ``name`` is a package of the project where Python looks for it when the
-        project runs: beside ``importer`` (a script's folder), at the root or in ``src/``, or
-        where the project installs it. Not a folder that only shares a library's name deeper in
-        the tree (voxelmorph's ``voxelmorph/torch/``)."""
-        bases = [os.path.dirname(importer), self.root, os.path.join(self.root, "src"), *self._package_bases.get(name, ())]
+        project runs: beside ``importer`` (a script's folder; not with ``beside=False``, for a
+        module that is imported), at the root or in ``src/``, or where the project installs it.
+        Not a folder that only shares a library's name deeper in the tree (voxelmorph's
+        ``voxelmorph/torch/``; TinyZero's ``verl/models/transformers/``)."""
+        bases = [os.path.dirname(importer)] if beside else []
+        bases += [self.root, os.path.join(self.root, "src"), *self._package_bases.get(name, ())]
         return any(os.path.join(base, name, "__init__.py") in self._file_set for base in bases)
 
     def _beside(self, package_init: str, name: str) -> bool:
@@ -738,7 +788,7 @@ class Project:
             return True
         if any(entry == name or entry.startswith(name + ".") or entry.endswith(_BUILT_SOURCES) for entry in entries):
             return True
-        setups = [os.path.join(self.root, "setup.py"), os.path.join(os.path.dirname(folder), "setup.py")]
+        setups = [os.path.join(self.root, "setup.py"), os.path.join(os.path.dirname(folder), "setup.py"), os.path.join(folder, "setup.py")]
         return any(name.encode() in _read_regular(setup) for setup in setups if os.path.isfile(setup))
 
     def imports_relevant(self, path: str) -> bool:

@@ -1506,9 +1506,11 @@ def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: se
             if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
                 _layers_under(ctx, bindings[0].node, found, seen)
             elif len(bindings) == 1 and isinstance(bindings[0].node, cst.ImportFrom) and len(seen) < _LAYER_NODES:
-                # a layer helper of another project module (``conv_nd`` of improved-diffusion's ``nn.py``)
+                # a layer helper of another project module (``conv_nd`` of improved-diffusion's
+                # ``nn.py``); not a block class of one (CMGAN's ``ConformerBlock``, whose position
+                # embedding is no token input), read as before: by its name alone
                 elsewhere = defined_elsewhere(ctx, call)
-                if elsewhere is not None:
+                if elsewhere is not None and isinstance(elsewhere[1], cst.FunctionDef):
                     _layers_under(elsewhere[0], elsewhere[1], found, seen)
 
 
