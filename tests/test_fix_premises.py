@@ -5888,3 +5888,72 @@ def test_a_trainer_subclass_reading_use_amp_cannot_run_on_transformers_4_20(tmp_
         assert all(d.fix_applicability is not None for d in found), [d.message for d in found]
     else:
         assert all(d.fix_applicability is None and "reads `self.use_amp`, which transformers 4.20 removed" in d.message for d in found)
+
+
+@pytest.mark.parametrize("device, pinned", [("self.device", False), ('"cpu"', True)])
+def test_a_data_set_built_with_a_device_is_not_pinned(device, pinned):
+    # nice-slam's Tracker: `self.frame_reader = get_dataset(cfg, args, scale, device=self.device)`,
+    # whose items are made on that device: pinning them raises "cannot pin 'torch.cuda.FloatTensor'".
+    source = f"""
+        import torch
+        from torch.utils.data import DataLoader
+        from datasets import get_dataset
+
+
+        class Tracker:
+            def __init__(self, cfg, model):
+                self.device = cfg["device"]
+                self.model = model.cuda()
+                self.frame_reader = get_dataset(cfg, device={device})
+                self.frame_loader = DataLoader(self.frame_reader, batch_size=1, num_workers=1)
+                self.optimizer = torch.optim.Adam(self.model.parameters())
+
+            def run(self):
+                for idx, color, depth in self.frame_loader:
+                    loss = self.model(color.cuda(), depth.cuda())
+                    loss.backward()
+                    self.optimizer.step()
+    """
+    found = [d for d in lint(source, gpu="A100") if d.code == "ADV101"]
+    assert bool(found) == pinned, found
+
+
+@pytest.mark.parametrize("transform, reported", [("", False), ("T.Resize((256, 512))", True)])
+def test_convolutions_only_a_backbone_helper_builds_need_one_input_size(tmp_path, transform, reported):
+    # stereo-transformer: `STTR(args)` builds its convolutions through `build_backbone` of another
+    # module and is fed random crop sizes: cuDNN's benchmark mode would re-tune every step.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "module").mkdir()
+    (tmp_path / "module" / "__init__.py").write_text("")
+    (tmp_path / "module" / "backbone.py").write_text(
+        "import torch.nn as nn\n\ndef build_backbone(args):\n    return nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU())\n"
+    )
+    (tmp_path / "module" / "sttr.py").write_text(textwrap.dedent("""
+        import torch.nn as nn
+        from .backbone import build_backbone
+
+
+        class STTR(nn.Module):
+            def __init__(self, args):
+                super().__init__()
+                self.backbone = build_backbone(args)
+
+            def forward(self, x):
+                return self.backbone(x)
+    """))
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent(f"""
+        import torch
+        import torchvision.transforms as T
+        from module.sttr import STTR
+
+        transform = {transform or "None"}
+        model = STTR(args).cuda()
+        optimizer = torch.optim.AdamW(model.parameters())
+        for left, right in loader:
+            model(left.cuda()).mean().backward()
+            optimizer.step()
+    """))
+    forget_projects()
+    found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV605"]
+    assert bool(found) == reported, found

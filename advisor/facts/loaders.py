@@ -1719,13 +1719,36 @@ class LoaderFacts:
                 return True
             sources = self.dataset_sources(dataset)
             for source in sources or ():
-                if self._gpu_tensor_dataset(source) or self._items_on_device(source):
+                if self._gpu_tensor_dataset(source) or self._items_on_device(source) or self._given_a_device(source):
                     return True
-            opaque = sources is None or any(isinstance(s, (cst.Name, cst.Attribute, cst.IfExp, cst.Subscript)) for s in sources)
+            opaque = sources is None or any(
+                isinstance(s, (cst.Name, cst.Attribute, cst.IfExp, cst.Subscript)) or self._project_factory(s) for s in sources
+            )
             if opaque and self.project_builds_items_on_device:
                 return True  # a data set the file cannot see, in a project whose data sets make CUDA items
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
         return collate is not None and collate is not MISSING and self.callable_moves_to_device(collate)
+
+    def _given_a_device(self, source: cst.BaseExpression) -> bool:
+        """A data set built with a device other than the CPU (nice-slam's ``get_dataset(cfg,
+        args, scale, device=self.device)``): its items are made there."""
+        if not isinstance(source, cst.Call):
+            return False
+        device = self.ctx.argument(source, "device")
+        if device is None or device is MISSING or (isinstance(device, cst.Name) and device.value == "None"):
+            return False
+        return self.ctx.facts.devices.where(device) is not Where.CPU  # unread: it may well be the GPU
+
+    def _project_factory(self, source: cst.BaseExpression) -> bool:
+        """A call of a function of the file or the project that builds the data set: what it
+        builds is not seen here."""
+        if not isinstance(source, cst.Call):
+            return False
+        if self.ctx.loops.callee(source) is not None:
+            return True
+        view = self.ctx.project
+        found = view.binding(source.func) if view is not None and isinstance(source.func, (cst.Name, cst.Attribute)) else None
+        return found is not None and isinstance(found[1].node, cst.FunctionDef)
 
     def _items_on_device(self, source: cst.BaseExpression) -> bool:
         """A dataset of a class of the project that moves its data or items to a device."""

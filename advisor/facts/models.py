@@ -1420,17 +1420,20 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             _layers_under(other, cls, layers, set())
             if not layers:  # a wrapper (``DDPM(eps_model=NaiveUnet(...))``): the model it is given
                 return _wraps_conv_net(ctx, call)
-            return "conv" in layers and "sequence" not in layers
+            return _convolutional(ctx, other, cls, layers)
         built = build_classes(ctx, build)  # a factory function's model
         if built:
             layers = set()
             for other, cls in built:
                 if _TRANSFORMER_NAME.search(cls.name.value):
                     return False
-                if _variable_size_model(ctx, cls.name.value) and not _denoiser(other, cls):
+                # One input size, or benchmark mode re-tunes every convolution each step: a
+                # denoiser generates images of one size; otherwise the file must show it
+                # (stereo-transformer's factory-built STTR is fed random crop sizes).
+                if not (_denoiser(other, cls) or (fixed_input_size(ctx) and not _variable_size_model(ctx, cls.name.value))):
                     return False
                 _layers_under(other, cls, layers, set())
-            return "conv" in layers and "sequence" not in layers
+            return bool(layers & {"conv", "conv elsewhere"}) and not layers & {"sequence", "sequence elsewhere"}
         return _cnn_name(name) or _wraps_conv_net(ctx, call)
     if build.kind in ("local", "torch.nn"):
         found: set[str] = set()
@@ -1466,6 +1469,19 @@ _LABEL_COUNT = re.compile(r"class|label", re.IGNORECASE)
 def _label_embedding(ctx: FileContext, call: cst.Call) -> bool:
     count = ctx.argument(call, "num_embeddings", 0)
     return isinstance(count, cst.BaseExpression) and bool(_LABEL_COUNT.search(ctx.code(count)))
+
+
+def _convolutional(ctx: FileContext, other: FileContext, cls: cst.ClassDef, layers: set[str]) -> bool:
+    """Whether a project class whose layers are ``layers`` is a conv net of one input size: its
+    own convolutions, as before; convolutions only helpers of other modules build (a backbone
+    factory) count where one size is shown (a denoiser, a CNN's name, the file's fixed-size
+    transforms): stereo-transformer's STTR, fed random crop sizes, builds its convolutions
+    through ``build_backbone``."""
+    if layers & {"sequence", "sequence elsewhere"}:
+        return False
+    if "conv" in layers:
+        return True
+    return "conv elsewhere" in layers and (_denoiser(other, cls) or _cnn_name(cls.name.value) or fixed_input_size(ctx))
 
 
 def _wraps_conv_net(ctx: FileContext, call: cst.Call) -> bool:
@@ -1511,7 +1527,9 @@ def _layers_under(ctx: FileContext, root: cst.CSTNode, found: set[str], seen: se
                 # embedding is no token input), read as before: by its name alone
                 elsewhere = defined_elsewhere(ctx, call)
                 if elsewhere is not None and isinstance(elsewhere[1], cst.FunctionDef):
-                    _layers_under(elsewhere[0], elsewhere[1], found, seen)
+                    there: set[str] = set()
+                    _layers_under(elsewhere[0], elsewhere[1], there, seen)
+                    found.update(f"{layer} elsewhere" if not layer.endswith(" elsewhere") else layer for layer in there)
 
 
 # Definitions visited when reading a model's layers through other modules: a model class
