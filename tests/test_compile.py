@@ -746,3 +746,24 @@ def test_a_model_handed_to_a_trainer_class_that_moves_it(tmp_path):
     found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
     assert [d.line for d in found] == [7], found
     assert "model.compile()" in found[0].message
+
+
+def test_a_factory_built_conv_net_needs_no_transforms_in_the_file(tmp_path):
+    # MSTAR, MonoDepth-PyTorch: the model comes from a factory of another module whose class
+    # builds its own convolutions: a conv net, as the same class built in the file is.
+    _project(tmp_path, {
+        "networks.py": "import torch.nn as nn\n\nclass ConvNet(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 8, 3)\n",
+        "utils.py": "from networks import ConvNet\n\ndef get_network(name):\n    return ConvNet()\n",
+        "train.py": """
+            import torch
+            from utils import get_network
+
+            net = get_network("ConvNet").cuda()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x, y in loader:
+                net(x.cuda()).sum().backward()
+                optimizer.step()
+        """,
+    })
+    script = tmp_path / "train.py"
+    assert [d.code for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV605"] == ["ADV605"]

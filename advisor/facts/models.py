@@ -1427,13 +1427,12 @@ def conv_net(ctx: FileContext, build: ModelBuild) -> bool:
             for other, cls in built:
                 if _TRANSFORMER_NAME.search(cls.name.value):
                     return False
-                # One input size, or benchmark mode re-tunes every convolution each step: a
-                # denoiser generates images of one size; otherwise the file must show it
-                # (stereo-transformer's factory-built STTR is fed random crop sizes).
-                if not (_denoiser(other, cls) or (fixed_input_size(ctx) and not _variable_size_model(ctx, cls.name.value))):
+                if _variable_size_model(ctx, cls.name.value) and not _denoiser(other, cls):
                     return False
                 _layers_under(other, cls, layers, set())
-            return bool(layers & {"conv", "conv elsewhere"}) and not layers & {"sequence", "sequence elsewhere"}
+                if not _convolutional(ctx, other, cls, layers):
+                    return False
+            return True
         return _cnn_name(name) or _wraps_conv_net(ctx, call)
     if build.kind in ("local", "torch.nn"):
         found: set[str] = set()
