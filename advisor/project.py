@@ -585,16 +585,7 @@ class Project:
             return self._first(os.path.join(base, *parts) if parts else base)
         if not parts or parts[0] not in self._path_names:
             return None  # ``torch``, ``numpy``: no file or folder of the project has that name
-        directory = os.path.dirname(importer)
-        bases = []
-        while True:
-            bases.append(directory)
-            if directory == self.root or not directory.startswith(self.root):
-                break
-            directory = os.path.dirname(directory)
-        bases.append(os.path.join(self.root, "src"))
-        bases.extend(self._package_bases.get(parts[0], ()))
-        for base in bases:
+        for base in (*self._script_bases(importer), *self._package_bases.get(parts[0], ())):
             found = self._first(os.path.join(base, *parts))
             if found is not None:
                 return found
@@ -731,13 +722,21 @@ class Project:
         ``found``, depending on the folder Python starts from (the importer's own, when it runs as
         a script; the project's root or ``src/``, when it is imported from a script there)."""
         parts = [p for p in module.split(".") if p]
+        return any(
+            (other := self._first(os.path.join(base, *parts))) is not None and other != found
+            for base in self._script_bases(importer)
+        )
+
+    def _script_bases(self, importer: str) -> list[str]:
+        """The folders an absolute import of ``importer`` may be found from: its own and each
+        above it up to the project's root (the folder a script runs from), then ``src/``."""
         directory = os.path.dirname(importer)
         bases = [directory]
         while directory != self.root and directory.startswith(self.root):
             directory = os.path.dirname(directory)
             bases.append(directory)
         bases.append(os.path.join(self.root, "src"))
-        return any((other := self._first(os.path.join(base, *parts))) is not None and other != found for base in bases)
+        return bases
 
     def _relative_module_missing(self, imported: _Import, importer: str) -> bool:
         """Whether the module a relative import names, in a regular package of the project (one

@@ -685,12 +685,8 @@ def _packs_with_returned_lengths(ctx: FileContext, model: TrainedModel) -> bool:
     return False
 
 
-def _double_backward(ctx: FileContext) -> bool:
-    """Gradients of gradients (WGAN-GP penalties, MAML): compiled graphs do not support them."""
-    return bool(_gradient_calls(ctx))
-
-
 def _gradient_calls(ctx: FileContext) -> list[cst.Call]:
+    """Gradients of gradients (WGAN-GP penalties, MAML): compiled graphs do not support them."""
     calls = list(ctx.calls("torch.autograd.grad", "torch.func.grad", "torch.func.functional_call"))
     calls += [
         call for call in ctx.nodes(cst.Call)
@@ -703,8 +699,8 @@ def _double_backward_models(ctx: FileContext) -> set[str] | None:
     """The spellings of the models a gradient of gradients goes through, where each such
     gradient is taken in a function of the file: the names that function calls and the names
     its callers hand it (PyTorch-GAN's WGAN-GP: ``compute_gradient_penalty(discriminator,
-    ...)`` differentiates through the discriminator only; its generator compiles). None where
-    one is taken elsewhere (module level, a function nothing in the file calls): any model may
+    ...)`` differentiates through the discriminator only; its generator compiles); empty where
+    the file takes none. None where one is taken elsewhere (module level, a function nothing in the file calls): any model may
     be in it."""
     found: set[str] = set()
     for call in _gradient_calls(ctx):
@@ -1624,7 +1620,7 @@ class NoTorchCompile(Rule):
         yield from self._training_arguments(ctx)
         if small_network_training(ctx):
             return  # RL / toy networks: the step is the environment, compiling is overhead
-        through_gradients: set[str] | None = _double_backward_models(ctx) if _double_backward(ctx) else set()
+        through_gradients = _double_backward_models(ctx)
         if through_gradients is None:
             return  # meta-learning, penalties anywhere: gradients of gradients, which compiled graphs do not take
         for model in trained_models(ctx):

@@ -570,6 +570,41 @@ def _project(tmp_path, files: dict[str, str]) -> None:
     forget_projects()
 
 
+# improved-diffusion's layout, but for its model module: `create_model_and_diffusion` returns the
+# model `create_model` builds; scripts/image_train.py names no torch and hands the model to
+# `TrainLoop`.
+_IMPROVED_DIFFUSION = {
+    "pkg/script_util.py": """
+        from .unet import UNetModel
+
+        def create_model(channels):
+            return UNetModel(channels)
+
+        def create_model_and_diffusion(channels):
+            model = create_model(channels)
+            diffusion = object()
+            return model, diffusion
+    """,
+    "pkg/train_util.py": TRAINER_MODULE,
+    "pkg/dist_util.py": "import torch\n\ndef dev():\n    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
+    "scripts/image_train.py": """
+        from pkg import dist_util
+        from pkg.script_util import create_model_and_diffusion
+        from pkg.train_util import TrainLoop
+
+
+        def main():
+            model, diffusion = create_model_and_diffusion(64)
+            model.to(dist_util.dev())
+            TrainLoop(model=model, data=load(), lr=1e-4).run_loop()
+
+
+        if __name__ == "__main__":
+            main()
+    """,
+}
+
+
 def test_a_model_a_project_factory_builds_and_a_project_trainer_steps(tmp_path):
     # improved-diffusion: scripts/image_train.py names no torch at all; its model comes from
     # `create_model_and_diffusion` (a tuple) of a sibling module and is trained by
@@ -577,34 +612,7 @@ def test_a_model_a_project_factory_builds_and_a_project_trainer_steps(tmp_path):
     _project(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/unet.py": "import torch.nn as nn\n\nclass UNetModel(nn.Module):\n    pass\n",
-        "pkg/script_util.py": """
-            from .unet import UNetModel
-
-            def create_model(channels):
-                return UNetModel(channels)
-
-            def create_model_and_diffusion(channels):
-                model = create_model(channels)
-                diffusion = object()
-                return model, diffusion
-        """,
-        "pkg/train_util.py": TRAINER_MODULE,
-        "pkg/dist_util.py": "import torch\n\ndef dev():\n    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
-        "scripts/image_train.py": """
-            from pkg import dist_util
-            from pkg.script_util import create_model_and_diffusion
-            from pkg.train_util import TrainLoop
-
-
-            def main():
-                model, diffusion = create_model_and_diffusion(64)
-                model.to(dist_util.dev())
-                TrainLoop(model=model, data=load(), lr=1e-4).run_loop()
-
-
-            if __name__ == "__main__":
-                main()
-        """,
+        **_IMPROVED_DIFFUSION,
     })
     script = tmp_path / "scripts/image_train.py"
     found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV602"]
@@ -670,34 +678,7 @@ def test_a_factory_functions_model_is_read_through_the_helpers_of_its_modules(tm
                 return nn.Linear(*args, **kwargs)
         """,
         "pkg/unet.py": unet.replace("num_classes, 4", f"{embedded}, 4"),
-        "pkg/script_util.py": """
-            from .unet import UNetModel
-
-            def create_model(channels):
-                return UNetModel(channels)
-
-            def create_model_and_diffusion(channels):
-                model = create_model(channels)
-                diffusion = object()
-                return model, diffusion
-        """,
-        "pkg/train_util.py": TRAINER_MODULE,
-        "pkg/dist_util.py": "import torch\n\ndef dev():\n    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
-        "scripts/image_train.py": """
-            from pkg import dist_util
-            from pkg.script_util import create_model_and_diffusion
-            from pkg.train_util import TrainLoop
-
-
-            def main():
-                model, diffusion = create_model_and_diffusion(64)
-                model.to(dist_util.dev())
-                TrainLoop(model=model, data=load(), lr=1e-4).run_loop()
-
-
-            if __name__ == "__main__":
-                main()
-        """,
+        **_IMPROVED_DIFFUSION,
     })
     script = tmp_path / "scripts/image_train.py"
     found = {d.code for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code in ("ADV202", "ADV602", "ADV605")}
