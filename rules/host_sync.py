@@ -1175,8 +1175,9 @@ class HostAllocThenCopy(Rule):
         `linspace`/`logspace` and a stepped `arange` may round differently, so they are unsafe too.
         Any factory's fix is withheld where the code is seen to run once: a module's
         `__init__` (a KV cache), a function that sets up the run's processes
-        (`init_distributed`, `setup_ddp`) or exports the model (the dummy input of
-        `torch.onnx.export`), a script's top level outside a loop, or a lazy
+        (`init_distributed`, `setup_ddp`), exports the model (the dummy input of
+        `torch.onnx.export`) or hooks its layers to measure it (thop's `profile`, a FLOPs
+        counter: one dummy input per model), a script's top level outside a loop, or a lazy
         initialisation (an optimizer's `if len(state) == 0:`, `if key not in self.cache:`
         that fills the cache, `if not self.initialized:` where a method sets the flag,
         `if self.x is None:` that assigns it, or a function called only under one), a data
@@ -2105,6 +2106,17 @@ def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
+
+def _signature_read(ctx: FileContext, name: str) -> bool:
+    """Whether the project reads the parameters of a function called ``name`` with
+    ``inspect.getfullargspec`` / ``getargspec`` (SmoothDARTS' ENAS driver asks whether
+    ``'split'`` is among the arguments of ``self.model.evaluate``). Neither looks through a
+    decorator's wrapper: under ``@torch.no_grad()`` they see ``(*args, **kwargs)``."""
+    pattern = re.compile(rb"\bget(?:full)?argspec\([^)\n]*\b" + re.escape(name.encode()) + rb"\b")
+    if pattern.search(ctx.source.encode()):
+        return True
+    return ctx.project is not None and bool(ctx.project.texts_matching(pattern, b"argspec("))
+
 class EvalWithoutNoGrad(Rule):
     code = "ADV705"
     name = "eval-without-no-grad"
@@ -2661,6 +2673,7 @@ class EvalWithoutNoGrad(Rule):
             and function.asynchronous is None
             and not self._needs_gradients(ctx, function, None)
             and not self._other_loops(ctx, function, loop)
+            and not _signature_read(ctx, function.name.value)
         ):
             # A decorator runs where the ``def`` is, not in the body: an ``import torch`` inside
             # the function does not reach it (pytorch-playground's ``utee/misc.py``).

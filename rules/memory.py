@@ -1962,6 +1962,23 @@ class EmptyCacheInLoop(Rule):
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()
+                if loss.item() > 2 * running_loss:
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    torch.cuda.empty_cache()
+                    model.load_state_dict(torch.load(last_checkpoint))
+            """,
+            note="a recovery branch that steps again: the every-iteration step is outside it (DeCLIP's `if resume:`)",
+        ),
+        Valid(
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                loss = model(batch).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
                 if step % 100 == 0:
                     torch.cuda.empty_cache()
             """

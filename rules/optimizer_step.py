@@ -1912,6 +1912,11 @@ class AccumulationLossNotScaled(Rule):
           `step()` after it), the same exceptions as ADV302: the inner loop steps itself, is
           not named for accumulation, may `break`, touches `.grad`; the loss is assigned
           outside it.
+
+        (advice, no fix) the loop divides `loss.data` in place (`loss.data /= iter_size`): the
+        logged value shrinks, but autograd never reads it and the gradients still add up, so
+        the published learning rate was tuned on their sum; dividing the loss now would make
+        every step `k` times smaller than the runs the project reports.
     """
     valid = [
         Valid(
@@ -2255,6 +2260,20 @@ class AccumulationLossNotScaled(Rule):
             """,
             note="`fabric.backward` does not divide (unlike `accelerator.backward`)",
         ),
+        Invalid(
+            """
+            import torch
+            model = Net().cuda()
+            for i, (inputs, labels) in enumerate(loader):
+                loss = criterion(model(inputs.cuda()), labels.cuda())
+                loss.data /= iter_size
+                loss.backward()
+                if (i + 1) % iter_size == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="`loss.data /= k` scales the logged value only: reported, and dividing is advice (the learning rate was tuned on the sum)",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -2292,10 +2311,11 @@ class AccumulationLossNotScaled(Rule):
                     if not isinstance(loss, cst.Name) or not _unscaled_loss(ctx, scope, loss):
                         continue
                     reported.add(backward.call)
-                    yield self._report(ctx, steps, backward, loss, parenthesize)
+                    yield self._report(ctx, steps, backward, loss, parenthesize, scope)
 
     def _report(
-        self, ctx: FileContext, steps: cst.BaseExpression, backward: Event, loss: cst.Name, parenthesize: bool
+        self, ctx: FileContext, steps: cst.BaseExpression, backward: Event, loss: cst.Name, parenthesize: bool,
+        scope: cst.CSTNode,
     ) -> Finding:
         steps_code = ctx.code(steps)
         divided = f"{loss.value} / {steps_code}"
@@ -2305,7 +2325,41 @@ class AccumulationLossNotScaled(Rule):
             f"micro-steps: the step gets their sum, not their mean; divide it by `{steps_code}` (guide: {GUIDE})"
         )
         fix = self.fix(f"Divide `{loss.value}` by `{steps_code}` at the backward", Edit(loss, replacement))
-        return self.report(backward.call, message, fix)
+        finding = self.report(backward.call, message, fix)
+        divided_value = _value_divided_in_place(ctx, scope, loss.value)
+        if divided_value is not None:
+            # class-incremental-learning's ``loss.data /= iter_size``: the published runs stepped
+            # on the sum, so dividing now shrinks every step the learning rate was tuned for.
+            finding.as_advice(
+                f"`{divided_value}` divides the logged value, not the gradients; the learning rate was tuned "
+                f"on their sum, so dividing is left to the author"
+            )
+        return finding
+
+
+def _value_divided_in_place(ctx: FileContext, scope: cst.CSTNode, name: str) -> str | None:
+    """The statement that divides ``name.data`` in place in ``scope`` (``loss.data /= k``,
+    ``loss.data.div_(k)``, ``loss.data = loss.data / k``): the value changes, and autograd,
+    which never reads it, still hands ``backward()`` a gradient of ones."""
+    def is_data(node: cst.CSTNode) -> bool:
+        return (
+            isinstance(node, cst.Attribute) and node.attr.value == "data"
+            and isinstance(node.value, cst.Name) and node.value.value == name
+        )
+
+    for aug in ctx.walk(scope, cst.AugAssign):
+        if isinstance(aug.operator, cst.DivideAssign) and is_data(aug.target):
+            return ctx.code(aug)
+    for call in ctx.walk(scope, cst.Call):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "div_" and is_data(call.func.value):
+            return ctx.code(call)
+    for assign in ctx.walk(scope, cst.Assign):
+        if (
+            len(assign.targets) == 1 and is_data(assign.targets[0].target)
+            and isinstance(assign.value, cst.BinaryOperation) and isinstance(assign.value.operator, cst.Divide)
+        ):
+            return ctx.code(assign)
+    return None
 
 
 # -- ADV304 -------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 from advisor.engine import parse
 from advisor.project import Project, forget_projects
 from advisor.targets import lookup
-from helpers import fix, lint
+from helpers import fix, lint, settings
+from advisor.fixer import fix_source
 from test_cli import run
 
 LOOP = """
@@ -274,7 +275,8 @@ def test_in_place_compile_needs_a_torch_the_project_allows(tmp_path):
         ("## Requirements\n* 64-bit Python 3.7 and PyTorch 1.7.1.\n", "torch>=1.7.1"),
         ("The code has been developed for PyTorch version 1.7.1 and torchvision version 0.8.2.\n", "torch>=1.7.1"),
         ("Install [Pytorch](https://pytorch.org/)>=1.8.0 following official instructions:\n", "torch>=1.8.0"),
-        ("```\nconda install pytorch==1.8.0 torchvision==0.9.0 cudatoolkit=10.2 -c pytorch\n```\n", "torch>=1.8.0"),
+        # an install command pins the release it installs
+        ("```\nconda install pytorch==1.8.0 torchvision==0.9.0 cudatoolkit=10.2 -c pytorch\n```\n", "hold torch==1.8.0"),
         # WaveRNN: a major release alone, any 1.x
         ("## Requirements\n* Python >= 3.6\n* [Pytorch 1 with CUDA](https://pytorch.org/)\n", "torch>=1.0"),
         ("Tested with PyTorch 1.x on Linux.\n", "torch>=1.0"),
@@ -291,7 +293,8 @@ def test_install_instructions_declare_the_torch_a_project_runs(tmp_path, readme,
     script = tmp_path / "train.py"
     script.write_text(source)
     finding = only(source, "ADV204", script)
-    assert finding.fix_applicability is None and f"allow {floor}" in finding.message
+    expected = floor if floor.startswith("hold ") else f"allow {floor}"
+    assert finding.fix_applicability is None and expected in finding.message
     (tmp_path / "requirements.txt").write_text("torch>=2.4\n")  # a requirement file wins over prose
     finding = only(source, "ADV204", script)
     assert finding.fix_applicability == "safe"
@@ -3664,7 +3667,7 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
             "scripts/install_pip.sh": "pip install numpy==1.17.5 torch==1.4.0 torchvision==0.5.0\npip install -r requirements.txt\n",
             "requirements.txt": "tqdm==4.28.1\n",
         },
-        "torch>=1.4.0",
+        "torch==1.4.0",  # the command pins the release, as CLIP4Cir's `conda install pytorch=1.11.0` does
     ),
     # IGEV: the top README says `bash env.sh`; the one env.sh is in IGEV-Stereo/ and pins
     # torch 1.12.1 for IGEV-MVS's training too (fused AdamW raised there).
@@ -3675,7 +3678,7 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
             "IGEV-Stereo/train_stereo.py": "import torch\n",
             "script": "IGEV-MVS/train_mvs.py",
         },
-        "torch>=1.12.1",
+        "torch==1.12.1",
     ),
     # pytorch-maml: "You will need the latest version of PyTorch, v.0.2.0"; its to-do list's
     # "- [ ] port to pytorch 0.4 from 0.2" is work not done, no floor of 0.4.
@@ -3716,6 +3719,16 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
     # EditNTS: "Our code requires PyTorch version >= 0.4.1."
     "readme-version-at-least": ({"README.md": "Our code requires PyTorch version >= 0.4.1. Please follow the instructions.\n"}, "torch>=0.4.1"),
+    # CLIP4Cir: no requirement file; the README's install command pins the release.
+    "readme-conda-install": (
+        {"README.md": "```sh\nconda install -y -c pytorch pytorch=1.11.0 torchvision=0.12.0\npip install comet-ml==3.21.0\n```\n"},
+        "torch==1.11.0",
+    ),
+    # Two install commands for two CUDA builds: either release may be the one installed.
+    "readme-two-install-commands": (
+        {"README.md": "CUDA 10: `pip install torch==1.7.1`\nCUDA 11: `pip install torch==1.9.0`\n"},
+        "torch>=1.7.1,<=1.9.0",
+    ),
 }
 
 
@@ -5957,3 +5970,31 @@ def test_convolutions_only_a_backbone_helper_builds_need_one_input_size(tmp_path
     forget_projects()
     found = [d for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV605"]
     assert bool(found) == reported, found
+
+
+@pytest.mark.parametrize("driver, decorated", [
+    # (spelled in two pieces: this file is part of the project the rule examples are checked in)
+    ('if "split" in inspect.get' + 'fullargspec(trainer.validate).args:\n    trainer.validate(split="test")\n', False),
+    ('trainer.validate(split="test")\n', True),
+])
+def test_an_evaluation_function_whose_arguments_are_inspected_is_not_decorated(tmp_path, driver, decorated):
+    # SmoothDARTS' ENAS driver asks whether ``'split'`` is among ``self.model.evaluate``'s arguments;
+    # behind ``@torch.no_grad()`` the arguments read ``[]`` and the driver takes another path.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "run.py").write_text("import inspect\nfrom trainer import Trainer\ntrainer = Trainer()\n" + driver)
+    source = textwrap.dedent(
+        """
+        import torch
+
+        class Trainer:
+            def validate(self, split=None):
+                self.model.eval()
+                for batch in self.val_loader:
+                    outputs = self.model(**batch)
+                    self.metric.add_batch(predictions=outputs.logits.argmax(-1), references=batch["labels"])
+        """
+    )
+    script = fresh_script(tmp_path / "trainer.py", source)
+    fixed = fix_source(str(script), source.encode(), settings(["ADV705"], "A100"), True).fixed.decode()
+    assert ("@torch.no_grad()" in fixed) is decorated
+    assert decorated or "with torch.no_grad():" in fixed

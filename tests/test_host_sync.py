@@ -657,6 +657,30 @@ def test_host_alloc_to_the_local_rank_of_an_nccl_script():
     assert findings(unknown_rank.replace('"nccl"', '"gloo"'), "ADV704") == []
 
 
+def test_dummy_input_of_a_flops_counter_is_advice():
+    # thop's ``profile`` (vendored by RLNAS and proxylessnas): hooks on every layer, one input.
+    source = """
+        import torch
+
+        def profile(model, input_size, device="cuda"):
+            def add_hooks(m):
+                m.register_forward_hook(count_ops)
+            model.eval().to(device)
+            model.apply(add_hooks)
+            x = torch.zeros(input_size).to(device)
+            with torch.no_grad():
+                model(x)
+            return sum(m.total_ops for m in model.modules())
+
+        model = Net().cuda()
+        for x, y in loader:
+            loss = criterion(model(x.cuda()), y.cuda())
+        """
+    (finding,) = findings(source, "ADV704")
+    assert finding.fix_applicability is None
+    assert fix(source.replace("m.register_forward_hook(count_ops)", "pass"), ["ADV704"]).applied
+
+
 # -- ADV705 -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "wrapper",

@@ -538,6 +538,8 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
         return True  # vLLM's ``init_worker_distributed_environment``: a warm-up all-reduce at start-up
     if any(ctx.qualname(call.func) in _EXPORTS for call in ctx.walk(function, cst.Call)):
         return True  # retinanet-examples' ``Model.export``: the dummy input of one ``torch.onnx.export``
+    if _hooks_the_model(ctx, function):
+        return True  # thop's ``profile``: hooks on every layer, one dummy input, the FLOPs summed
     callers = calls_of(ctx, function)
     return bool(callers) and all(
         lazily_initialised(other, call) or runs_once(other, call, depth + 1) for other, call in callers
@@ -550,6 +552,19 @@ _SETS_UP_PROCESSES = re.compile(
     r"^_*(init|initiali[sz]e|setup|set_up)_(\w+_)?(distributed|dist|process_group|processes|ddp|nccl|"
     r"environment|env)(_\w+)?$"
 )
+
+
+_MODEL_HOOKS = frozenset({"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook"})
+
+
+def _hooks_the_model(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    """A function that registers hooks on a model's layers (itself or in a function it
+    defines, ``model.apply(add_hooks)``): it measures or inspects the model once (a FLOPs
+    counter, a profile), where a training step that added hooks would add them again each step."""
+    return any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in _MODEL_HOOKS
+        for call in ctx.walk(function, cst.Call)
+    )
 
 
 # Exporting a model runs once: its inputs are dummies traced through it.

@@ -145,7 +145,10 @@ class StepFacts:
         for loop in self.ctx.loops.training_loops:
             optimizers = set(loop.optimizers)
             stepped: dict[tuple[int, int], set[str]] = {}
-            for event in loop.of_kind("step"):
+            stepped_outside: dict[tuple[int, int], set[str]] = {}
+            events = loop.of_kind("step")
+            event_branches: list[tuple[str, set[tuple[int, int]]]] = []
+            for event in events:
                 branches: set[tuple[int, int]] = set()
                 for node in {event.call, event.site or event.call}:
                     child: cst.CSTNode = node
@@ -155,9 +158,17 @@ class StepFacts:
                         if isinstance(ancestor, cst.If) and child is not ancestor.test:
                             branches.add((id(ancestor), id(child)))
                         child = ancestor
+                event_branches.append((event.target or "", branches))
                 for branch in branches:
                     stepped.setdefault(branch, set()).add(event.target or "")
-            found.update(branch for branch, targets in stepped.items() if optimizers and optimizers <= targets)
+            for branch in stepped:
+                stepped_outside[branch] = {target for target, branches in event_branches if branch not in branches}
+            # DeCLIP's ``if resume:`` steps the optimizer a second time after a loss spike: the
+            # step that runs every iteration is outside it, so the branch is a rare one.
+            found.update(
+                branch for branch, targets in stepped.items()
+                if optimizers and optimizers <= targets and not optimizers & stepped_outside[branch]
+            )
         return found
 
     def _always_taken_on_gpu(self, test: cst.BaseExpression) -> bool:
