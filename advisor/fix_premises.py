@@ -189,6 +189,12 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
             f"so the fix is left as advice"
         )
         return
+    dormant = _called_only_in_dormant_branches(ctx, view, outermost)
+    if dormant is not None:
+        # CVPR19_Incremental_Learning's ``incremental_train_and_eval_AMR_LF``: the script calls
+        # it only under ``if args.amr_loss:``, and no command of ``run.sh`` passes ``--amr_loss``.
+        finding.as_advice(f"the {kind} `{outermost.name.value}` is called only in code that {dormant}, so the fix is left as advice")
+        return
     if kind == "function" and _runs_only_in_own_self_test(ctx, view, outermost):
         # MiniASR's model_utils.py: ``check_extractor_attributes`` runs from its ``__main__`` only.
         view.asked_importers = True
@@ -204,6 +210,36 @@ def _withhold_in_code_nothing_runs(ctx: FileContext, finding: Finding) -> None:
     hook = _lightning_hook_nothing_runs(ctx, view, finding.node, outermost)
     if hook is not None:
         finding.as_advice(hook)
+
+
+def _called_only_in_dormant_branches(ctx: FileContext, view, definition: cst.CSTNode) -> str | None:
+    """Why every use of a module-level function or class of this module never runs, where its
+    every use is a call in another file of the project, inside a branch that
+    :func:`~advisor.facts.branches.dormant_flag` finds never taken; None otherwise."""
+    from advisor.facts.branches import dormant_flag
+
+    name = definition.name.value  # type: ignore[attr-defined]
+    if any(n.value == name and n is not definition.name for n in ctx.nodes(cst.Name)):  # type: ignore[attr-defined]
+        return None  # used in its own file
+    defined_by = (cst.ClassDef,) if isinstance(definition, cst.ClassDef) else (cst.FunctionDef,)
+    callers = view.calls_from_importers(name, defined_by=defined_by)
+    if not callers:
+        return None
+    calling_files = {os.path.abspath(other.path) for other, _ in callers}
+    for path in view.project.importers.get(view.path, []):
+        if os.path.abspath(path) not in calling_files and re.search(rb"\b" + re.escape(name.encode()) + rb"\b", view.project.text(path)):
+            return None  # named in a file that does not call it: passed on, registered
+    reasons = []
+    for other, call in callers:
+        called = {id(call.func), id(getattr(call.func, "attr", None))}
+        for use in other.nodes(cst.Name):
+            if use.value == name and id(use) not in called and other.enclosing(use, cst.Import, cst.ImportFrom) is None:
+                return None  # a use that is not one of the calls
+        why = dormant_flag(other, call)
+        if why is None:
+            return None
+        reasons.append(why.removeprefix("the code "))
+    return reasons[0]
 
 
 def _runs_only_in_own_self_test(ctx: FileContext, view, function: cst.CSTNode) -> bool:

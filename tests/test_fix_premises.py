@@ -5998,3 +5998,63 @@ def test_an_evaluation_function_whose_arguments_are_inspected_is_not_decorated(t
     fixed = fix_source(str(script), source.encode(), settings(["ADV705"], "A100"), True).fixed.decode()
     assert ("@torch.no_grad()" in fixed) is decorated
     assert decorated or "with torch.no_grad():" in fixed
+
+
+def _incremental_project(tmp_path, run_sh: str) -> Path:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "train_amr.py").write_text(textwrap.dedent(
+        """
+        import torch
+
+        def train_amr(model, loader, device):
+            for x, y in loader:
+                target = torch.ones(x.shape[0]).to(device)
+                loss = model(x.to(device), target)
+                loss.backward()
+        """
+    ))
+    (tmp_path / "run.sh").write_text(run_sh)
+    script = textwrap.dedent(
+        """
+        import argparse
+        import torch
+        from utils.train_amr import train_amr
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--amr_loss", action="store_true")
+        parser.add_argument("--epochs", type=int, default=10)
+        args = parser.parse_args()
+        device = torch.device("cuda")
+        model = Net().to(device)
+        if args.amr_loss:
+            train_amr(model, loader, device)
+        else:
+            for x, y in loader:
+                mask = torch.zeros(x.shape[0]).to(device)
+                loss = model(x.to(device), mask)
+                loss.backward()
+        """
+    )
+    return fresh_script(tmp_path / "main.py", script)
+
+
+@pytest.mark.parametrize("run_sh, advice", [
+    ("python main.py --epochs 90\npython main.py --epochs 30\n", True),
+    ("python main.py --epochs 90 --amr_loss\n", False),
+    ("pip install -r requirements.txt\n", False),  # no command runs main.py: run by hand, with any option
+])
+def test_code_behind_an_option_no_shipped_command_passes_is_advice(tmp_path, run_sh, advice):
+    # CVPR19_Incremental_Learning: the AMR trainer runs only with --amr_loss, which run.sh never passes.
+    main = _incremental_project(tmp_path, run_sh)
+    module = tmp_path / "utils" / "train_amr.py"
+    source = module.read_text()
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"]
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "`train_amr` is called only in code that runs only with `--amr_loss`" in finding.message
+        assert "`main.py`" in finding.message
+    # the branch the commands do run keeps its fix
+    (own,) = [d for d in lint(main.read_text(), gpu="A100", path=str(main)) if d.code == "ADV704"]
+    assert own.fix_applicability is not None

@@ -183,11 +183,86 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
                 why = _attribute_never_on(ctx, function, flag.attr.value)
                 if why is not None:
                     return f"the code runs only when `self.{flag.attr.value}` is set, {why}"
+        for option in _options_tested(ancestor.test):
+            why = _option_never_passed(ctx, option)
+            if why is not None:
+                return why
         if isinstance(function, cst.FunctionDef):
             choice = _choice_never_made(ctx, function, ancestor.test)
             if choice is not None:
                 return choice
     return None
+
+
+def _options_tested(test: cst.BaseExpression) -> Iterator[cst.Attribute]:
+    """The parsed options (``args.amr_loss``) a test needs set, as :func:`_flags_tested` finds
+    names: ``args.x``, ``args.x is not None``, ``args.x > 0``, either side of an ``and``."""
+    def option(node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value != "self"
+
+    if option(test):
+        yield test  # type: ignore[misc]
+    elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        yield from _options_tested(test.left)
+        yield from _options_tested(test.right)
+    elif isinstance(test, cst.Comparison) and option(test.left) and len(test.comparisons) == 1:
+        operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+        if isinstance(operator, cst.IsNot) and isinstance(comparator, cst.Name) and comparator.value == "None":
+            yield test.left  # type: ignore[misc]
+        elif isinstance(comparator, cst.Integer) and isinstance(operator, cst.GreaterThan) and int(comparator.value) == 0:
+            yield test.left  # type: ignore[misc]
+
+
+# Ways a script fills its parsed options from elsewhere than its command line: a config file
+# merged in, ``set_defaults``, an assignment through ``setattr``.
+_OPTIONS_SET_ELSEWHERE = re.compile(r"setattr\(|__dict__\.update|vars\(\w+\)\.update|set_defaults\(|\.update\(vars\(")
+
+
+def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | None:
+    """Why a command-line option is off in every documented run, or None: it defaults off
+    (``action="store_true"``, ``default=None`` / ``0``), the project ships commands that run
+    this file (shell scripts, a README) and none of them passes it, and the script sets its
+    options nowhere else (CVPR19_Incremental_Learning's ``--amr_loss``, which ``run.sh`` never
+    passes: the trainer it selects does not run as documented)."""
+    view = ctx.project
+    resolved = ctx.values.resolve(option)
+    if view is None or resolved is None or resolved.origin != "argparse default":
+        return None
+    value = resolved.value
+    if not (value is None or value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)):
+        return None
+    spellings = _option_spellings(ctx, resolved.node)
+    if not spellings:
+        return None
+    launches = view.launch_commands()
+    if not launches:
+        return None  # a script run by hand may be given any option
+    if any(re.search(r"(?<![\w-])" + re.escape(spelled) + r"(?![\w-])", command) for _, command in launches for spelled in spellings):
+        return None
+    name = option.attr.value
+    if _OPTIONS_SET_ELSEWHERE.search(ctx.source) or any(
+        isinstance(target.target, cst.Attribute) and target.target.attr.value == name
+        for assign in ctx.nodes(cst.Assign) for target in assign.targets
+    ):
+        return None
+    script = ctx.path.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{script}` passes"
+
+
+def _option_spellings(ctx: "FileContext", node: cst.CSTNode) -> tuple[str, ...]:
+    """The spellings (``--amr_loss``, ``-a``) of the ``add_argument`` call that ``node`` is, or
+    whose ``default=`` it is."""
+    call = node if isinstance(node, cst.Call) else None
+    if call is None:
+        arg = ctx.parent.get(node)
+        holder = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+        call = holder if isinstance(holder, cst.Call) else None
+    if call is None or not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
+        return ()
+    return tuple(
+        value for value in (ctx.values.value_of(arg.value) for arg in call.args if arg.keyword is None)
+        if isinstance(value, str) and value.startswith("-")
+    )
 
 
 # What a string parameter is compared after: ``method.lower() == "sinkhorn"``.
