@@ -364,6 +364,10 @@ def _folders(root: str) -> Iterator[tuple[str, list[str]]]:
         yield directory, sorted(filenames)
 
 
+
+# ``sys.path.append("../models")``, ``sys.path.insert(0, './lib')``: a literal folder a script adds.
+_SYS_PATH_ADDITION = re.compile(rb"""sys\.path\.(?:append|insert)\(\s*(?:0\s*,\s*)?[rRbB]?['"]([^'"\n]+)['"]\s*\)""")
+
 class Project:
     """The Python files under one root, their import graph, and their parsed contexts."""
 
@@ -373,7 +377,8 @@ class Project:
         self._parse = parse
         self._contexts: OrderedDict[str, tuple[tuple[int, int], "FileContext | None"]] = OrderedDict()
         self._in_progress: set[str] = set()
-        self._module_paths: dict[tuple[str, int, str], str | None] = {}
+        self._module_paths: dict[tuple[str, int, str, tuple[str, ...]], str | None] = {}
+        self._added_to_path: dict[str, tuple[str, ...]] = {}
         self._launches: dict[str, list[tuple[str, str]]] = {}
         self._texts: dict[str, bytes] = {}
         self._kept_text_bytes = 0  # of the texts :meth:`_peek` keeps
@@ -569,7 +574,7 @@ class Project:
     def module_path(self, module: str, level: int, importer: str) -> str | None:
         """The file of ``module`` as ``importer`` imports it (``level`` leading dots), or None when it
         is not a module of the project (a library)."""
-        key = (module, level, os.path.dirname(importer))
+        key = (module, level, os.path.dirname(importer), self._folders_added_to_path(importer))
         try:
             return self._module_paths[key]
         except KeyError:
@@ -736,7 +741,24 @@ class Project:
             directory = os.path.dirname(directory)
             bases.append(directory)
         bases.append(os.path.join(self.root, "src"))
+        bases.extend(self._folders_added_to_path(importer))
         return bases
+
+    def _folders_added_to_path(self, importer: str) -> tuple[str, ...]:
+        """The project folders ``importer`` puts on Python's path with a literal
+        (``sys.path.append('../models')`` before ``from densenet import *``: markov_neural_operator's
+        scripts, run from their own folder), taken from the importer's folder."""
+        found = self._added_to_path.get(importer)
+        if found is None:
+            text = self._peek(importer) if importer.endswith(".py") else b""
+            folders: list[str] = []
+            if b"sys.path" in text:
+                for match in _SYS_PATH_ADDITION.finditer(text):
+                    folder = os.path.normpath(os.path.join(os.path.dirname(importer), match.group(1).decode("utf-8", "replace")))
+                    if folder.startswith(self.root) and folder not in folders:
+                        folders.append(folder)
+            found = self._added_to_path[importer] = tuple(folders)
+        return found
 
     def _relative_module_missing(self, imported: _Import, importer: str) -> bool:
         """Whether the module a relative import names, in a regular package of the project (one

@@ -1484,6 +1484,27 @@ def _rename_keyword_of(ctx: FileContext, value: cst.BaseExpression, new: str) ->
 
 
 # -- ADV204 ----------------------------------------------------------------------------------------
+
+# A test of a scaler's class, by ``isinstance`` or by ``type(...) is``, against the name
+# ``GradScaler`` (bare, or under ``torch.cuda.amp``).
+_SCALER_CLASS_TEST = re.compile(
+    rb"(?:isinstance\([^()\n]*,\s*\(?[^()\n]*|type\([^()\n]*\)\s*(?:is|==)\s*)(?:torch\.cuda\.amp\.|amp\.)?GradScaler\b"
+)
+
+
+def _old_scaler_class_checked(ctx: FileContext) -> str | None:
+    """Where the project (this file, or another that imports ``torch.cuda.amp``) tests a
+    scaler's class against ``torch.cuda.amp.GradScaler``, the first such file; None otherwise."""
+    sources = [(ctx.path, ctx.source.encode())]
+    if ctx.project is not None:
+        sources += [(path, b"") for path in ctx.project.texts_matching(_SCALER_CLASS_TEST, b"GradScaler")]
+    for path, text in sources:
+        if not text and ctx.project is not None:
+            text = ctx.project.project.text(path)
+        if b"cuda.amp" in text and _SCALER_CLASS_TEST.search(text):
+            return f"`{os.path.basename(path)}`"
+    return None
+
 class DeprecatedAmpApi(Rule):
     code = "ADV204"
     name = "deprecated-amp-api"
@@ -1700,6 +1721,16 @@ class DeprecatedAmpApi(Rule):
                 message = "`torch.cuda.amp.GradScaler(...)` is deprecated: use `torch.amp.GradScaler(\"cuda\", ...)`"
                 fix = self._scaler_fix(ctx, call)
             finding = self.report(call, _message(message), fix)
+            checked = _old_scaler_class_checked(ctx) if fix is not None and ctx.qualname(call.func) == CUDA_SCALER else None
+            if checked is not None:
+                # UPT's trainers test ``self.grad_scaler`` against the ``GradScaler`` they import
+                # from ``torch.cuda.amp``: the new scaler is that class's base, and the test fails.
+                finding.as_advice(
+                    f"{checked} tests for the old class, which a `torch.amp.GradScaler` is not (it is its base "
+                    f"class): change those tests to `torch.amp.GradScaler` with it; the fix is left as advice"
+                )
+                yield finding
+                continue
             older = runs_only_below(ctx, "2.4") if fix is not None else None
             if older is not None:
                 # Medical-SAM-Adapter's torch==1.12.1: no warning there, and the new names are

@@ -6058,3 +6058,99 @@ def test_code_behind_an_option_no_shipped_command_passes_is_advice(tmp_path, run
     # the branch the commands do run keeps its fix
     (own,) = [d for d in lint(main.read_text(), gpu="A100", path=str(main)) if d.code == "ADV704"]
     assert own.fix_applicability is not None
+
+
+@pytest.mark.parametrize("check, advice", [
+    # (spelled in two pieces: this file is part of the project the rule examples are checked in)
+    ("if isinst" + "ance(scaler, GradScaler):\n    scaler.unscale_(optimizer)\n", True),
+    ("if scaler is not None:\n    scaler.unscale_(optimizer)\n", False),
+])
+def test_the_old_scaler_class_tested_elsewhere_keeps_the_scaler(tmp_path, check, advice):
+    # UPT's trainers test the scaler against the GradScaler they import from torch.cuda.amp:
+    # a torch.amp.GradScaler is that class's base, and the test would fail.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "trainer.py").write_text("from torch.cuda.amp import GradScaler\n\ndef step(scaler, optimizer):\n" + textwrap.indent(check, "    "))
+    source = "import torch\nfrom trainer import step\nmodel = Net().cuda()\nscaler = torch.cuda.amp.GradScaler()\nstep(scaler, optimizer)\n"
+    finding = only(source, "ADV204", fresh_script(tmp_path / "train.py", source))
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "`trainer.py` tests for the old class" in finding.message
+
+
+@pytest.mark.parametrize("layer, conv", [("nn.Linear(64, 64)", False), ("nn.Conv2d(3, 64, 3)", True)])
+def test_a_folder_a_script_adds_to_the_path_is_searched_for_its_imports(tmp_path, layer, conv):
+    # markov_neural_operator's scripts: sys.path.append('../models'), then `from densenet import *`,
+    # whose DenseNet is a stack of Linear layers, not torchvision's convolutional DenseNet.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "densenet.py").write_text(
+        f"import torch.nn as nn\n\nclass DenseNet(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.layer = {layer}\n"
+    )
+    (tmp_path / "scripts").mkdir()
+    source = textwrap.dedent(
+        """
+        import sys
+        import torch
+        from torchvision import datasets
+        sys.path.append('../models')
+        from densenet import *
+
+        train_set = datasets.CIFAR10("data", train=True)
+        model = DenseNet().cuda()
+        optimizer = torch.optim.Adam(model.parameters(), fused=True)
+        for x, y in loader:
+            loss = criterion(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        """
+    )
+    script = fresh_script(tmp_path / "scripts" / "train.py", source)
+    found = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV605"]
+    assert bool(found) is conv
+
+
+@pytest.mark.parametrize("transform, advice", [("transforms.ToTensor()", True), ("T.ToTensor()", False)])
+def test_a_script_that_reads_a_module_it_never_binds_gets_advice(tmp_path, transform, advice):
+    # metriclearningbench's train.py: `import torchvision.transforms as T`, then `transforms.Compose`.
+    source = f"""
+        import torch
+        import torchvision.transforms as T
+        from torch.utils.data import DataLoader
+        dataloader = DataLoader(MNIST(transform={transform}), batch_size=64, shuffle=True)
+        model = Net().cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(10):
+            for i, (imgs, _) in enumerate(dataloader):
+                loss = model(imgs.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent(source)
+    script = fresh_script(tmp_path / "train.py", source)
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "reads `transforms` (line 5), which nothing in it binds" in finding.message
+
+
+def test_a_name_read_only_in_the_main_guard_of_an_imported_module_does_not_stop_it(tmp_path):
+    # A demo under the main guard that reads `np` without importing NumPy: the project imports the functions.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text("import torch\nfrom blocks import make_mask\nfor x in loader:\n    loss = model(x.cuda(), make_mask(4))\n")
+    source = textwrap.dedent(
+        """
+        import torch
+
+        def make_mask(n):
+            return torch.ones(n).to("cuda")
+
+        if __name__ == "__main__":
+            print(np.ones(3))
+        """
+    )
+    script = fresh_script(tmp_path / "blocks.py", source)
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV704"]
+    assert finding.fix_applicability is not None, finding.message
