@@ -157,13 +157,6 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
     # requirements). The nearest such document speaks for this folder: RWKV-v7's "torch 2.5+"
     # for its folder, the root README's "torch==1.13.1" for the older versions it describes.
     for text in documents:
-        # CLIP4Cir's README: ``conda install -y -c pytorch pytorch=1.11.0``: the command the user
-        # runs installs that release, a pin, not the floor a mention of a version gives. Only for
-        # torch: a companion's README pin (``torchvision==0.9.0``) would otherwise outvote a
-        # requirement file's torch in the companion check.
-        pins = sorted(set(_install_pins(text, package)), key=_version) if package == "torch" else []
-        if pins and not own:
-            return f"=={pins[0]}" if len(pins) == 1 else f">={pins[0]},<={pins[-1]}"
         spec = _document_spec(text, package, own)
         if spec is not None:
             return spec
