@@ -986,6 +986,12 @@ class ValueResolver:
             and bindings[0].node.default.value == "None"
         )
 
+    def argparse_default(self, dest: str) -> Value | None:
+        """The default of the file's one command-line option stored at ``dest`` (``--adam`` for
+        ``opt.adam`` in a function the parsed options are handed to), None where there is none,
+        or more than one."""
+        return self._argparse_default(dest, 0)
+
     def _argparse_default(self, dest: str, depth: int) -> Value | None:
         defaults: list[cst.BaseExpression | Value] = []
         for call in self.ctx.method_calls("add_argument"):

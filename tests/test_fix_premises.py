@@ -6149,3 +6149,36 @@ def test_a_name_read_only_in_the_main_guard_of_an_imported_module_does_not_stop_
     script = fresh_script(tmp_path / "blocks.py", source)
     (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV704"]
     assert finding.fix_applicability is not None, finding.message
+
+
+@pytest.mark.parametrize("command, advice", [("python train.py --epochs 300\n", True), ("python train.py --adam\n", False)])
+def test_an_option_handed_to_the_training_function_is_read_from_the_parser(tmp_path, command, advice):
+    # yolov7's train(hyp, opt, ...): `if opt.adam:` builds Adam; the readme's command uses SGD.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text(f"```\n{command}```\n")
+    source = textwrap.dedent(
+        """
+        import argparse
+        import torch
+
+        def train(opt):
+            model = torch.nn.Linear(8, 8).cuda()
+            if opt.adam:
+                optimizer = torch.optim.Adam(model.parameters())
+            else:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--adam", action="store_true")
+            parser.add_argument("--epochs", type=int, default=300)
+            train(parser.parse_args())
+        """
+    )
+    script = fresh_script(tmp_path / "train.py", source)
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
+    assert (finding.fix_applicability is None) is advice, finding.message

@@ -226,6 +226,11 @@ def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | Non
     passes: the trainer it selects does not run as documented)."""
     view = ctx.project
     resolved = ctx.values.resolve(option)
+    if resolved is None and isinstance(option.value, cst.Name):
+        bindings = ctx.lookup(option.value.value, option)
+        if bindings and all(isinstance(binding.node, cst.Param) for binding in bindings):
+            # yolov7's ``train(hyp, opt, ...)``: the options parsed in ``__main__``, handed over.
+            resolved = ctx.values.argparse_default(option.attr.value)
     if view is None or resolved is None or resolved.origin != "argparse default":
         return None
     value = resolved.value
