@@ -2107,6 +2107,27 @@ def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
 
 
 
+def _calls_a_callback(ctx: FileContext, root: cst.CSTNode) -> bool:
+    """``root`` calls a function its enclosing function is given (Torch-Pruning's
+    ``measure_latency(model, inputs, run_fn=None)`` runs ``run_fn(model, inputs)``, which the
+    project's own test hands a step with ``loss.backward()``): what it needs is not seen."""
+    function = ctx.enclosing(root, cst.FunctionDef)
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    parameters = {
+        param.name.value
+        for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    }
+    # A parameter with attributes read (``model.eval()``, ``net.parameters()``) is a module,
+    # whose call is its forward pass, not a callback.
+    parameters -= {
+        attribute.value.value for attribute in ctx.walk(function, cst.Attribute) if isinstance(attribute.value, cst.Name)
+    }
+    return any(
+        isinstance(call.func, cst.Name) and call.func.value in parameters for call in ctx.walk(root, cst.Call)
+    )
+
+
 def _signature_read(ctx: FileContext, name: str) -> bool:
     """Whether the project reads the parameters of a function called ``name`` with
     ``inspect.getfullargspec`` / ``getargspec`` (SmoothDARTS' ENAS driver asks whether
@@ -2152,6 +2173,8 @@ class EvalWithoutNoGrad(Rule):
             ...
     """
     silent_when = """
+        - the loop calls a function its enclosing function is given (`run_fn(model, inputs)`
+          in a latency benchmark): that function may run a backward pass;
         - the forward pass already runs under `torch.no_grad()`, `torch.inference_mode()` or
           `torch.set_grad_enabled(False)` (a `with`, a decorator, also spelled so in a file
           that never imports `torch`, or the call site of the
@@ -2592,6 +2615,8 @@ class EvalWithoutNoGrad(Rule):
         if trains_within(ctx, root) or ctx.within(root, ctx.calls(*_GRADIENT_CALLS)):
             return True
         if _calls_gradient_helper(ctx, root, 0):
+            return True
+        if _calls_a_callback(ctx, root):
             return True
         if any(a.attr.value in ("grad", "requires_grad") for a in ctx.walk(root, cst.Attribute)):
             return True

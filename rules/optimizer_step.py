@@ -1913,12 +1913,30 @@ class AccumulationLossNotScaled(Rule):
           not named for accumulation, may `break`, touches `.grad`; the loss is assigned
           outside it.
 
+        - the file divides the learning rate by the same steps (`args.lr /= args.grad_loop`):
+          summed gradients with a step scaled to match are the mean's update;
+
         (advice, no fix) the loop divides `loss.data` in place (`loss.data /= iter_size`): the
         logged value shrinks, but autograd never reads it and the gradients still add up, so
         the published learning rate was tuned on their sum; dividing the loss now would make
         every step `k` times smaller than the runs the project reports.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            args.lr /= args.grad_loop
+            optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+            model = Net().cuda()
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                if (i + 1) % args.grad_loop == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            note="the learning rate is divided by the steps instead (GraSP's fine-tuning)",
+        ),
         Valid(
             """
             import lightning as L
@@ -2297,6 +2315,8 @@ class AccumulationLossNotScaled(Rule):
                 if found_scope is None:
                     continue
                 steps, scope = found_scope
+                if _learning_rate_divided_by(ctx, steps):
+                    continue  # GraSP's ``args.lr /= args.grad_loop``: a summed gradient, a step to match
                 for backward in backwards:
                     if backward.via_helper is not None or backward.call in reported:
                         continue
@@ -2335,6 +2355,22 @@ class AccumulationLossNotScaled(Rule):
                 f"on their sum, so dividing is left to the author"
             )
         return finding
+
+
+_LEARNING_RATE = re.compile(r"(?:^|[._])(?:lr|learning_rate)$", re.I)
+
+
+def _learning_rate_divided_by(ctx: FileContext, steps: cst.BaseExpression) -> bool:
+    """The file divides a learning rate by the accumulation steps (``args.lr /= args.grad_loop``,
+    ``lr=args.lr / accum``): the summed gradient meets a step scaled to match, as a mean would."""
+    steps_code = ctx.code(steps)
+    for aug in ctx.nodes(cst.AugAssign):
+        if isinstance(aug.operator, cst.DivideAssign) and ctx.code(aug.value) == steps_code and _LEARNING_RATE.search(ctx.code(aug.target)):
+            return True
+    for operation in ctx.nodes(cst.BinaryOperation):
+        if isinstance(operation.operator, cst.Divide) and ctx.code(operation.right) == steps_code and _LEARNING_RATE.search(ctx.code(operation.left)):
+            return True
+    return False
 
 
 def _value_divided_in_place(ctx: FileContext, scope: cst.CSTNode, name: str) -> str | None:

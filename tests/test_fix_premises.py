@@ -3715,6 +3715,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     "readme-worded": ({"README.md": "## Requirements\n- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, "torch>=0.1.8"),
     # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
     "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
+    # COSNet: "1. Install pytorch (version:1.0.1)."; no space after the colon.
+    "readme-version-colon": ({"README.md": "## Installation\n1. Install pytorch (version:1.0.1).\n"}, "torch>=1.0.1"),
     # EditNTS: "Our code requires PyTorch version >= 0.4.1."
     "readme-version-at-least": ({"README.md": "Our code requires PyTorch version >= 0.4.1. Please follow the instructions.\n"}, "torch>=0.4.1"),
     # CLIP4Cir: no requirement file; the README's install command is the oldest torch it runs on

@@ -718,6 +718,24 @@ def test_eval_method_called_under_no_grad_is_silent():
     assert findings(source, "ADV705") == []
 
 
+def test_eval_loop_that_calls_a_function_it_is_given_is_silent():
+    # Torch-Pruning's measure_latency: `run_fn(model, inputs)` may run a backward (its own test does).
+    source = """
+        import torch
+
+        from transformers import AutoModelForSequenceClassification
+
+        class Trainer:
+            def validate(self, run_fn):
+                self.model.eval()
+                for batch in self.val_loader:
+                    outputs = self.model(**batch)
+                    run_fn(self.model, batch)
+        """
+    assert findings(source, "ADV705") == []
+    assert findings(source.replace("run_fn(self.model, batch)", "pass"), "ADV705") != []
+
+
 def test_eval_silent_when_grad_globally_off_or_only_generate():
     off = """
         import torch
