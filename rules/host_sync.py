@@ -2108,9 +2108,11 @@ def grad_disabled(ctx: FileContext, node: cst.CSTNode) -> bool:
 
 
 def _calls_a_callback(ctx: FileContext, root: cst.CSTNode) -> bool:
-    """``root`` calls a function its enclosing function is given (Torch-Pruning's
-    ``measure_latency(model, inputs, run_fn=None)`` runs ``run_fn(model, inputs)``, which the
-    project's own test hands a step with ``loss.backward()``): what it needs is not seen."""
+    """``root`` hands the model it evaluates to a function its enclosing function is given
+    (Torch-Pruning's ``measure_latency(model, inputs, run_fn=None)`` runs ``run_fn(model,
+    inputs)``, which the project's own test hands a step with ``loss.backward()``): what that
+    function does with the model is not seen. A loss it is given (``criterion(output, y)``)
+    gets outputs, not the model."""
     function = ctx.enclosing(root, cst.FunctionDef)
     if not isinstance(function, cst.FunctionDef):
         return False
@@ -2118,13 +2120,15 @@ def _calls_a_callback(ctx: FileContext, root: cst.CSTNode) -> bool:
         param.name.value
         for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
     }
-    # A parameter with attributes read (``model.eval()``, ``net.parameters()``) is a module,
-    # whose call is its forward pass, not a callback.
-    parameters -= {
-        attribute.value.value for attribute in ctx.walk(function, cst.Attribute) if isinstance(attribute.value, cst.Name)
-    }
+    evaluated = {
+        dotted_name(call.func.value)  # type: ignore[attr-defined]
+        for call in ctx.walk(function, cst.Call)
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "eval"
+    } - {None}
     return any(
-        isinstance(call.func, cst.Name) and call.func.value in parameters for call in ctx.walk(root, cst.Call)
+        isinstance(call.func, cst.Name) and call.func.value in parameters
+        and any(dotted_name(arg.value) in evaluated for arg in call.args)
+        for call in ctx.walk(root, cst.Call)
     )
 
 
