@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -1381,6 +1382,27 @@ def _text_encoder(ctx: FileContext, call: cst.Call) -> bool:
     return any(_TEXT_ENCODER.search(ctx.code(value)) for value in values)
 
 
+_RESIZE = re.compile(rb"resize_token_embeddings\(")
+_TRAINS = re.compile(rb"\.backward\(|Trainer\(|\.step\(")
+
+
+def _loads_at_the_tokenizer_size(ctx: FileContext) -> str | None:
+    """Another file of the project that resizes a model's embeddings without padding and does
+    not train (a test or inference script that loads what this one saves), by name, where this
+    file trains a PEFT adapter (saved apart from the base model the other file resizes); None.
+    A fully fine-tuned model loads at its saved size, and a resize after it only trims rows."""
+    if ctx.project is None or "peft" not in ctx.source:
+        return None
+    here = os.path.abspath(ctx.path)
+    for path in ctx.project.texts_matching(_RESIZE, b"resize_token_embeddings("):
+        if os.path.abspath(path) == here or not path.endswith(".py"):
+            continue
+        text = ctx.project.project.text(path)
+        if b"pad_to_multiple_of" not in text and not _TRAINS.search(text):
+            return os.path.basename(path)
+    return None
+
+
 def _resized_to_tokenizer(ctx: FileContext) -> Iterator[cst.Call]:
     """``model.resize_token_embeddings(len(tokenizer))`` without ``pad_to_multiple_of``: the
     vocabulary becomes the tokenizer's length, 32001 once a pad token is added to LLaMA's."""
@@ -1541,7 +1563,10 @@ class DimsNotTensorCoreFriendly(Rule):
           a classifier (a reward model's `AutoModelForSequenceClassification`): no output
           layer over the vocabulary. Where the file sets embedding rows by index
           itself (`get_input_embeddings().weight[-n:] = mean`, a `len(tokenizer)` mask), the
-          finding is advice without a fix: padded rows would take those places.
+          finding is advice without a fix: padded rows would take those places. So it is
+          where the file trains a PEFT adapter and another file of the project resizes the
+          base model to `len(tokenizer)` without training (LC-Rec's `test.py`): an adapter
+          saved with padded embedding rows would not load there.
 
         The fix pads the literal (a constant only when every read of it sets the vocabulary
         or reshapes by it); a command-line default is reported without a fix.
@@ -2089,7 +2114,16 @@ class DimsNotTensorCoreFriendly(Rule):
             # 4.32 added the argument, but until 4.34 the config kept the unpadded size, so the
             # saved model does not load again (trlx pins 4.32.0).
             fix = self.fix(f"Pass `pad_to_multiple_of={VOCAB_MULTIPLE}`", edit, requires=[("transformers", "4.34")])
-            yield self.report(call, f"{message} (guide: {DIMS_GUIDE})", fix)
+            finding = self.report(call, f"{message} (guide: {DIMS_GUIDE})", fix)
+            loader = _loads_at_the_tokenizer_size(ctx)
+            if loader is not None:
+                # LC-Rec's test.py resizes the base model to len(tokenizer) before loading the
+                # adapter that lora_finetune.py saves with its embedding rows.
+                finding.as_advice(
+                    f"`{loader}` resizes the embeddings to the tokenizer's length without training: a checkpoint "
+                    f"saved at the padded size would not load there; pad both"
+                )
+            yield finding
         if _uses_half_precision(ctx):
             for call, width in _hidden_widths(ctx, skip=set(by_size)):
                 suggested = _next_multiple(width, max(WIDTH_MULTIPLE, ctx.target.fp16_multiple))

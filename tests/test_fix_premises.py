@@ -6184,3 +6184,33 @@ def test_an_option_handed_to_the_training_function_is_read_from_the_parser(tmp_p
     script = fresh_script(tmp_path / "train.py", source)
     (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV601"]
     assert (finding.fix_applicability is None) is advice, finding.message
+
+
+@pytest.mark.parametrize("uses_peft, advice", [(True, True), (False, False)])
+def test_a_padded_vocabulary_is_advice_where_a_test_script_loads_at_the_tokenizer_size(tmp_path, uses_peft, advice):
+    # LC-Rec: lora_finetune.py saves an adapter with its embedding rows; test.py resizes the base
+    # model to len(tokenizer) before loading it, so a padded size would not load.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "test.py").write_text(
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "model = AutoModelForCausalLM.from_pretrained('base')\ntokenizer = AutoTokenizer.from_pretrained('ckpt')\n"
+        "model.resize_token_embeddings(len(tokenizer))\n"
+    )
+    source = textwrap.dedent(
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+        model = AutoModelForCausalLM.from_pretrained("base")
+        tokenizer = AutoTokenizer.from_pretrained("base")
+        tokenizer.add_special_tokens({"pad_token": "<pad>"})
+        model.resize_token_embeddings(len(tokenizer))
+        Trainer(model=model, args=TrainingArguments("out", bf16=True), train_dataset=data).train()
+        """
+    )
+    if uses_peft:
+        source = source.replace("import torch\n", "import torch\nfrom peft import get_peft_model\n")
+    script = fresh_script(tmp_path / "train.py", source)
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV403"]
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "`test.py` resizes the embeddings to the tokenizer's length without training" in finding.message
