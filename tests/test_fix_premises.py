@@ -3715,6 +3715,11 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     "readme-worded": ({"README.md": "## Requirements\n- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, "torch>=0.1.8"),
     # MagFace: "**Note:** Use **Pytorch > 1.7** for this feature."
     "readme-newer-than": ({"README.md": "**Note:** Use **Pytorch > 1.7** for this feature.\n"}, "torch>=1.7"),
+    # OpenP5's src/src_llama/environment_llama.txt: a pip freeze beside the training script.
+    "environment-freeze": (
+        {"src/environment_llama.txt": "python==3.10.12\ntransformers==4.31.0\ntorch==1.13.0+cu117\n", "script": "src/train.py"},
+        "torch==1.13.0",
+    ),
     # COSNet: "1. Install pytorch (version:1.0.1)."; no space after the colon.
     "readme-version-colon": ({"README.md": "## Installation\n1. Install pytorch (version:1.0.1).\n"}, "torch>=1.0.1"),
     # EditNTS: "Our code requires PyTorch version >= 0.4.1."

@@ -39,7 +39,8 @@ _LOCKED_PACKAGE = re.compile(r'^\[\[package\]\]\s*\nname\s*=\s*"([^"]+)"\s*\nver
 # facenet-pytorch-glint360k's ``requirements.yml`` is one too (``- pytorch=1.8.1=py3.7_cuda10.2...``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*|requirements?[\w.-]*)\.ya?ml$", re.I)
 # ``requirements.lock`` too: muzero-general's README installs with ``pip install -r requirements.lock``.
-_REQUIREMENTS = re.compile(r"^requirements?[\w.-]*\.(txt|in|lock)$")
+# OpenP5's ``src/src_llama/environment_llama.txt``: a ``pip freeze`` of the environment it ran.
+_REQUIREMENTS = re.compile(r"^(?:requirements?[\w.-]*\.(txt|in|lock)|environment[\w.-]*\.txt)$")
 # ``conda list --explicit > spec-file.txt`` (BRIO: ``.../pytorch-1.8.0-py3.8_cuda11.1_cudnn8.0.5_0.tar.bz2``)
 # and ``conda list --export`` (``pytorch=1.8.0=py3.8_0``): the environment the authors ran.
 _CONDA_SPEC = re.compile(r"^(?:spec|[\w.-]*[-_]spec|spec[-_][\w.-]*|conda[\w.-]*)\.txt$", re.I)
@@ -268,7 +269,7 @@ def _ci_tested(ctx: "FileContext", package: str) -> str | None:
     return ">=" + min(versions, key=_version) if versions else None
 
 
-_PRIMARY = re.compile(r"^(?:requirements?[\w.-]*\.(?:txt|in|lock)|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini|poetry\.lock|uv\.lock)$")
+_PRIMARY = re.compile(r"^(?:requirements?[\w.-]*\.(?:txt|in|lock)|environment[\w.-]*\.txt|pyproject\.toml|setup\.cfg|setup\.py|settings\.ini|poetry\.lock|uv\.lock)$")
 
 
 def _install_pins(text: str, package: str) -> list[str]:

@@ -49,7 +49,7 @@ CONTEXT_LINES = 6
 PROJECT_FILES = (
     "*.py", "*requirement*.txt", "*requirements*.lock", "pyproject*.toml", "setup.cfg", "settings.ini", "*.yml", "*.json", "*.yaml",
     "README*", "INSTALL*", "get_started*", "getting_started*", "Dockerfile*", "*.ipynb", "*spec*.txt", "conda*.txt", "*.sh",
-    "poetry.lock", "uv.lock",
+    "poetry.lock", "uv.lock", "environment*.txt",
 )
 PER_RULE_CAP = 18  # so that the common rules do not crowd the rare ones out of the sample
 PER_FILE_CAP = 4
