@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from advisor.context import FileContext
-from advisor.names import dotted_name
+from advisor.names import MODULE_NAMES, dotted_name
 from advisor.project import METHOD, MODULE_LEVEL
 from advisor.rule import Finding
 
@@ -74,7 +74,7 @@ def _withhold_where_top_level_code_raises(ctx: FileContext, finding: Finding) ->
     Only for files on disk: an editor's unsaved buffer, or a snippet, may be half written."""
     if not os.path.isfile(ctx.path):
         return
-    unbound = ctx.memo_for_this_check(_name_bound_nowhere, lambda: _name_bound_nowhere(ctx))
+    unbound = ctx.memo(_name_bound_nowhere, lambda: _name_bound_nowhere(ctx))  # one answer a file, every fix asks
     if unbound is not None:
         name, line = unbound
         finding.as_advice(
@@ -98,7 +98,7 @@ def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
     if any(isinstance(call.func, cst.Name) and call.func.value in ("globals", "locals", "vars", "exec", "eval", "setattr")
            for call in ctx.nodes(cst.Call)):
         return None
-    bound = {name for _, name in ctx.bindings} | set(dir(builtins)) | _MODULE_NAMES
+    bound = {name for _, name in ctx.bindings} | set(dir(builtins)) | MODULE_NAMES
     # Binders the index does not record: ``except ... as e``, ``(x := ...)``, ``global x``.
     bound.update(
         handler.name.name.value for handler in ctx.nodes(cst.ExceptHandler)
@@ -111,7 +111,10 @@ def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
     for statement in ctx.module.body:
         if statement in ctx.main_guards:
             if not imported:  # a module the project imports runs its functions, not its main guard
-                statements.extend(statement.body.body)  # type: ignore[attr-defined]
+                statements.extend(
+                    s for s in statement.body.body  # type: ignore[attr-defined]
+                    if not isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try))
+                )
         elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try, cst.While)):
             statements.append(statement)
     # Only the names of modules: the file imports them under another name (``import
@@ -122,8 +125,6 @@ def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
         if node.asname is not None:
             modules.update((dotted_name(node.name) or "").split("."))
     for statement in statements:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try)):
-            continue
         if isinstance(statement, cst.SimpleStatementLine) and any(
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
         ):
@@ -144,11 +145,6 @@ _COMMON_MODULES = frozenset({
 })
 
 
-# Names every module has without binding them, and IPython's.
-_MODULE_NAMES = frozenset({
-    "__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__", "__builtins__",
-    "__annotations__", "__cached__", "__debug__", "get_ipython", "display",
-})
 
 
 def _withhold_where_every_launch_sets_it(ctx: FileContext, finding: Finding) -> None:
@@ -186,11 +182,9 @@ def _option_defaulted_at(ctx: FileContext, node: cst.CSTNode) -> tuple[str, ...]
         if isinstance(ancestor, cst.Arg) and ancestor.keyword is not None and ancestor.keyword.value == "default":
             call = ctx.parent.get(ancestor)
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
-                spellings = tuple(
-                    value for value in (ctx.values.value_of(arg.value) for arg in call.args if arg.keyword is None)
-                    if isinstance(value, str) and value.startswith("-")
-                )
-                return spellings or None
+                from advisor.facts.branches import option_spellings
+
+                return option_spellings(ctx, call) or None
             if isinstance(call, cst.Call) and dotted_name(call.func) in ("field", "dataclasses.field"):
                 ancestor = ctx.parent.get(call)
         if isinstance(ancestor, cst.AnnAssign) and isinstance(ancestor.target, cst.Name):

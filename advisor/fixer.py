@@ -41,7 +41,7 @@ from advisor.engine import (
 )
 from advisor.edits import ReplaceNodes, keep_removed_comments, realign_trailing_comments
 from advisor.limits import TOO_DEEP_FOR_LIBCST, from_recursion
-from advisor.names import ImportTable
+from advisor.names import MODULE_NAMES, ImportTable
 from advisor.notebooks import Notebook, NotebookError, cell_diff, is_notebook
 from advisor.rule import Applicability, Finding, Fix
 
@@ -183,12 +183,6 @@ def _compiles(code: str, path: str, unbound_before: frozenset[str] | None = None
     return after is None or after <= unbound_before
 
 
-_MODULE_NAMES = frozenset(
-    {"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__", "__builtins__",
-     "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "get_ipython", "display"}
-)
-
-
 def unbound_names(code: str) -> frozenset[str] | None:
     """The names the code reads that it binds nowhere (scopes ignored) and that are not builtins;
     None where that cannot be told (a star import, ``globals()`` writes, code that does not parse)."""
@@ -201,7 +195,7 @@ def unbound_names(code: str) -> frozenset[str] | None:
             tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    bound: set[str] = set(dir(builtins)) | _MODULE_NAMES
+    bound: set[str] = set(dir(builtins)) | MODULE_NAMES
     read: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):

@@ -12,6 +12,13 @@ from functools import lru_cache
 
 import libcst as cst
 
+# Names every module can read without binding them (its own attributes) and IPython's helpers:
+# a read of one is no unbound name.
+MODULE_NAMES = frozenset({
+    "__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__", "__builtins__",
+    "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "get_ipython", "display",
+})
+
 # Public re-exports and their implementation paths, folded to one spelling so that a
 # rule matches ``torch.utils.data.DataLoader`` however the file imported it.
 CANONICAL_PREFIXES: dict[str, str] = {

@@ -364,9 +364,9 @@ def _folders(root: str) -> Iterator[tuple[str, list[str]]]:
         yield directory, sorted(filenames)
 
 
-
 # ``sys.path.append("../models")``, ``sys.path.insert(0, './lib')``: a literal folder a script adds.
 _SYS_PATH_ADDITION = re.compile(rb"""sys\.path\.(?:append|insert)\(\s*(?:0\s*,\s*)?[rRbB]?['"]([^'"\n]+)['"]\s*\)""")
+
 
 class Project:
     """The Python files under one root, their import graph, and their parsed contexts."""

@@ -11,7 +11,7 @@ And which code runs once however long the program runs (:func:`runs_once`): a mo
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import libcst as cst
 
@@ -168,7 +168,7 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
             continue
         if _literally_false(ancestor.test):
             return f"the code is under `if {ctx.code(ancestor.test)}:`, which never runs"
-        for flag in _flags_tested(ancestor.test):
+        for flag in _needs_set(ancestor.test, _plain_or_self_attribute, _at_least_one):
             if isinstance(flag, cst.Name):
                 if isinstance(function, cst.FunctionDef) and _never_turned_on(ctx, function, flag.value):
                     return (
@@ -179,11 +179,11 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
                     return f"the code runs only when `{flag.value}` is set, which every call of `{function.name.value}` turns off"
                 if _constant_off(ctx, flag):
                     return f"the code runs only when `{flag.value}` is set, which the module sets off and nothing changes"
-            elif isinstance(function, cst.FunctionDef):
+            elif isinstance(flag, cst.Attribute) and isinstance(function, cst.FunctionDef):
                 why = _attribute_never_on(ctx, function, flag.attr.value)
                 if why is not None:
                     return f"the code runs only when `self.{flag.attr.value}` is set, {why}"
-        for option in _options_tested(ancestor.test):
+        for option in _needs_set(ancestor.test, _parsed_option, _above_zero):
             why = _option_never_passed(ctx, option)
             if why is not None:
                 return why
@@ -192,25 +192,6 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
             if choice is not None:
                 return choice
     return None
-
-
-def _options_tested(test: cst.BaseExpression) -> Iterator[cst.Attribute]:
-    """The parsed options (``args.amr_loss``) a test needs set, as :func:`_flags_tested` finds
-    names: ``args.x``, ``args.x is not None``, ``args.x > 0``, either side of an ``and``."""
-    def option(node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value != "self"
-
-    if option(test):
-        yield test  # type: ignore[misc]
-    elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        yield from _options_tested(test.left)
-        yield from _options_tested(test.right)
-    elif isinstance(test, cst.Comparison) and option(test.left) and len(test.comparisons) == 1:
-        operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
-        if isinstance(operator, cst.IsNot) and isinstance(comparator, cst.Name) and comparator.value == "None":
-            yield test.left  # type: ignore[misc]
-        elif isinstance(comparator, cst.Integer) and isinstance(operator, cst.GreaterThan) and int(comparator.value) == 0:
-            yield test.left  # type: ignore[misc]
 
 
 # Ways a script fills its parsed options from elsewhere than its command line: a config file
@@ -236,7 +217,7 @@ def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | Non
     value = resolved.value
     if not (value is None or value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)):
         return None
-    spellings = _option_spellings(ctx, resolved.node)
+    spellings = option_spellings(ctx, resolved.node)
     if not spellings:
         return None
     launches = view.launch_commands()
@@ -254,7 +235,7 @@ def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | Non
     return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{script}` passes"
 
 
-def _option_spellings(ctx: "FileContext", node: cst.CSTNode) -> tuple[str, ...]:
+def option_spellings(ctx: "FileContext", node: cst.CSTNode) -> tuple[str, ...]:
     """The spellings (``--amr_loss``, ``-a``) of the ``add_argument`` call that ``node`` is, or
     whose ``default=`` it is."""
     call = node if isinstance(node, cst.Call) else None
@@ -329,23 +310,40 @@ def _literally_false(test: cst.BaseExpression) -> bool:
     return isinstance(test, cst.Name) and test.value == "False" or isinstance(test, cst.Integer) and test.value == "0"
 
 
-def _flags_tested(test: cst.BaseExpression) -> Iterator["cst.Name | cst.Attribute"]:
-    """The names (``flag``) and attributes of ``self`` (``self.flag``) a test needs set:
-    ``flag``, ``flag is not None``, ``flag >= 1``, either side of an ``and``."""
-    if _plain_or_self_attribute(test):
-        yield test  # type: ignore[misc]
+def _needs_set(
+    test: cst.BaseExpression,
+    subject: Callable[[cst.BaseExpression], bool],
+    enough: Callable[[cst.BaseOperator, int], bool],
+) -> Iterator[cst.BaseExpression]:
+    """The ``subject`` expressions a test needs set: ``flag``, ``flag is not None``, a
+    comparison with an integer that ``enough`` accepts (earthformer's ``checkpoint_level >= 2``),
+    either side of an ``and``."""
+    if subject(test):
+        yield test
     elif isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        yield from _flags_tested(test.left)
-        yield from _flags_tested(test.right)
-    elif isinstance(test, cst.Comparison) and _plain_or_self_attribute(test.left) and len(test.comparisons) == 1:
+        yield from _needs_set(test.left, subject, enough)
+        yield from _needs_set(test.right, subject, enough)
+    elif isinstance(test, cst.Comparison) and subject(test.left) and len(test.comparisons) == 1:
         operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
         if isinstance(operator, cst.IsNot) and isinstance(comparator, cst.Name) and comparator.value == "None":
-            yield test.left  # type: ignore[misc]
-        elif isinstance(comparator, cst.Integer) and (
-            isinstance(operator, cst.GreaterThanEqual) and int(comparator.value) >= 1
-            or isinstance(operator, cst.GreaterThan) and int(comparator.value) >= 0
-        ):
-            yield test.left  # type: ignore[misc]  # earthformer's ``checkpoint_level >= 2``
+            yield test.left
+        elif isinstance(comparator, cst.Integer) and enough(operator, int(comparator.value)):
+            yield test.left
+
+
+def _at_least_one(operator: cst.BaseOperator, value: int) -> bool:
+    """``>= k`` with k at least 1, ``> k`` with k at least 0: a flag or level of a function's."""
+    return isinstance(operator, cst.GreaterThanEqual) and value >= 1 or isinstance(operator, cst.GreaterThan) and value >= 0
+
+
+def _above_zero(operator: cst.BaseOperator, value: int) -> bool:
+    """``> 0`` only: a parsed option (``args.rs_ratio > 0``)."""
+    return isinstance(operator, cst.GreaterThan) and value == 0
+
+
+def _parsed_option(node: cst.BaseExpression) -> bool:
+    """``args.amr_loss``: an attribute of a name other than ``self``."""
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value != "self"
 
 
 def _plain_or_self_attribute(node: cst.BaseExpression) -> bool:
