@@ -751,6 +751,26 @@ class SynchronizeInLoop(Rule):
             """,
             note="DeiT: timm's loss_scaler runs backward and step",
         ),
+        Invalid(
+            """
+            import time
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            for step in range(num_iterations):
+                t0 = time.time()
+                x, y = train_loader.next_batch()
+                _, loss = model(x.to(device), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if device == "mps":
+                    torch.mps.synchronize()
+                elif device == "cuda":
+                    torch.cuda.synchronize()
+                t1 = time.time()
+            """,
+            note="llm.c: the branch a GPU run takes is no interval",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:

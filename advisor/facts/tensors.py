@@ -94,6 +94,7 @@ class StepFacts:
                 isinstance(ancestor, cst.If)
                 and child is not ancestor.test
                 and (child is not ancestor.body or not self._always_taken_on_gpu(ancestor.test))
+                and (child is not ancestor.orelse or self.ctx.facts.devices.gpu_test(ancestor.test) is not Tri.NO)
                 and (id(ancestor), id(child)) not in self._step_branches
                 and not (together and self._exhaustive(ancestor, together))
             ):
