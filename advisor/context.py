@@ -11,6 +11,7 @@ import bisect
 import dataclasses
 import inspect
 import operator
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -323,6 +324,20 @@ class FileContext:
         except KeyError:
             value = self._memo[key] = compute()
             return value
+
+    def texts_with(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> "Iterator[tuple[str, bytes]]":
+        """This file (as it reads now, earlier fixes included) when its text has ``pattern``,
+        then every other Python file or YAML config of the project whose text has it, each with
+        its text. ``hint``: a literal every match contains (:meth:`Project.texts_matching`)."""
+        here = self.source.encode()
+        if (hint is None or hint in here) and pattern.search(here):
+            yield self.path, here
+        if self.project is None:
+            return
+        mine = os.path.abspath(self.path)
+        for path in self.project.texts_matching(pattern, hint):
+            if os.path.abspath(path) != mine:
+                yield path, self.project.project.text(path)
 
     @classmethod
     def from_source(cls, path: str, source: str, target: Target) -> "FileContext":

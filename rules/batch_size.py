@@ -1391,14 +1391,10 @@ def _loads_at_the_tokenizer_size(ctx: FileContext) -> str | None:
     not train (a test or inference script that loads what this one saves), by name, where this
     file trains a PEFT adapter (saved apart from the base model the other file resizes); None.
     A fully fine-tuned model loads at its saved size, and a resize after it only trims rows."""
-    if ctx.project is None or "peft" not in ctx.source:
+    if "peft" not in ctx.source:
         return None
-    here = os.path.abspath(ctx.path)
-    for path in ctx.project.texts_matching(_RESIZE, b"resize_token_embeddings("):
-        if os.path.abspath(path) == here or not path.endswith(".py"):
-            continue
-        text = ctx.project.project.text(path)
-        if b"pad_to_multiple_of" not in text and not _TRAINS.search(text):
+    for path, text in ctx.texts_with(_RESIZE, b"resize_token_embeddings("):
+        if path != ctx.path and path.endswith(".py") and b"pad_to_multiple_of" not in text and not _TRAINS.search(text):
             return os.path.basename(path)
     return None
 

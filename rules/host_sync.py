@@ -2158,9 +2158,7 @@ def _signature_read(ctx: FileContext, name: str) -> bool:
     ``'split'`` is among the arguments of ``self.model.evaluate``). Neither looks through a
     decorator's wrapper: under ``@torch.no_grad()`` they see ``(*args, **kwargs)``."""
     pattern = re.compile(rb"\bget(?:full)?argspec\([^)\n]*\b" + re.escape(name.encode()) + rb"\b")
-    if pattern.search(ctx.source.encode()):
-        return True
-    return ctx.project is not None and bool(ctx.project.texts_matching(pattern, b"argspec("))
+    return next(ctx.texts_with(pattern, b"argspec("), None) is not None
 
 class EvalWithoutNoGrad(Rule):
     code = "ADV705"

@@ -1495,13 +1495,8 @@ _SCALER_CLASS_TEST = re.compile(
 def _old_scaler_class_checked(ctx: FileContext) -> str | None:
     """Where the project (this file, or another that imports ``torch.cuda.amp``) tests a
     scaler's class against ``torch.cuda.amp.GradScaler``, the first such file; None otherwise."""
-    text = ctx.source.encode()
-    if b"cuda.amp" in text and _SCALER_CLASS_TEST.search(text):
-        return f"`{os.path.basename(ctx.path)}`"
-    if ctx.project is None:
-        return None
-    for path in ctx.project.texts_matching(_SCALER_CLASS_TEST, b"GradScaler"):
-        if b"cuda.amp" in ctx.project.project.text(path):
+    for path, text in ctx.texts_with(_SCALER_CLASS_TEST, b"GradScaler"):
+        if b"cuda.amp" in text:
             return f"`{os.path.basename(path)}`"
     return None
 
