@@ -252,6 +252,23 @@ class AccumulationSplit(Rule):
         ),
         Valid(
             """
+            import torch
+            from data import make_stream
+            BATCH_SIZE = 2
+            GRADIENT_ACCUMULATE_EVERY = 8
+            stream = make_stream(BATCH_SIZE * 4)
+            model.cuda()
+            for i in range(NUM_BATCHES):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(stream).cuda())
+                    (loss / GRADIENT_ACCUMULATE_EVERY).backward()
+                optim.step()
+                optim.zero_grad()
+            """,
+            note="micro-steps draw from a stream of unknown batch size, not a DataLoader",
+        ),
+        Valid(
+            """
             from transformers import Trainer, TrainingArguments
             args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=4)
             """,
@@ -543,6 +560,49 @@ class AccumulationSplit(Rule):
         ),
         Invalid(
             """
+            import torch
+            from torch.utils.data import DataLoader
+            BATCH_SIZE = 2
+            GRADIENT_ACCUMULATE_EVERY = 8
+
+            def cycle(loader):
+                while True:
+                    for data in loader:
+                        yield data
+
+            train_loader = cycle(DataLoader(train_dataset, batch_size=BATCH_SIZE, drop_last=True))
+            model.cuda()
+            for i in range(NUM_BATCHES):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader).cuda())
+                    (loss / GRADIENT_ACCUMULATE_EVERY).backward()
+                optim.step()
+                optim.zero_grad()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            BATCH_SIZE = 4
+            GRADIENT_ACCUMULATE_EVERY = 4
+
+            def cycle(loader):
+                while True:
+                    for data in loader:
+                        yield data
+
+            train_loader = cycle(DataLoader(train_dataset, batch_size=BATCH_SIZE, drop_last=True))
+            model.cuda()
+            for i in range(NUM_BATCHES):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader).cuda())
+                    (loss / GRADIENT_ACCUMULATE_EVERY).backward()
+                optim.step()
+                optim.zero_grad()
+            """,
+            note="x-transformers: micro-steps that draw `next(...)` from one DataLoader",
+        ),
+        Invalid(
+            """
             from dataclasses import dataclass, field
             import transformers
             from transformers import HfArgumentParser, Trainer
@@ -769,7 +829,7 @@ class AccumulationSplit(Rule):
                 if micro is None:
                     continue
                 accumulation = ctx.values.resolve(micro.steps)
-                batch = step_batch_setting(ctx, loop)
+                batch = step_batch_setting(ctx, loop) or self._drawn_batch(ctx, micro.node)
                 if accumulation is None or batch is None:
                     continue
                 repeated = any(
@@ -778,6 +838,17 @@ class AccumulationSplit(Rule):
                 )
                 yield Split(batch, accumulation, micro.steps, accumulation_repeated=repeated)
                 break
+
+
+    @staticmethod
+    def _drawn_batch(ctx: FileContext, micro: cst.For) -> Value | None:
+        """The batch size of the one DataLoader the micro-steps draw from with ``next(...)``
+        (x-transformers: ``model(next(train_loader))`` over ``cycle(DataLoader(...))``)."""
+        drawn = [call for call in ctx.walk(micro.body, cst.Call) if dotted_name(call.func) == "next" and call.args]
+        loaders = {id(loader): loader for call in drawn for loader in ctx.facts.loaders.behind(call.args[0].value) or ()}
+        if not drawn or any(not ctx.facts.loaders.behind(call.args[0].value) for call in drawn):
+            return None
+        return ctx.facts.loaders.single_batch(list(loaders.values()))
 
 
 # -- ADV402 -------------------------------------------------------------------------------------
