@@ -81,6 +81,14 @@ def _withhold_where_top_level_code_raises(ctx: FileContext, finding: Finding) ->
             f"the file's top-level code reads `{name}` (line {line}), which nothing in it binds: it stops with a "
             f"`NameError` there, so the fix is left as advice"
         )
+        return
+    missing = ctx.memo(_module_attribute_missing, lambda: _module_attribute_missing(ctx))
+    if missing is not None:
+        called, line, module = missing
+        finding.as_advice(
+            f"the file's top-level code calls `{called}` (line {line}), which the project's `{module}` does not "
+            f"define: it stops with an `AttributeError` there, so the fix is left as advice"
+        )
 
 
 def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
@@ -106,17 +114,7 @@ def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
     )
     bound.update(walrus.target.value for walrus in ctx.nodes(cst.NamedExpr) if isinstance(walrus.target, cst.Name))
     bound.update(item.name.value for declared in ctx.nodes(cst.Global) for item in declared.names)
-    statements: list[cst.CSTNode] = []
-    imported = ctx.project is not None and bool(ctx.project.project.importers.get(ctx.project.path))
-    for statement in ctx.module.body:
-        if statement in ctx.main_guards:
-            if not imported:  # a module the project imports runs its functions, not its main guard
-                statements.extend(
-                    s for s in statement.body.body  # type: ignore[attr-defined]
-                    if not isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try))
-                )
-        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try, cst.While)):
-            statements.append(statement)
+    statements = _top_level_statements(ctx)
     # Only the names of modules: the file imports them under another name (``import
     # torchvision.transforms as T``, then ``transforms.Compose``) or never (``torch.device``
     # without ``import torch``). Any other unbound name may be a snippet's placeholder.
@@ -135,6 +133,59 @@ def _name_bound_nowhere(ctx: FileContext) -> tuple[str, int] | None:
             if ctx.enclosing(name, cst.FunctionDef, cst.Lambda, cst.ClassDef) is not None:
                 continue  # runs when called, not when the file runs
             return name.value, ctx.position(name)[0]
+    return None
+
+
+def _top_level_statements(ctx: FileContext) -> list[cst.CSTNode]:
+    """The statements that run whenever the file runs: the module's body and its main guard's
+    (unless the project imports the file), less ``def``, ``class``, branches, ``try`` and loops."""
+    statements: list[cst.CSTNode] = []
+    imported = ctx.project is not None and bool(ctx.project.project.importers.get(ctx.project.path))
+    for statement in ctx.module.body:
+        if statement in ctx.main_guards:
+            if not imported:  # a module the project imports runs its functions, not its main guard
+                statements.extend(
+                    s for s in statement.body.body  # type: ignore[attr-defined]
+                    if not isinstance(s, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try))
+                )
+        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.If, cst.Try, cst.While)):
+            statements.append(statement)
+    return statements
+
+
+def _module_attribute_missing(ctx: FileContext) -> tuple[str, int, str] | None:
+    """A call ``module.name(...)`` in the file's top-level code where ``module`` is a project
+    module the file imports (absolutely) and that module's text never spells ``name`` (so it
+    neither defines nor imports it), with the line and the module's file: quickvision's
+    examples call ``cnn.create_vision_cnn``, which the package renamed ``create_cnn``. None
+    where the module makes names no text shows (``import *``, ``__getattr__``), or a file or
+    extension of that name sits in its package."""
+    view = ctx.project
+    if view is None or not view.member or ctx.path.endswith(".ipynb"):
+        return None
+    project = view.project
+    for statement in _top_level_statements(ctx):
+        for call in ctx.walk(statement, cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+                continue
+            if ctx.enclosing(call, cst.FunctionDef, cst.Lambda, cst.ClassDef) is not None:
+                continue
+            bindings = ctx.lookup(func.value.value, func.value)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, (cst.Import, cst.ImportFrom)):
+                continue
+            module = ctx.imports.qualname(func.value)
+            if not module or module.startswith("."):
+                continue
+            source = project.module_path(module, 0, ctx.path)
+            if source is None or os.path.abspath(source) == os.path.abspath(ctx.path):
+                continue
+            name = func.attr.value
+            if source.endswith("__init__.py") and project._beside(source, name):
+                continue
+            if project._name_missing(source, (name,)) is not None:
+                view.asked_texts = True
+                return f"{func.value.value}.{name}", ctx.position(call)[0], os.path.relpath(source, project.root)
     return None
 
 

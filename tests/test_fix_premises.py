@@ -2270,6 +2270,27 @@ def test_a_collate_that_returns_a_plain_dataclass_makes_nothing_to_pin():
     assert [d for d in lint(with_method, codes=["ADV101"], gpu="A100")]
 
 
+def test_a_collate_that_returns_a_plain_object_makes_nothing_to_pin():
+    # fcos-pytorch: collate_data returns (image_list(...), targets, ids), whose ImageList is a
+    # plain class without pin_memory(): pinning passes the images through as they are.
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "class ImageList:\n    def __init__(self, tensors, sizes):\n        self.tensors = tensors\n        self.sizes = sizes\n\n"
+        "    def to(self, *args, **kwargs):\n        return ImageList(self.tensors.to(*args, **kwargs), self.sizes)\n\n"
+        "def image_list(tensors):\n    batch = tensors[0].new(len(tensors), 3, 800, 800).zero_()\n"
+        "    return ImageList(batch, [t.shape[-2:] for t in tensors])\n\n"
+        "def collate(batch):\n    batch = list(zip(*batch))\n    imgs = image_list(batch[0])\n    return imgs, batch[1], batch[2]\n\n"
+        "loader = DataLoader(CocoFiles(), batch_size=16, collate_fn=collate, num_workers=4)\n"
+        "model = Net().cuda()\nfor images, targets, ids in loader:\n    model(images.to('cuda'), targets).sum().backward()\n"
+    )
+    assert not [d for d in lint(source, codes=["ADV101"], gpu="A100")]
+    # A stacked tensor beside a plain object is pinned: the finding stays.
+    stacked = source.replace("    return imgs, batch[1], batch[2]\n", "    labels = torch.stack(batch[1])\n    return imgs, labels, batch[2]\n")
+    assert [d for d in lint(stacked, codes=["ADV101"], gpu="A100")]
+    with_method = source.replace("        self.sizes = sizes\n", "        self.sizes = sizes\n\n    def pin_memory(self):\n        return ImageList(self.tensors.pin_memory(), self.sizes)\n", 1)
+    assert [d for d in lint(with_method, codes=["ADV101"], gpu="A100")]
+
+
 def test_padding_the_vocabulary_on_resize_needs_transformers_4_34(tmp_path):
     # trlx pins transformers 4.32.0, whose resize_token_embeddings(pad_to_multiple_of=64) keeps
     # the unpadded size in the config: the saved model does not load again.
@@ -6136,6 +6157,42 @@ def test_a_script_that_reads_a_module_it_never_binds_gets_advice(tmp_path, trans
     assert (finding.fix_applicability is None) is advice, finding.message
     if advice:
         assert "reads `transforms` (line 5), which nothing in it binds" in finding.message
+
+
+@pytest.mark.parametrize("factory, advice", [("cnn.create_vision_cnn", True), ("cnn.create_cnn", False)])
+def test_a_script_that_calls_what_its_project_module_lacks_gets_advice(tmp_path, factory, advice):
+    # quickvision's examples: `from quickvision.models.classification import cnn`, then
+    # `cnn.create_vision_cnn(...)`, which the package has renamed `create_cnn`.
+    (tmp_path / ".git").mkdir()
+    package = tmp_path / "quickvision" / "models" / "classification" / "cnn"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "quickvision", package.parent.parent, package.parent):
+        (folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from quickvision.models.classification.cnn.model_factory import CNN, create_cnn\n")
+    (package / "model_factory.py").write_text("def create_cnn(name, num_classes):\n    return CNN(name, num_classes)\n")
+    source = textwrap.dedent(
+        f"""
+        import torch
+        from torch.utils.data import DataLoader
+        from quickvision.models.classification import cnn
+
+        if __name__ == "__main__":
+            loader = DataLoader(CIFAR10("data", download=True), batch_size=64, shuffle=True, num_workers=4)
+            model = {factory}("resnet18", num_classes=10).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """
+    )
+    (tmp_path / "examples").mkdir()
+    script = fresh_script(tmp_path / "examples" / "train.py", source)
+    (finding,) = [d for d in lint(source, gpu="A100", path=str(script)) if d.code == "ADV101"]
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "calls `cnn.create_vision_cnn` (line 8)" in finding.message and "AttributeError" in finding.message
 
 
 def test_a_name_read_only_in_the_main_guard_of_an_imported_module_does_not_stop_it(tmp_path):

@@ -2228,12 +2228,19 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
     def graph_call(expr: cst.BaseExpression) -> bool:
         return isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").startswith(_GRAPH_LIBRARIES)
 
+    def plain_call(expr: cst.BaseExpression) -> bool:
+        return isinstance(expr, cst.Call) and _builds_plain_object(ctx, expr)
+
+    def tensor_call(expr: cst.BaseExpression) -> bool:
+        return isinstance(expr, cst.Call) and (ctx.qualname(expr.func) or "").startswith(("torch.", "numpy."))
+
     graphs = _names_bound_to(ctx, function, graph_call)
     for assign in ctx.walk(function, cst.Assign):  # ``graph_q, graph_k = dgl.batch(graph_q), dgl.batch(graph_k)``
         if isinstance(assign.value, cst.Tuple) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Tuple):
             for name, value in zip(assign.targets[0].target.elements, assign.value.elements):
                 if isinstance(name.value, cst.Name) and graph_call(value.value):
                     graphs.add(name.value.value)
+    plain, tensors = _names_bound_to(ctx, function, plain_call), _names_bound_to(ctx, function, tensor_call)
     returns = [r for r in ctx.walk(function, cst.Return) if r.value is not None]
     if not returns:
         return False
@@ -2242,9 +2249,38 @@ def _returns_unpinnable_batch(ctx: "FileContext", function: cst.FunctionDef) -> 
         if isinstance(value, cst.Call) and _builds_plain_dataclass(ctx, value):
             continue  # trlx's ``ILQLBatch(...)``: pinning returns a dataclass as it is
         parts = _tuple_parts(value)  # grail: ``return (batched_graph_pos, r_labels_pos), g_labels_pos, ...``
-        if not any(graph_call(part) or (isinstance(part, cst.Name) and part.value in graphs) for part in parts):
-            return False
+        if any(graph_call(part) or (isinstance(part, cst.Name) and part.value in graphs) for part in parts):
+            continue
+        # fcos-pytorch: ``return imgs, targets, ids`` with ``imgs = image_list(...)`` an
+        # ``ImageList``; not where a tensor the function stacks rides beside a plain object.
+        if any(plain_call(part) or (isinstance(part, cst.Name) and part.value in plain) for part in parts) and not any(
+            tensor_call(part) or (isinstance(part, cst.Name) and part.value in tensors) for part in parts
+        ):
+            continue
+        return False
     return True
+
+
+def _builds_plain_object(ctx: "FileContext", call: cst.Call, depth: int = 0) -> bool:
+    """``call`` builds an instance of a plain class of the project (no base class, no
+    ``pin_memory`` method, not a model), or calls a function of the file whose every ``return``
+    does (fcos-pytorch's ``image_list(...)`` returning ``ImageList(batch, sizes)``): a
+    DataLoader's pinning passes such an object through untouched."""
+    cls = local_class(ctx, call.func)
+    if cls is not None:
+        return (
+            not any(ctx.code(base.value) not in ("object",) for base in cls.bases)
+            and not cls.decorators
+            and not class_methods(ctx, cls, ("pin_memory",))
+            and not _model_like(ctx, cls)
+        )
+    if depth or not isinstance(call.func, cst.Name):
+        return False
+    bindings = ctx.lookup(call.func.value, call)
+    if len(bindings) != 1 or not isinstance(bindings[0].node, cst.FunctionDef):
+        return False
+    returns = [r.value for r in ctx.walk(bindings[0].node, cst.Return)]
+    return bool(returns) and all(isinstance(r, cst.Call) and _builds_plain_object(ctx, r, depth + 1) for r in returns)
 
 
 def _tuple_parts(value: cst.BaseExpression) -> list[cst.BaseExpression]:
