@@ -392,10 +392,28 @@ def test_adv505_silent_in_else_branch_and_conditional_expression():
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        if not torch.cuda.is_available():
+        if step_failed:
             pass
         else:
             torch.cuda.empty_cache()
         torch.cuda.empty_cache() if low_memory else None
     """
     assert codes_of(source, codes=["ADV505"]) == []
+
+
+def test_adv505_in_the_else_a_gpu_run_takes():
+    # The else of a test no GPU run passes runs every step there, as the body of
+    # `if torch.cuda.is_available():` does (llm.c: `if device == "mps": ... elif device == "cuda":`).
+    source = """
+    import torch
+    for batch in loader:
+        loss = model(batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if not torch.cuda.is_available():
+            pass
+        else:
+            torch.cuda.empty_cache()
+    """
+    assert codes_of(source, codes=["ADV505"]) == ["ADV505"]
