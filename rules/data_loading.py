@@ -10,7 +10,7 @@ from advisor.context import MISSING, FileContext
 from advisor.edits import append_args, keyword_arg, set_keyword
 from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
-from advisor.facts.batches import blocking_copy
+from advisor.facts.batches import blocking_copy, strided_view
 from advisor.values import Value, string_value
 
 GUIDE = "Data preloading"
@@ -1660,6 +1660,10 @@ class BlockingHostToDeviceCopy(Rule):
                     # The batch may be a tokenizer's ``BatchEncoding``, whose ``.to()`` takes
                     # ``non_blocking`` from transformers 4.48 on (contrastors pins 4.45.2).
                     requires.append(("transformers", "4.48"))
+                if strided_view(func.value):
+                    # ``targets[:, 1:, :]``: before torch 1.3 an asynchronous copy asked for a
+                    # contiguous source and raised on a strided view (pytorch#10690; SemGCN's 1.1.0).
+                    requires = [("torch", "1.3"), *requires[1:]]
                 fix = self.fix(
                     "Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")), requires=requires
                 )

@@ -3741,6 +3741,10 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
         {"src/environment_llama.txt": "python==3.10.12\ntransformers==4.31.0\ntorch==1.13.0+cu117\n", "script": "src/train.py"},
         "torch==1.13.0",
     ),
+    # pytorch_stacked_hourglass: "- PyTorch (code tested with 1.5)".
+    "readme-tested-with": ({"README.md": "## Getting Started\n\n- Python 3.6\n- PyTorch (code tested with 1.5)\n"}, "torch>=1.5"),
+    # DeepAR's TimeSeries: a requirements.txt written as `pip list` prints it.
+    "requirements-listed": ({"requirements.txt": "numpy 1.14.3\nPython 3.6.7\ntorch 0.4.1\ntqdm 4.26.0\n"}, "torch==0.4.1"),
     # COSNet: "1. Install pytorch (version:1.0.1)."; no space after the colon.
     "readme-version-colon": ({"README.md": "## Installation\n1. Install pytorch (version:1.0.1).\n"}, "torch>=1.0.1"),
     # EditNTS: "Our code requires PyTorch version >= 0.4.1."
@@ -6276,3 +6280,69 @@ def test_a_padded_vocabulary_is_advice_where_a_test_script_loads_at_the_tokenize
     assert (finding.fix_applicability is None) is advice, finding.message
     if advice:
         assert "`test.py` resizes the embeddings to the tokenizer's length without training" in finding.message
+
+
+@pytest.mark.parametrize("copied, fixed", [("targets[:, 1:, :]", False), ("targets", True), ("targets[:8]", True)])
+def test_a_non_blocking_copy_of_a_strided_view_needs_torch_1_3(tmp_path, copied, fixed):
+    # SemGCN: `targets_3d[:, 1:, :].to(device)` in a project built on PyTorch 1.1.0, whose
+    # asynchronous copy raised on a non-contiguous source (pytorch#10690, fixed in 1.3).
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("This repository is built upon Python v2.7 and Pytorch v1.1.0.\n")
+    source = textwrap.dedent(
+        f"""
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(PoseFiles(), batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+        model = Net().cuda()
+        for targets, inputs in loader:
+            targets = {copied}.to("cuda")
+            loss = criterion(model(inputs), targets)
+            loss.backward()
+        """
+    )
+    finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
+    assert (finding.fix_applicability is not None) is fixed, finding.message
+    if not fixed:
+        assert "torch >= 1.3" in finding.message
+
+
+@pytest.mark.parametrize("command, advice", [("python -u run.py --model SegRNN --seq_len 720\n", True), ("python -u run.py --model SegRNN --use_amp\n", False)])
+def test_an_option_an_object_keeps_is_read_from_the_script_that_parses_it(tmp_path, command, advice):
+    # SegRNN (the Time-Series-Library layout): run.py parses `--use_amp` (off) and builds
+    # Exp_Main(args); exp/exp_main.py tests `self.args.use_amp`; scripts/*.sh never pass it.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "run.py").write_text(
+        "import argparse\nfrom exp.exp_main import Exp_Main\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--model', type=str, default='SegRNN')\n"
+        "parser.add_argument('--use_amp', action='store_true', help='use automatic mixed precision training', default=False)\n"
+        "args = parser.parse_args()\nExp_Main(args).train('run')\n"
+    )
+    (tmp_path / "scripts" / "etth1.sh").write_text(command)
+    source = textwrap.dedent(
+        """
+        import torch
+
+        class Exp_Main:
+            def __init__(self, args):
+                self.args = args
+                self.model = build(args).cuda()
+
+            def train(self, setting):
+                optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+                for batch_x, batch_y in loader:
+                    if self.args.use_amp:
+                        with torch.cuda.amp.autocast():
+                            loss = criterion(self.model(batch_x.cuda()), batch_y.cuda())
+                    else:
+                        loss = criterion(self.model(batch_x.cuda()), batch_y.cuda())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+    )
+    finding = only(source, "ADV204", fresh_script(tmp_path / "exp" / "exp_main.py", source))
+    assert (finding.fix_applicability is None) is advice, finding.message
+    if advice:
+        assert "runs only with `--use_amp`, which no command the project ships to run `run.py` passes" in finding.message

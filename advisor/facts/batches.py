@@ -126,6 +126,21 @@ class BatchScope:
         return False
 
 
+
+def strided_view(expr: cst.BaseExpression) -> bool:
+    """``x[:, 1:]``, ``x[..., 0]``, ``x[::2]``: a subscript that selects within a dimension past
+    the first, or steps through one, and so may be a strided (non-contiguous) view."""
+    if not isinstance(expr, cst.Subscript):
+        return False
+    for position, element in enumerate(expr.slice):
+        inner = element.slice
+        if isinstance(inner, cst.Slice):
+            if inner.step is not None or (position > 0 and (inner.lower is not None or inner.upper is not None)):
+                return True
+        elif position > 0 or (isinstance(inner, cst.Index) and isinstance(inner.value, cst.Ellipsis)):
+            return True
+    return False
+
 def blocking_copy(ctx: "FileContext", call: cst.Call) -> bool:
     """``.to(<cuda device>)`` / ``.cuda()`` without ``non_blocking=True``."""
     if any(arg.star for arg in call.args):

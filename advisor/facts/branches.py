@@ -10,6 +10,7 @@ And which code runs once however long the program runs (:func:`runs_once`): a mo
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -187,6 +188,10 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
             why = _option_never_passed(ctx, option)
             if why is not None:
                 return why
+        for option in _needs_set(ancestor.test, _options_held_by_self, _above_zero):
+            why = _held_option_never_passed(ctx, option)
+            if why is not None:
+                return why
         if isinstance(function, cst.FunctionDef):
             choice = _choice_never_made(ctx, function, ancestor.test)
             if choice is not None:
@@ -233,6 +238,60 @@ def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | Non
         return None
     script = ctx.path.replace("\\", "/").rsplit("/", 1)[-1]
     return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{script}` passes"
+
+
+def _options_held_by_self(node: cst.BaseExpression) -> bool:
+    """``self.args.use_amp``: an option of parsed options an object keeps (the Time-Series-Library
+    family's ``Exp_Main(args)``)."""
+    return (
+        isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute)
+        and isinstance(node.value.value, cst.Name) and node.value.value.value == "self"
+    )
+
+
+def _held_option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | None:
+    """Why ``self.args.<dest>`` is off in every documented run, or None: one script of the
+    project declares ``--<dest>``, defaulting off, and the commands the project ships run that
+    script without it (SegRNN's and MICN's ``--use_amp``: ``run_longExp.py`` builds
+    ``Exp_Main(args)``, whose methods test ``self.args.use_amp``); nothing in the project
+    assigns the attribute, and no config names it on."""
+    view = ctx.project
+    if view is None or not view.member:
+        return None
+    dest = option.attr.value
+    spelled = {dest, dest.replace("_", "-")}
+    declaring = re.compile(
+        rb"add_argument\(\s*(?:['\"]-\w['\"]\s*,\s*)?['\"]--(?:" + b"|".join(re.escape(n.encode()) for n in spelled) + rb")['\"]"
+    )
+    paths = view.texts_matching(declaring, b"add_argument(")
+    if len(paths) != 1 or not paths[0].endswith(".py"):
+        return None
+    script = paths[0]
+    other = ctx if os.path.abspath(script) == os.path.abspath(ctx.path) else view.context_of(script)
+    if other is None:
+        return None
+    resolved = other.values.argparse_default(dest)
+    if resolved is None or resolved.origin != "argparse default" or not _off(resolved.value):
+        return None
+    spellings = option_spellings(other, resolved.node)
+    launches = view.project.launch_commands(script)
+    view.asked_texts = True
+    if not spellings or not launches:
+        return None
+    if any(re.search(r"(?<![\w-])" + re.escape(s) + r"(?![\w-])", command) for _, command in launches for s in spellings):
+        return None
+    if _OPTIONS_SET_ELSEWHERE.search(other.source):
+        return None
+    if view.texts_matching(re.compile(rb"\." + re.escape(dest.encode()) + rb"[ \t]*=(?!=)"), dest.encode()):
+        return None  # ``args.use_amp = True`` somewhere
+    if view.configs_matching(_on_in_config(dest)):
+        return None
+    name = script.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{name}` passes"
+
+
+def _off(value: object) -> bool:
+    return value is None or value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)
 
 
 def option_spellings(ctx: "FileContext", node: cst.CSTNode) -> tuple[str, ...]:

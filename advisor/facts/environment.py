@@ -35,6 +35,9 @@ _FILES = (
 # poetry.lock resolves torch 1.13.1 (no fused AdamW, no ``torch.amp.GradScaler``).
 _LOCK_FILES = ("poetry.lock", "uv.lock")
 _LOCKED_PACKAGE = re.compile(r'^\[\[package\]\]\s*\nname\s*=\s*"([^"]+)"\s*\nversion\s*=\s*"([^"]+)"', re.M)
+# A requirements file written as ``pip list`` / ``conda list`` prints it, a name and a version
+# a line (DeepAR's TimeSeries: ``torch 0.4.1``): read as ``torch==0.4.1``.
+_LISTED_PACKAGE = re.compile(r"^([A-Za-z][\w.-]*)[ \t]+v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)[ \t]*$", re.M)
 # Other conda environment files: decision-transformer's ``atari/conda_env.yml`` (``pytorch=1.2``).
 # facenet-pytorch-glint360k's ``requirements.yml`` is one too (``- pytorch=1.8.1=py3.7_cuda10.2...``).
 _CONDA_ENVIRONMENT = re.compile(r"^(?:conda[\w.-]*|[\w.-]*_env|env[\w.-]*|requirements?[\w.-]*)\.ya?ml$", re.I)
@@ -122,6 +125,8 @@ def _declared(ctx: "FileContext", package: str) -> str | None:
             text = _conda_spec_requirements(text)
         elif os.path.basename(path) in _LOCK_FILES:
             text = "\n".join(f"{name}=={version}" for name, version in _LOCKED_PACKAGE.findall(text))
+        elif _REQUIREMENTS.match(os.path.basename(path)):
+            text = _LISTED_PACKAGE.sub(r"\1==\2", text)
         elif os.path.basename(path) == "settings.ini":
             text = _nbdev_requirements(text)
         bundled = _bundled_version(text, package) if os.path.basename(path) in _PACKAGE_METADATA else None
@@ -194,9 +199,9 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)"; PEN-Net:
     # "Install [pytorch](https://pytorch.org/) (tested on Release 1.1.0)"; DAVS, in a
     # full-width parenthesis: "[PyTorch](https://pytorch.org/)（We use version 0.2.0)"; CRIS:
-    # "[PyTorch](www.pytorch.org) (e.g. 1.10.0)".
+    # "[PyTorch](www.pytorch.org) (e.g. 1.10.0)"; pytorch_stacked_hourglass: "PyTorch (code tested with 1.5)".
     aside = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*[(（][^()（）]*?(?:\b(?:versions?|releases?)\s+|\be\.g\.,?\s*)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?\s*[(（][^()（）]*?(?:\b(?:versions?|releases?)\s+|\be\.g\.,?\s*|\btested\s+(?:on|with)\s+)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # FedRepo: "  * `torch`: 1.9.0", a list of packages and versions (a line of its own, or the
     # name in backquotes: not a Docker image's ``nvcr.io/nvidia/pytorch:21.11``).
