@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
     from advisor.context import FileContext
 
 _MAX_DEPTH = 12
+# How code names a namespace of parsed options it is handed.
+_OPTION_NAMESPACES = frozenset({"args", "opt", "opts", "options", "flags", "hparams", "hps", "FLAGS"})
+# Ways a script fills its parsed options from elsewhere than its command line: a config file
+# merged in, ``set_defaults``, an assignment through ``setattr``.
+OPTIONS_SET_ELSEWHERE = re.compile(r"setattr\(|__dict__\.update|vars\(\w+\)\.update|set_defaults\(|\.update\(vars\(")
 _ARITHMETIC = {
     cst.Add: operator.add,
     cst.Subtract: operator.sub,
@@ -602,6 +608,14 @@ class ValueResolver:
     # -- attributes: argparse namespaces, dataclasses, config objects --------------------
     def _resolve_attribute(self, expr: cst.Attribute, depth: int) -> Value | None:
         if not isinstance(expr.value, cst.Name):
+            held = expr.value
+            if (
+                isinstance(held, cst.Attribute) and isinstance(held.value, cst.Name) and held.value.value == "self"
+                and held.attr.value in _OPTION_NAMESPACES
+                and not self.ctx.attribute_assignments.get(f"self.{held.attr.value}.{expr.attr.value}")
+                and self._handed_in(f"self.{held.attr.value}")
+            ):
+                return self._declared_elsewhere(expr.attr.value, depth)  # ``self.args.num_workers``
             return None
         return self._attribute(expr.value, expr.attr.value, depth)
 
@@ -621,7 +635,60 @@ class ValueResolver:
         imported = self._imported_namespace(name, dest, depth)
         if imported is not None:
             return imported
-        return self._object_attribute(name, dest, depth)
+        found = self._object_attribute(name, dest, depth)
+        if found is None and namespace in _OPTION_NAMESPACES:
+            bindings = self.ctx.lookup(namespace, name)
+            if len(bindings) == 1 and isinstance(bindings[0].node, cst.Param) and not self._passed_in_file(bindings[0].node):
+                return self._declared_elsewhere(dest, depth)  # ``def data_provider(args, flag):``
+        return found
+
+    def _handed_in(self, attribute: str) -> bool:
+        """Every assignment of ``attribute`` (``self.args``) in the file stores a parameter of the
+        method it is in, as it came (``self.args = args``): not a config the class loads."""
+        assignments = self.ctx.attribute_assignments.get(attribute, ())
+        for node in assignments:
+            value = node.value if isinstance(node, cst.Assign) else None
+            if not isinstance(value, cst.Name):
+                return False
+            bindings = self.ctx.lookup(value.value, value)
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Param):
+                return False
+        return True
+
+    def _passed_in_file(self, param: cst.Param) -> bool:
+        """The function of ``param`` is called in this file: its callers here say what it gets."""
+        function = self.ctx.enclosing(param, cst.FunctionDef)
+        return isinstance(function, cst.FunctionDef) and bool(self.ctx.loops.callers(function))
+
+    def _declared_elsewhere(self, dest: str, depth: int) -> Value | None:
+        """The default of ``--<dest>`` for a namespace of options this file is handed from
+        elsewhere (``args`` a parameter of a function the file never calls, ``self.args``):
+        where exactly one script of the project declares the option, sets its options nowhere
+        but on its command line, and no file of the project assigns ``.<dest>`` (the
+        Time-Series-Library layout: ``run.py`` parses ``--num_workers``, default 0;
+        ``data_provider/data_factory.py`` builds ``DataLoader(num_workers=args.num_workers)``)."""
+        view = self.ctx.project
+        if view is None or not view.member or depth > _MAX_DEPTH:
+            return None
+        names = {dest, dest.replace("_", "-")}
+        declaring = re.compile(
+            rb"add_argument\(\s*(?:['\"]-\w+['\"]\s*,\s*)?['\"]--(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")['\"]"
+        )
+        paths = [p for p in view.texts_matching(declaring, b"add_argument(") if p.endswith(".py")]
+        here = os.path.dirname(os.path.abspath(self.ctx.path))
+        # Several sub-projects of one repository (ModernTCN's classification, forecasting...):
+        # the script in a folder above this file's speaks for it.
+        above = [p for p in paths if (here + os.sep).startswith(os.path.dirname(os.path.abspath(p)) + os.sep)]
+        if len(above) == 1:
+            paths = above
+        if len(paths) != 1 or os.path.abspath(paths[0]) == os.path.abspath(self.ctx.path):
+            return None
+        other = view.context_of(paths[0])
+        if other is None or OPTIONS_SET_ELSEWHERE.search(other.source):
+            return None
+        if view.texts_matching(re.compile(rb"\." + re.escape(dest.encode()) + rb"[ \t]*=(?!=)"), dest.encode()):
+            return None  # ``args.num_workers = 4`` somewhere
+        return other.values._argparse_default(dest, depth + 1)
 
     def _imported_namespace(self, name: cst.Name, dest: str, depth: int) -> Value | None:
         """``args.num_workers`` after ``from options import args``, where the project's

@@ -6346,3 +6346,40 @@ def test_an_option_an_object_keeps_is_read_from_the_script_that_parses_it(tmp_pa
     assert (finding.fix_applicability is None) is advice, finding.message
     if advice:
         assert "runs only with `--use_amp`, which no command the project ships to run `run.py` passes" in finding.message
+
+
+@pytest.mark.parametrize("default, pinned_fix", [("0", False), ("8", True)])
+def test_options_handed_in_from_the_script_that_parses_them_are_read_there(tmp_path, default, pinned_fix):
+    # ModernTCN (the Time-Series-Library layout): run.py parses `--num_workers` (default 0) and
+    # data_provider/data_factory.py builds DataLoader(num_workers=args.num_workers) in a function
+    # the file never calls. With no workers, pinning happens in the training process: advice.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "data_provider").mkdir()
+    (tmp_path / "run.py").write_text(
+        "import argparse\nfrom exp.exp_main import Exp_Main\nparser = argparse.ArgumentParser()\n"
+        f"parser.add_argument('--num_workers', type=int, default={default}, help='data loader num workers')\n"
+        "args = parser.parse_args()\nExp_Main(args).train()\n"
+    )
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "exp_main.py").write_text(
+        "import torch\nfrom data_provider.data_factory import data_provider\n\nclass Exp_Main:\n"
+        "    def __init__(self, args):\n        self.args = args\n        self.model = build(args).cuda()\n\n"
+        "    def train(self):\n        _, loader = data_provider(self.args, 'train')\n"
+        "        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)\n"
+        "        for x, y in loader:\n            loss = criterion(self.model(x.cuda()), y.cuda())\n"
+        "            loss.backward()\n            optimizer.step()\n            optimizer.zero_grad()\n"
+    )
+    source = textwrap.dedent(
+        """
+        from torch.utils.data import DataLoader
+
+        def data_provider(args, flag):
+            data_set = Dataset_Custom(root_path=args.root_path, flag=flag)
+            data_loader = DataLoader(data_set, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers, drop_last=True)
+            return data_set, data_loader
+        """
+    )
+    finding = only(source, "ADV101", fresh_script(tmp_path / "data_provider" / "data_factory.py", source))
+    assert (finding.fix_applicability is not None) is pinned_fix, finding.message
+    if not pinned_fix:
+        assert "without worker processes" in finding.message

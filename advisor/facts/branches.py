@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import libcst as cst
 
 from advisor.names import dotted_name
+from advisor.values import OPTIONS_SET_ELSEWHERE
 
 if TYPE_CHECKING:
     from advisor.context import FileContext
@@ -199,9 +200,7 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
     return None
 
 
-# Ways a script fills its parsed options from elsewhere than its command line: a config file
-# merged in, ``set_defaults``, an assignment through ``setattr``.
-_OPTIONS_SET_ELSEWHERE = re.compile(r"setattr\(|__dict__\.update|vars\(\w+\)\.update|set_defaults\(|\.update\(vars\(")
+_OPTIONS_SET_ELSEWHERE = OPTIONS_SET_ELSEWHERE
 
 
 def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | None:
