@@ -94,7 +94,7 @@ class AdamNotFused(Rule):
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     """
     fix_notes = """
-        Where the optimizer is built before the model moves to the GPU (before `.cuda()`,
+        Where the optimizer may be built before the model is on the GPU (before `.cuda()`,
         `accelerator.prepare`, also one that only an `if` branch the run may not take makes),
         or in a helper its callers hand the parameters to (`get_optimizer(params)`: where they
         are at construction cannot be told), `fused=True` may meet CPU parameters at
@@ -493,7 +493,7 @@ class AdamNotFused(Rule):
                 return self.fix(description, guarded, imports=imports, requires=[("torch", "2.0")])
             return self.fix("Pass `fused=True`", edit, requires=[("torch", "2.0")])
         # Built on CPU parameters: torch before 2.4 has no fused CPU kernel and raises at construction.
-        description = "Pass `fused=True` (torch >= 2.4: the optimizer is built before the model moves to the GPU)"
+        description = "Pass `fused=True` (torch >= 2.4: the optimizer may be built before the model is on the GPU)"
         return self.fix(description, edit, requires=[("torch", "2.4")])
 
     def _check_trainer(self, ctx: FileContext) -> Iterator[Finding]:

@@ -118,9 +118,9 @@ model, optimizer = accelerator.prepare(model, optimizer)
     [
         ("torch>=1.13\naccelerate\n", None, False, "the fix needs torch >= 2.4, and the project's requirements allow torch>=1.13"),
         (None, "2.1", False, "the fix needs torch >= 2.4, and [tool.advisor] torch-version is 2.1"),
-        ("torch\n", None, True, "torch >= 2.4: the optimizer is built before the model moves"),  # a bare name: current torch
-        ("torch>=2.4\n", None, True, "torch >= 2.4: the optimizer is built before the model moves"),
-        (None, None, True, "torch >= 2.4: the optimizer is built before the model moves"),
+        ("torch\n", None, True, "torch >= 2.4: the optimizer may be built before the model is on the GPU"),  # a bare name: current torch
+        ("torch>=2.4\n", None, True, "torch >= 2.4: the optimizer may be built before the model is on the GPU"),
+        (None, None, True, "torch >= 2.4: the optimizer may be built before the model is on the GPU"),
     ],
 )
 def test_fused_on_an_optimizer_built_on_cpu_parameters_reads_the_torch_requirement(
