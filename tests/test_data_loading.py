@@ -671,6 +671,38 @@ def test_a_loader_whose_batches_are_converted_before_every_copy_is_not_pinned():
     assert finding.fix_applicability is not None
 
 
+def test_conversions_in_a_method_the_loop_hands_the_batch_to_count_and_strided_views_are_copied_through_the_host():
+    """MICN (the Informer layout): the loop hands the batch to `self._process_one_batch`, which
+    converts each part (`batch_x.float().to(self.device)`) and copies a strided view of the
+    converted target (`batch_y[:, -pred_len:, :]`): no copy reads the pinned batch."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        class Exp:
+            def train(self):
+                loader = DataLoader(WindowFiles(), batch_size=32, shuffle=True, num_workers=4)
+                for batch_x, batch_y in loader:
+                    pred, true = self._process_one_batch(batch_x, batch_y)
+                    loss = criterion(pred, true)
+                    loss.backward()
+
+            def _process_one_batch(self, batch_x, batch_y):
+                batch_x = batch_x.float().to(self.device)
+                outputs = self.model(batch_x)
+                batch_y = batch_y[:, -self.pred_len:, :].to(self.device)
+                return outputs, batch_y
+        """
+    ).replace("self.device", '"cuda"')
+    (finding,) = [d for d in lint(source, codes=DATA_LOADING) if d.code == "ADV101"]
+    assert finding.fix_applicability is None and "converts or computes on them on the host first" in finding.message
+    # The batch copied as it comes in the method: pinning reaches it.
+    direct = source.replace('batch_x = batch_x.float().to("cuda")', 'batch_x = batch_x.to("cuda")')
+    (finding,) = [d for d in lint(direct, codes=DATA_LOADING) if d.code == "ADV101"]
+    assert finding.fix_applicability is not None
+
+
 def test_an_identity_collate_is_not_pinned_unless_the_batch_is_copied_as_it_comes():
     """CodeReviewer: `def fn(features): return features`, then `torch.tensor([ex.source_ids for ex
     in examples]).to(local_rank)`: the batch is a list of the data set's objects, rebuilt on the host."""

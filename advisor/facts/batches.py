@@ -229,18 +229,24 @@ class BatchFacts:
                 if scope.holds_batch(func.value, call) and not in_place:
                     yield call, scope
                 continue
-            helper = ctx.loops.callee(call) if depth < 2 else None
-            if helper is None or helper is scope.loop:
-                continue
-            params = list(helper.params.params)
-            offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
-            handed: set[str] = set()
-            for index, param in enumerate(params):
-                passed = ctx.argument(call, param.name.value, index - offset if index >= offset else None)
-                if isinstance(passed, cst.BaseExpression) and passed is not MISSING and scope.holds_batch(passed, call):
-                    handed.add(param.name.value)
-            if handed:
-                yield from self.copies(BatchScope(ctx, helper, handed), depth + 1)
+            inner = self._handed_to(scope, call) if depth < 2 else None
+            if inner is not None:
+                yield from self.copies(inner, depth + 1)
+
+    def _handed_to(self, scope: BatchScope, call: cst.Call) -> BatchScope | None:
+        """The batch scope of the function of the file ``call`` hands the batch to, or None."""
+        ctx = self.ctx
+        helper = ctx.loops.callee(call)
+        if helper is None or helper is scope.loop:
+            return None
+        params = list(helper.params.params)
+        offset = 1 if isinstance(ctx.parent.get(ctx.parent.get(helper)), cst.ClassDef) else 0
+        handed: set[str] = set()
+        for index, param in enumerate(params):
+            passed = ctx.argument(call, param.name.value, index - offset if index >= offset else None)
+            if isinstance(passed, cst.BaseExpression) and passed is not MISSING and scope.holds_batch(passed, call):
+                handed.add(param.name.value)
+        return BatchScope(ctx, helper, handed) if handed else None
 
     def _scopes_drawing_from(self, loader: cst.Call) -> list[BatchScope]:
         """The batch scopes of this file whose loop draws from ``loader`` (a loader of this file)."""
@@ -358,11 +364,24 @@ class BatchFacts:
                 handed += 1
         return handed > 0
 
-    def _conversions(self, scope: "BatchScope") -> tuple[int, int]:
-        """(copies of the batch converted on the host first, copies of it as it comes) in ``scope``."""
+    def _conversions(self, scope: "BatchScope", depth: int = 0) -> tuple[int, int]:
+        """(copies of the batch converted on the host first, copies of it as it comes) in
+        ``scope``, and in the functions of the file it hands the batch to (MICN's
+        ``self._process_one_batch(data, batch_x, ...)``, which does ``batch_x.float().to(...)``)."""
         ctx = self.ctx
-        direct = sum(1 for call, _ in self.copies(scope) if to_gpu(ctx, call))
-        converted = sum(1 for _ in self._converted_copies(scope))
+        converted = direct = 0
+        if depth < 2:
+            for call in ctx.walk(scope.loop.body, cst.Call):
+                inner = None if scope.outside(call) else self._handed_to(scope, call)
+                if inner is not None:
+                    more = self._conversions(inner, depth + 1)
+                    converted, direct = converted + more[0], direct + more[1]
+        copied = [call for call, _ in self.copies(scope, depth=2) if to_gpu(ctx, call)]
+        # A strided view (MICN's ``batch_y[:, -pred_len:, f_dim:].to(device)``) is copied through
+        # a contiguous host tensor made first: pinned memory does not reach that copy either.
+        strided = sum(1 for call in copied if strided_view(call.func.value))  # type: ignore[attr-defined]
+        direct += len(copied) - strided
+        converted += strided + sum(1 for _ in self._converted_copies(scope))
         converted += self._recomputed_handed_to_copiers(scope)
         return converted, direct
 
