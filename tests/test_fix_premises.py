@@ -6383,3 +6383,30 @@ def test_options_handed_in_from_the_script_that_parses_them_are_read_there(tmp_p
     assert (finding.fix_applicability is not None) is pinned_fix, finding.message
     if not pinned_fix:
         assert "without worker processes" in finding.message
+
+
+@pytest.mark.parametrize("draw, fixed", [("real_A, _ = trainA_iter.next()", False), ("real_A, _ = next(trainA_iter)", True)])
+def test_a_file_that_draws_with_iterator_next_runs_torch_1_12(tmp_path, draw, fixed):
+    # UGATIT: `trainA_iter.next()`, a method DataLoader iterators lost in torch 1.13; the file
+    # runs an older torch, which has no fused Adam.
+    (tmp_path / ".git").mkdir()
+    source = textwrap.dedent(
+        f"""
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ImageFolder("trainA"), batch_size=1, shuffle=True, num_workers=4, pin_memory=True)
+        model = Generator().cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        trainA_iter = iter(loader)
+        for step in range(100000):
+            {draw}
+            loss = model(real_A.cuda(non_blocking=True)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    finding = only(source, "ADV601", fresh_script(tmp_path / "train.py", source))
+    assert (finding.fix_applicability is not None) is fixed, finding.message
+    if not fixed:
+        assert "DataLoader iterators lost in torch 1.13" in finding.message

@@ -886,6 +886,9 @@ def _older_allowed(ctx: "FileContext", package: str, version: str) -> str | None
         legacy = scalar_loss_indexed(ctx.source)
         if legacy is not None and _version(version) > _version("0.3.1"):
             return f"the file reads its loss as `{legacy}`, which raises from torch 0.4 on: it runs torch 0.3"
+        drawn = iterator_next_called(ctx.source)
+        if drawn is not None and _version(version) > _version("1.12"):
+            return f"the file draws batches with `{drawn}`, which DataLoader iterators lost in torch 1.13: it runs torch 1.12 or older"
         project = getattr(ctx, "project", None)
         if _version(version) > _version("0.3.1") and project is not None and project.runs_with_match(_LOSS_INDEXED_LINE, b".data[0]"):
             # AttnGAN's pretrain_DAMSM.py imports miscc/losses.py, which logs ``g_loss.data[0]``.
@@ -1017,6 +1020,26 @@ def _bundled_version(text: str, package: str) -> str | None:
 _SCALAR_LOSS_INDEXED = re.compile(r"\b(\w*[lL]oss\w*|\w*LOSS\w*|err(?:[A-Z_]\w*)?)\.data\[0\]")
 # The same on a line of code (not a comment), in a project file's bytes.
 _LOSS_INDEXED_LINE = re.compile(rb"^[^#\n]*\b(?:\w*[lL]oss\w*|\w*LOSS\w*|err(?:[A-Z_]\w*)?)\.data\[0\]", re.M)
+
+
+# ``it = iter(loader)`` then ``it.next()``: DataLoader iterators kept a Python 2 ``next`` method
+# until torch 1.13 (UGATIT's ``trainA_iter.next()``); ``next(it)`` is the spelling that lasted.
+_ITERATOR_BOUND = re.compile(r"^[ \t]*(?:self\.)?(\w+)[ \t]*=[ \t]*iter\(", re.M)
+
+
+def iterator_next_called(source: str) -> str | None:
+    """``it.next()`` (or ``iter(loader).next()``) on an iterator the file binds with ``iter(...)``,
+    the way code written for torch 1.12 or older drew a batch; None where none is seen."""
+    if ".next()" not in source:
+        return None
+    inline = re.search(r"\biter\([^()\n]*\)\.next\(\)", source)
+    if inline is not None:
+        return inline.group(0)
+    for name in dict.fromkeys(_ITERATOR_BOUND.findall(source)):
+        match = re.search(r"(?<![\w.])(?:self\.)?" + re.escape(name) + r"\.next\(\)", source)
+        if match is not None:
+            return match.group(0)
+    return None
 
 
 def scalar_loss_indexed(source: str) -> str | None:
