@@ -774,3 +774,10 @@ def test_a_later_blocking_copy_of_a_host_tensor_makes_non_blocking_copies_advice
     earlier = later.replace("data, target = data.cuda(), target.cuda()", "target = target.cuda()\n    data = data.cuda()")
     (finding,) = [d for d in lint(earlier, gpu="A100") if d.code == "ADV103"]
     assert finding.fix_applicability == "safe"
+    # deeplabv3: the conversion inside torch 0.3's `Variable(...)` wrapper, copied at once.
+    wrapped = later.replace(
+        "    target = target.type(torch.LongTensor)\n    data, target = data.cuda(), target.cuda()\n",
+        "    data = Variable(data).cuda()\n    target = Variable(target.type(torch.LongTensor)).cuda()\n",
+    ).replace("import torch\n", "import torch\nfrom torch.autograd import Variable\n", 1)
+    (finding,) = [d for d in lint(wrapped, gpu="A100") if d.code == "ADV103"]
+    assert finding.fix_applicability is None and "(line 9)" in finding.message, finding.message

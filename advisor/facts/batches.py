@@ -446,6 +446,8 @@ class BatchFacts:
                 if not isinstance(binding, cst.Assign) or scope.outside(binding):
                     continue
                 receiver = binding.value
+            if isinstance(receiver, cst.Call) and ctx.qualname(receiver.func) == "torch.autograd.Variable" and receiver.args:
+                receiver = receiver.args[0].value  # deeplabv3's ``Variable(label_imgs.type(torch.LongTensor)).cuda()``
             if isinstance(receiver, cst.Call) and self._made_on_host(scope, receiver):
                 return call
         return None
