@@ -69,6 +69,8 @@ _IMPORT_LINE = re.compile(
     rb"\n(?P<indent>[ \t]*)(?:from[ \t]+(?P<from>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\(?[^#\n]*)|import[ \t]+(?P<modules>[^#\n]+))"
 )
 _NAME = re.compile(r"[A-Za-z_]\w*")
+# ``parser.add_argument("--use_amp", ...)``, also with a short form first (``"-b", "--batch-size"``).
+_DECLARED_OPTION = re.compile(rb"""add_argument\(\s*(?:['"]-\w+['"]\s*,\s*)?['"]--([\w-]+)['"]""")
 _TOP_LEVEL_NAME = re.compile(rb"\n(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)|\n(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
 
 
@@ -437,6 +439,26 @@ class Project:
                 if len(found) > MAX_PROJECT_FILES:
                     found.clear()
                     break
+        return found
+
+    def scripts_declaring(self, dest: str) -> list[str]:
+        """The project's Python files that declare the command-line option stored at ``dest``
+        (``parser.add_argument("--use_amp", ...)``, or ``"--use-amp"``)."""
+        return self._option_declarations.get(dest, [])
+
+    @cached_property
+    def _option_declarations(self) -> dict[str, list[str]]:
+        """Every option a Python file of the project declares, by its destination: one pass over
+        the files that call ``add_argument``, however many options are asked about."""
+        found: dict[str, list[str]] = {}
+        for path in self.files:
+            text = self._peek(path)
+            if b"add_argument(" not in text:
+                continue
+            for match in _DECLARED_OPTION.finditer(text):
+                paths = found.setdefault(match.group(1).decode("ascii", "replace").replace("-", "_"), [])
+                if path not in paths:
+                    paths.append(path)
         return found
 
     def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
@@ -1895,6 +1917,12 @@ class ProjectView:
         if found is None:
             found = self.asked_mentions[key] = self.project.mentions_outside(name, self.path, kind)
         return found
+
+    def scripts_declaring(self, dest: str) -> list[str]:
+        """The project's Python files that declare the option stored at ``dest``
+        (:meth:`Project.scripts_declaring`); the answer may change with any file of the project."""
+        self.asked_texts = True
+        return self.project.scripts_declaring(dest)
 
     def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
         """The project's Python files whose text has ``pattern`` (:meth:`Project.texts_matching`);

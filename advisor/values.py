@@ -670,11 +670,7 @@ class ValueResolver:
         view = self.ctx.project
         if view is None or not view.member or depth > _MAX_DEPTH:
             return None
-        names = {dest, dest.replace("_", "-")}
-        declaring = re.compile(
-            rb"add_argument\(\s*(?:['\"]-\w+['\"]\s*,\s*)?['\"]--(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")['\"]"
-        )
-        paths = [p for p in view.texts_matching(declaring, b"add_argument(") if p.endswith(".py")]
+        paths = [p for p in view.scripts_declaring(dest) if p.endswith(".py")]
         here = os.path.dirname(os.path.abspath(self.ctx.path))
         # Several sub-projects of one repository (ModernTCN's classification, forecasting...):
         # the script in a folder above this file's speaks for it.

@@ -258,11 +258,7 @@ def _held_option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str 
     if view is None or not view.member:
         return None
     dest = option.attr.value
-    spelled = {dest, dest.replace("_", "-")}
-    declaring = re.compile(
-        rb"add_argument\(\s*(?:['\"]-\w['\"]\s*,\s*)?['\"]--(?:" + b"|".join(re.escape(n.encode()) for n in spelled) + rb")['\"]"
-    )
-    paths = view.texts_matching(declaring, b"add_argument(")
+    paths = view.scripts_declaring(dest)
     if len(paths) != 1 or not paths[0].endswith(".py"):
         return None
     script = paths[0]
