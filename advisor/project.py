@@ -1924,6 +1924,11 @@ class ProjectView:
         self.asked_texts = True
         return self.project.scripts_declaring(dest)
 
+    def assigns_attribute(self, name: str) -> bool:
+        """Whether a Python file or YAML config of the project assigns an attribute ``name``
+        (``args.use_amp = True``), by text; the answer may change with any file of the project."""
+        return bool(self.texts_matching(re.compile(rb"\." + re.escape(name.encode()) + rb"[ \t]*=(?!=)"), name.encode()))
+
     def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
         """The project's Python files whose text has ``pattern`` (:meth:`Project.texts_matching`);
         the answer may change with any file of the project."""

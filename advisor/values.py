@@ -682,7 +682,7 @@ class ValueResolver:
         other = view.context_of(paths[0])
         if other is None or OPTIONS_SET_ELSEWHERE.search(other.source):
             return None
-        if view.texts_matching(re.compile(rb"\." + re.escape(dest.encode()) + rb"[ \t]*=(?!=)"), dest.encode()):
+        if view.assigns_attribute(dest):
             return None  # ``args.num_workers = 4`` somewhere
         return other.values._argparse_default(dest, depth + 1)
 

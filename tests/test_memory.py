@@ -384,36 +384,22 @@ def test_adv505_in_a_lightning_training_step():
     assert codes_of(source, codes=["ADV505"]) == ["ADV505"]
 
 
-def test_adv505_silent_in_else_branch_and_conditional_expression():
-    source = """
+@pytest.mark.parametrize("test, expected", [("step_failed", []), ("not torch.cuda.is_available()", ["ADV505"])])
+def test_adv505_in_else_branch_and_conditional_expression(test, expected):
+    # An else is conditional, unless its test is one no GPU run passes: then it runs every step
+    # there, as the body of `if torch.cuda.is_available():` does (llm.c: `if device == "mps":
+    # ... elif device == "cuda":`).
+    source = f"""
     import torch
     for batch in loader:
         loss = model(batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        if step_failed:
+        if {test}:
             pass
         else:
             torch.cuda.empty_cache()
         torch.cuda.empty_cache() if low_memory else None
     """
-    assert codes_of(source, codes=["ADV505"]) == []
-
-
-def test_adv505_in_the_else_a_gpu_run_takes():
-    # The else of a test no GPU run passes runs every step there, as the body of
-    # `if torch.cuda.is_available():` does (llm.c: `if device == "mps": ... elif device == "cuda":`).
-    source = """
-    import torch
-    for batch in loader:
-        loss = model(batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if not torch.cuda.is_available():
-            pass
-        else:
-            torch.cuda.empty_cache()
-    """
-    assert codes_of(source, codes=["ADV505"]) == ["ADV505"]
+    assert codes_of(source, codes=["ADV505"]) == expected

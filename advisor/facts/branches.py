@@ -200,9 +200,6 @@ def dormant_flag(ctx: "FileContext", node: cst.CSTNode) -> str | None:
     return None
 
 
-_OPTIONS_SET_ELSEWHERE = OPTIONS_SET_ELSEWHERE
-
-
 def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | None:
     """Why a command-line option is off in every documented run, or None: it defaults off
     (``action="store_true"``, ``default=None`` / ``0``), the project ships commands that run
@@ -218,25 +215,31 @@ def _option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | Non
             resolved = ctx.values.argparse_default(option.attr.value)
     if view is None or resolved is None or resolved.origin != "argparse default":
         return None
-    value = resolved.value
-    if not (value is None or value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)):
+    if not _off(resolved.value):
         return None
     spellings = option_spellings(ctx, resolved.node)
-    if not spellings:
-        return None
-    launches = view.launch_commands()
-    if not launches:
-        return None  # a script run by hand may be given any option
-    if any(re.search(r"(?<![\w-])" + re.escape(spelled) + r"(?![\w-])", command) for _, command in launches for spelled in spellings):
+    why = _no_launch_passes(spellings, view.launch_commands(), ctx.path) if spellings else None
+    if why is None:
         return None
     name = option.attr.value
-    if _OPTIONS_SET_ELSEWHERE.search(ctx.source) or any(
+    if OPTIONS_SET_ELSEWHERE.search(ctx.source) or any(
         isinstance(target.target, cst.Attribute) and target.target.attr.value == name
         for assign in ctx.nodes(cst.Assign) for target in assign.targets
     ):
         return None
-    script = ctx.path.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{script}` passes"
+    return why
+
+
+def _no_launch_passes(spellings: tuple[str, ...], launches: list[tuple[str, str]], script: str) -> str | None:
+    """Why an option is off in every documented run of ``script``: the project ships commands
+    that run it (``launches``) and none passes any of the option's ``spellings``; None where
+    there are none (a script run by hand may be given any option) or one passes it."""
+    if not spellings or not launches:
+        return None
+    if any(re.search(r"(?<![\w-])" + re.escape(spelled) + r"(?![\w-])", command) for _, command in launches for spelled in spellings):
+        return None
+    name = script.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{name}` passes"
 
 
 def _options_held_by_self(node: cst.BaseExpression) -> bool:
@@ -268,24 +271,19 @@ def _held_option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str 
     resolved = other.values.argparse_default(dest)
     if resolved is None or resolved.origin != "argparse default" or not _off(resolved.value):
         return None
-    spellings = option_spellings(other, resolved.node)
-    launches = view.project.launch_commands(script)
     view.asked_texts = True
-    if not spellings or not launches:
+    why = _no_launch_passes(option_spellings(other, resolved.node), view.project.launch_commands(script), script)
+    if why is None or OPTIONS_SET_ELSEWHERE.search(other.source):
         return None
-    if any(re.search(r"(?<![\w-])" + re.escape(s) + r"(?![\w-])", command) for _, command in launches for s in spellings):
-        return None
-    if _OPTIONS_SET_ELSEWHERE.search(other.source):
-        return None
-    if view.texts_matching(re.compile(rb"\." + re.escape(dest.encode()) + rb"[ \t]*=(?!=)"), dest.encode()):
+    if view.assigns_attribute(dest):
         return None  # ``args.use_amp = True`` somewhere
     if view.configs_matching(_on_in_config(dest)):
         return None
-    name = script.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"the code runs only with `{spellings[0]}`, which no command the project ships to run `{name}` passes"
+    return why
 
 
 def _off(value: object) -> bool:
+    """An option's default that leaves it off: ``None``, ``False``, zero."""
     return value is None or value is False or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)
 
 
