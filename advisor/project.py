@@ -1918,11 +1918,18 @@ class ProjectView:
             found = self.asked_mentions[key] = self.project.mentions_outside(name, self.path, kind)
         return found
 
-    def scripts_declaring(self, dest: str) -> list[str]:
-        """The project's Python files that declare the option stored at ``dest``
-        (:meth:`Project.scripts_declaring`); the answer may change with any file of the project."""
+    def declaring_script(self, dest: str) -> str | None:
+        """The script whose command line gives this file the option stored at ``dest``: the one
+        Python file of the project that declares it, or, where several sub-projects of one
+        repository each declare it (ModernTCN's classification, forecasting...), the one in a
+        folder above this file; None where that is not one script. The answer may change with
+        any file of the project."""
         self.asked_texts = True
-        return self.project.scripts_declaring(dest)
+        paths = [path for path in self.project.scripts_declaring(dest) if path.endswith(".py")]
+        if len(paths) > 1:
+            here = os.path.dirname(os.path.abspath(self.path)) + os.sep
+            paths = [path for path in paths if here.startswith(os.path.dirname(os.path.abspath(path)) + os.sep)]
+        return paths[0] if len(paths) == 1 else None
 
     def assigns_attribute(self, name: str) -> bool:
         """Whether a Python file or YAML config of the project assigns an attribute ``name``

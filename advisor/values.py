@@ -663,23 +663,17 @@ class ValueResolver:
     def _declared_elsewhere(self, dest: str, depth: int) -> Value | None:
         """The default of ``--<dest>`` for a namespace of options this file is handed from
         elsewhere (``args`` a parameter of a function the file never calls, ``self.args``):
-        where exactly one script of the project declares the option, sets its options nowhere
+        where one script gives this file the option (:meth:`ProjectView.declaring_script`), sets its options nowhere
         but on its command line, and no file of the project assigns ``.<dest>`` (the
         Time-Series-Library layout: ``run.py`` parses ``--num_workers``, default 0;
         ``data_provider/data_factory.py`` builds ``DataLoader(num_workers=args.num_workers)``)."""
         view = self.ctx.project
         if view is None or not view.member or depth > _MAX_DEPTH:
             return None
-        paths = [p for p in view.scripts_declaring(dest) if p.endswith(".py")]
-        here = os.path.dirname(os.path.abspath(self.ctx.path))
-        # Several sub-projects of one repository (ModernTCN's classification, forecasting...):
-        # the script in a folder above this file's speaks for it.
-        above = [p for p in paths if (here + os.sep).startswith(os.path.dirname(os.path.abspath(p)) + os.sep)]
-        if len(above) == 1:
-            paths = above
-        if len(paths) != 1 or os.path.abspath(paths[0]) == os.path.abspath(self.ctx.path):
+        script = view.declaring_script(dest)
+        if script is None or os.path.abspath(script) == os.path.abspath(self.ctx.path):
             return None
-        other = view.context_of(paths[0])
+        other = view.context_of(script)
         if other is None or OPTIONS_SET_ELSEWHERE.search(other.source):
             return None
         if view.assigns_attribute(dest):

@@ -6306,11 +6306,22 @@ def test_a_non_blocking_copy_of_a_strided_view_needs_torch_1_3(tmp_path, copied,
         assert "torch >= 1.3" in finding.message
 
 
+@pytest.mark.parametrize("subprojects", [False, True])
 @pytest.mark.parametrize("command, advice", [("python -u run.py --model SegRNN --seq_len 720\n", True), ("python -u run.py --model SegRNN --use_amp\n", False)])
-def test_an_option_an_object_keeps_is_read_from_the_script_that_parses_it(tmp_path, command, advice):
+def test_an_option_an_object_keeps_is_read_from_the_script_that_parses_it(tmp_path, command, advice, subprojects):
     # SegRNN (the Time-Series-Library layout): run.py parses `--use_amp` (off) and builds
     # Exp_Main(args); exp/exp_main.py tests `self.args.use_amp`; scripts/*.sh never pass it.
+    # ModernTCN ships several such sub-projects, each with its own run.py: the one above the
+    # file speaks for it.
     (tmp_path / ".git").mkdir()
+    if subprojects:
+        (tmp_path / "classification").mkdir()
+        (tmp_path / "classification" / "run.py").write_text(
+            "import argparse\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--use_amp', action='store_true', default=True)\nargs = parser.parse_args()\n"
+        )
+        tmp_path = tmp_path / "forecasting"
+        tmp_path.mkdir()
     (tmp_path / "scripts").mkdir()
     (tmp_path / "exp").mkdir()
     (tmp_path / "run.py").write_text(

@@ -252,8 +252,8 @@ def _options_held_by_self(node: cst.BaseExpression) -> bool:
 
 
 def _held_option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str | None:
-    """Why ``self.args.<dest>`` is off in every documented run, or None: one script of the
-    project declares ``--<dest>``, defaulting off, and the commands the project ships run that
+    """Why ``self.args.<dest>`` is off in every documented run, or None: the script that gives
+    this file ``--<dest>`` (:meth:`ProjectView.declaring_script`) defaults it off, and the commands the project ships run that
     script without it (SegRNN's and MICN's ``--use_amp``: ``run_longExp.py`` builds
     ``Exp_Main(args)``, whose methods test ``self.args.use_amp``); nothing in the project
     assigns the attribute, and no config names it on."""
@@ -261,10 +261,9 @@ def _held_option_never_passed(ctx: "FileContext", option: cst.Attribute) -> str 
     if view is None or not view.member:
         return None
     dest = option.attr.value
-    paths = view.scripts_declaring(dest)
-    if len(paths) != 1 or not paths[0].endswith(".py"):
+    script = view.declaring_script(dest)
+    if script is None:
         return None
-    script = paths[0]
     other = ctx if os.path.abspath(script) == os.path.abspath(ctx.path) else view.context_of(script)
     if other is None:
         return None
