@@ -843,10 +843,15 @@ class Project:
     def neighbourhood(self, path: str) -> list[str]:
         """The files that run together with ``path``: itself, what it imports, and each of its
         importers with what that importer imports (``train.py`` builds the data set of
-        ``utils.py`` and hands it to the loader of ``trainer.py``)."""
+        ``utils.py`` and hands it to the loader of ``trainer.py``). A package's ``__init__.py``
+        that imports the file passes it on: its importers run with the file too (ncsn's
+        ``main.py`` does ``from runners import *``, whose ``__init__.py`` imports each runner)."""
         found = [path, *self.imports(path)]
-        for importer in self.importers.get(path, []):
+        importers = list(self.importers.get(path, []))
+        for importer in importers:
             found.extend(p for p in (importer, *self.imports(importer)) if p not in found)
+            if os.path.basename(importer) == "__init__.py":
+                importers.extend(p for p in self.importers.get(importer, []) if p not in importers and p != path)
         return found
 
     @cached_property

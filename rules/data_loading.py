@@ -1262,6 +1262,9 @@ class BlockingHostToDeviceCopy(Rule):
           part of the batch, `points.transpose(2, 1).cuda()`, which is made contiguous in pageable
           memory before it is copied): from pageable memory the host waits for it, and for every
           copy queued before it;
+        - (advice, no fix) the copied tensor is a strided view of the batch (`ids[:, :-1]`,
+          `targets[:, 1:, :]`): torch first copies it into a new, unpinned host tensor, so the
+          copy blocks even when asked not to (copy the whole tensor, then slice on the GPU);
         - (advice, no fix) the script sets `CUDA_LAUNCH_BLOCKING=1` (a debugging switch left in
           Dinomaly's scripts): every CUDA call waits for the GPU, and a non-blocking copy overlaps
           nothing;
@@ -1660,10 +1663,6 @@ class BlockingHostToDeviceCopy(Rule):
                     # The batch may be a tokenizer's ``BatchEncoding``, whose ``.to()`` takes
                     # ``non_blocking`` from transformers 4.48 on (contrastors pins 4.45.2).
                     requires.append(("transformers", "4.48"))
-                if strided_view(func.value):
-                    # ``targets[:, 1:, :]``: before torch 1.3 an asynchronous copy asked for a
-                    # contiguous source and raised on a strided view (pytorch#10690; SemGCN's 1.1.0).
-                    requires = [("torch", "1.3"), *requires[1:]]
                 fix = self.fix(
                     "Pass `non_blocking=True`", Edit(call, set_keyword(call, "non_blocking", "True")), requires=requires
                 )
@@ -1721,6 +1720,16 @@ class BlockingHostToDeviceCopy(Rule):
                     finding.as_advice(
                         f"the copy is in a helper that also moves a model (`{moved_module}`), whose `.{func.attr.value}()` "
                         f"takes no `non_blocking`, so the fix is left as advice"
+                    )
+                if fix is not None and strided_view(func.value):
+                    # minimal-llama's ``batch["input_ids"][:, :-1].to(device)``: torch copies a
+                    # strided view into a new, contiguous and unpinned host tensor first, so the
+                    # copy blocks anyway (and before torch 1.3 an asynchronous one raised on it,
+                    # pytorch#10690: SemGCN's 1.1.0).
+                    finding.as_advice(
+                        f"`{ctx.snippet(func.value)}` is a strided view of the batch, which torch first copies into a "
+                        f"new, unpinned host tensor, so the copy blocks even with `non_blocking=True`: copy the whole "
+                        f"tensor without blocking, then slice it on the GPU; the fix is left as advice"
                     )
                 if fix is not None and ctx.facts.devices.launch_blocking:
                     # Dinomaly: ``os.environ['CUDA_LAUNCH_BLOCKING'] = "1"`` in every script's ``__main__``.

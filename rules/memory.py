@@ -22,7 +22,7 @@ from advisor.context import MISSING, FileContext
 from advisor.facts import Tri
 from advisor.facts.distributed import shipped_zero3_config
 from advisor.facts.environment import older_allowed
-from advisor.facts.models import is_model_load, model_loads, pretrained_model_id
+from advisor.facts.models import is_model_load, model_loads, pretrained_model_id, remote_code_load
 from advisor.facts.precision import autocasts, resolve_dtype
 from advisor.edits import remove_keyword, set_keyword, string_like
 from advisor.model_sizes import ModelSize, model_size
@@ -1509,7 +1509,11 @@ class CheckpointingReentrant(Rule):
         The fix is advice where the project ships a DeepSpeed config with ZeRO stage 3 (a JSON
         at its root or in a config folder there): non-reentrant recomputation has reported
         failures on the parameters ZeRO-3 partitions, and which config a run uses is chosen on
-        the command line. It is advice too where the call passes keywords on to the function.
+        the command line. It is advice too where the call passes keywords on to the function,
+        and for `prepare_model_for_kbit_training` where the model runs its own code from the
+        Hub (`trust_remote_code=True`: ChatGLM's keeps torch's reentrant checkpoint whatever
+        the kwargs say, and peft, told non-reentrant, skips the input-gradient hook that one
+        needs).
     """
     valid = [
         Valid(
@@ -1673,6 +1677,16 @@ class CheckpointingReentrant(Rule):
             """,
             note="PEFT passes {} and torch falls back to reentrant",
         ),
+        Invalid(
+            """
+            from peft import prepare_model_for_kbit_training
+            from transformers import AutoModel, BitsAndBytesConfig
+            q_config = BitsAndBytesConfig(load_in_4bit=True)
+            model = AutoModel.from_pretrained("THUDM/chatglm2-6b", quantization_config=q_config, trust_remote_code=True)
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+            """,
+            note="the model's own code checkpoints reentrantly whatever the kwargs say: advice, no edit (FinGPT's ChatGLM2 notebook)",
+        ),
     ]
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
@@ -1763,6 +1777,13 @@ class CheckpointingReentrant(Rule):
             )
             # peft 0.6 added ``gradient_checkpointing_kwargs`` (huggingface/peft#1036).
             fix = self.fix("Use non-reentrant checkpointing", edit, requires=[("peft", "0.6")]) if edit is not None else None
+            remote = remote_code_load(ctx) if fix is not None else None
+            if remote is not None:
+                # FinGPT's ChatGLM2 notebook: the model's own code keeps torch's reentrant
+                # checkpoint and ignores the kwargs, while peft, told non-reentrant, skips the
+                # input-gradient hook: the frozen 4-bit embeddings then leave backward nothing.
+                message = message.replace(" (guide: ", f"; the model runs its own code from its Hub repository (`trust_remote_code=`), which may checkpoint its own way and ignore the kwargs, and peft then skips the input-gradient hook that reentrant checkpointing needs, so the fix is left as advice (guide: ", 1)
+                fix = None
             again = self._reenabled_reentrant(ctx) if fix is not None else None
             if again is not None:
                 # LLM-Finetuning-Toolkit (transformers 4.40): peft then skips the input-gradient

@@ -1310,6 +1310,15 @@ class Fp16OnBf16Gpu(Rule):
                 # fp16 section disagrees with the arguments.
                 message += f'; `{configured[1]}` sets `"fp16": {{"enabled": true}}` itself: switch it to bf16 there too'
                 fix = None
+            elif configured is not None and configured[0] == "unknown" and fix is not None:
+                # FinGPT: ``deepspeed=args.ds_config``, and the launch script passes a config
+                # with ``"fp16": {"enabled": true}``, which transformers refuses beside bf16=True.
+                message += (
+                    f"; the DeepSpeed config (`{configured[1]}`) is not one advisor can read, and where it sets "
+                    '`"fp16": {"enabled": true}` (not `"auto"`), transformers refuses `bf16=True` beside it: '
+                    "switch it there too, so the fix is left as advice"
+                )
+                fix = None
             yield self.report(self.at_keyword(call, "fp16"), _message(message), fix)
 
     def _training_arguments_fix(self, ctx: FileContext, call: cst.Call, fp16, bf16):

@@ -920,11 +920,14 @@ def test_a_hydra_config_that_clips_gradients_keeps_a_lightning_optimizer_unfused
     assert "ADV601" not in [d.code for d in lint(model.read_text(), gpu="A100", path=str(model))]
 
 
-def test_cudnn_benchmark_set_by_the_script_that_runs_the_module(tmp_path):
+@pytest.mark.parametrize("through_the_package", [False, True])
+def test_cudnn_benchmark_set_by_the_script_that_runs_the_module(tmp_path, through_the_package):
     # ddim: main.py sets torch.backends.cudnn.benchmark = True, then runs runners/diffusion.py.
+    # ncsn, by the same authors: main.py does `from runners import *`, and runners/__init__.py
+    # imports each runner.
     (tmp_path / ".git").mkdir()
     (tmp_path / "runners").mkdir()
-    (tmp_path / "runners" / "__init__.py").write_text("")
+    (tmp_path / "runners" / "__init__.py").write_text("from runners.diffusion import *\n" if through_the_package else "")
     runner = tmp_path / "runners" / "diffusion.py"
     runner.write_text(textwrap.dedent("""
         import torch
@@ -939,7 +942,8 @@ def test_cudnn_benchmark_set_by_the_script_that_runs_the_module(tmp_path):
                     loss.backward()
                     optimizer.step()
     """))
-    main = "import torch\nfrom runners.diffusion import Diffusion\n\nif __name__ == '__main__':\n    Diffusion().train(loader)\n"
+    imported = "from runners import *" if through_the_package else "from runners.diffusion import Diffusion"
+    main = f"import torch\n{imported}\n\nif __name__ == '__main__':\n    Diffusion().train(loader)\n"
     (tmp_path / "main.py").write_text(main)
     forget_projects()
     assert "ADV605" in [d.code for d in lint(runner.read_text(), gpu="A100", path=str(runner))]
@@ -2237,6 +2241,24 @@ def test_fp16_arguments_under_a_deepspeed_config_that_enables_fp16_itself_are_ad
         assert (finding.fix_applicability is not None) == fixed, finding.message
 
 
+@pytest.mark.parametrize("default, fixed", [("'./config_new.json'", False), ("None", True)])
+def test_fp16_arguments_beside_a_deepspeed_config_advisor_cannot_read_are_advice(tmp_path, default, fixed):
+    # FinGPT's forecaster: deepspeed=args.ds_config (the default names a file the project does
+    # not ship); train.sh passes --ds_config config.json, which says "fp16": {"enabled": true}.
+    (tmp_path / ".git").mkdir()
+    source = (
+        "import argparse\nfrom transformers import Trainer, TrainingArguments\n"
+        "parser = argparse.ArgumentParser()\n"
+        f"parser.add_argument('--ds_config', default={default}, type=str)\nargs = parser.parse_args()\n"
+        'training_args = TrainingArguments("out", fp16=True, deepspeed=args.ds_config)\n'
+        "Trainer(model=model, args=training_args).train()\n"
+    )
+    finding = only(source, "ADV201", fresh_script(tmp_path / "train_lora.py", source))
+    assert (finding.fix_applicability is not None) == fixed, finding.message
+    if not fixed:
+        assert "is not one advisor can read" in finding.message
+
+
 def test_autocast_for_one_loop_of_a_file_with_other_training_steps_is_advice():
     # DomainBed's algorithms.py: MLDG's inner loop is one of many algorithms' `update` steps;
     # bf16 for it alone makes the comparison between them uneven.
@@ -3127,6 +3149,7 @@ def test_the_trainers_fused_optim_in_a_file_that_imports_deepspeed_needs_torch_2
         ("from torchtext.data import Field, BucketIterator\n", "torch 1.7 or older"),
         ("from torch._six import inf\n", "torch 1.13 or older"),
         ("from torch_geometric.utils import add_self_loops, f1_score\n", "torch 1.11 or older"),
+        ("from torch.distributed.tensor.parallel.fsdp import enable_2d_with_fsdp\n", "it runs torch 1.13 to 2.1"),
     ],
 )
 def test_an_import_a_later_release_removed_caps_the_torch_version(imports, cap):
@@ -3743,6 +3766,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     ),
     # pytorch_stacked_hourglass: "- PyTorch (code tested with 1.5)".
     "readme-tested-with": ({"README.md": "## Getting Started\n\n- Python 3.6\n- PyTorch (code tested with 1.5)\n"}, "torch>=1.5"),
+    # msn: "* PyTorch install 1.11.0 (older versions may work too)".
+    "readme-install-version": ({"README.md": "### Requirements\n* Python 3.8 (or newer)\n* PyTorch install 1.11.0 (older versions may work too)\n"}, "torch>=1.11.0"),
     # DeepAR's TimeSeries: a requirements.txt written as `pip list` prints it.
     "requirements-listed": ({"requirements.txt": "numpy 1.14.3\nPython 3.6.7\ntorch 0.4.1\ntqdm 4.26.0\n"}, "torch==0.4.1"),
     # COSNet: "1. Install pytorch (version:1.0.1)."; no space after the colon.
@@ -6282,12 +6307,15 @@ def test_a_padded_vocabulary_is_advice_where_a_test_script_loads_at_the_tokenize
         assert "`test.py` resizes the embeddings to the tokenizer's length without training" in finding.message
 
 
+@pytest.mark.parametrize("readme", ["This repository is built upon Python v2.7 and Pytorch v1.1.0.\n", ""])
 @pytest.mark.parametrize("copied, fixed", [("targets[:, 1:, :]", False), ("targets", True), ("targets[:8]", True)])
-def test_a_non_blocking_copy_of_a_strided_view_needs_torch_1_3(tmp_path, copied, fixed):
+def test_a_non_blocking_copy_of_a_strided_view_is_advice(tmp_path, copied, fixed, readme):
     # SemGCN: `targets_3d[:, 1:, :].to(device)` in a project built on PyTorch 1.1.0, whose
-    # asynchronous copy raised on a non-contiguous source (pytorch#10690, fixed in 1.3).
+    # asynchronous copy raised on a non-contiguous source (pytorch#10690, fixed in 1.3); on any
+    # torch the view is copied into a new, unpinned host tensor first (minimal-llama's
+    # `batch["input_ids"][:, :-1]`), so the copy blocks anyway.
     (tmp_path / ".git").mkdir()
-    (tmp_path / "README.md").write_text("This repository is built upon Python v2.7 and Pytorch v1.1.0.\n")
+    (tmp_path / "README.md").write_text(readme)
     source = textwrap.dedent(
         f"""
         import torch
@@ -6303,7 +6331,7 @@ def test_a_non_blocking_copy_of_a_strided_view_needs_torch_1_3(tmp_path, copied,
     finding = only(source, "ADV103", fresh_script(tmp_path / "train.py", source))
     assert (finding.fix_applicability is not None) is fixed, finding.message
     if not fixed:
-        assert "torch >= 1.3" in finding.message
+        assert "is a strided view of the batch" in finding.message
 
 
 @pytest.mark.parametrize("subprojects", [False, True])

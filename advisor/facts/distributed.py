@@ -411,17 +411,23 @@ def _find_deepspeed_configs(ctx: "FileContext", root: str) -> list[tuple[str, ob
 def deepspeed_precision(ctx: "FileContext", call: cst.Call) -> tuple[str, str] | None:
     """The precision a ``TrainingArguments(deepspeed=...)`` config turns on itself, and where:
     ``("fp16", "ds_config_gpt_j.json")`` for ``"fp16": {"enabled": true}``. transformers raises
-    when such a config and the arguments disagree; ``"auto"`` follows the arguments (None)."""
+    when such a config and the arguments disagree; ``"auto"`` follows the arguments (None).
+    ``("unknown", where)`` for a config that is given but cannot be read: a path from the
+    command line (FinGPT's ``--ds_config``, whose launch script names a config with fp16 on),
+    a file the project does not ship, a dict built at run time."""
     from advisor.facts.environment import named_json
 
     expr = ctx.argument(call, "deepspeed")
     if expr is None or not isinstance(expr, cst.BaseExpression):
         return None
-    value = ctx.values.value_of(expr)
+    resolved = ctx.values.resolve(expr)
+    value = resolved.value if resolved is not None else None
+    if resolved is not None and (value is None or value is False or value == ""):
+        return None  # no DeepSpeed in the run the code describes
     config: object = None
-    where = "the DeepSpeed config"
-    if isinstance(value, str) and value.endswith(".json"):
-        found = named_json(ctx, value)
+    where = ctx.snippet(expr, 40)
+    if isinstance(value, str):
+        found = named_json(ctx, value) if value.endswith(".json") else None
         config, where = (found[0], value) if found is not None else (None, value)
     else:  # a dict written in the script
         entries = ctx.values.dict_entries(expr)
@@ -429,10 +435,14 @@ def deepspeed_precision(ctx: "FileContext", call: cst.Call) -> tuple[str, str] |
             config = {}
             for key in ("fp16", "bf16"):
                 nested = ctx.values.dict_entries(entries[key]) if key in entries else None
-                if nested is not None and "enabled" in nested:
+                if nested is None:
+                    if key in entries:
+                        return "unknown", where
+                    continue
+                if "enabled" in nested:
                     config[key] = {"enabled": ctx.values.value_of(nested["enabled"])}
     if not isinstance(config, dict):
-        return None
+        return "unknown", where
     for key in ("fp16", "bf16"):
         section = config.get(key)
         if isinstance(section, dict) and section.get("enabled") is True:

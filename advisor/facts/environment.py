@@ -187,11 +187,11 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     same README again (nine regular expressions over it, a tenth of a small project's run)."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:install(?:ed)?\s+)?(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
     # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
-    # pytorch-maml: "the latest version of PyTorch, v.0.2.0".
+    # pytorch-maml: "the latest version of PyTorch, v.0.2.0". msn: "PyTorch install 1.11.0".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
     # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
@@ -1202,6 +1202,13 @@ _REMOVED_IMPORTS = (
             re.M,
         ),
         "torch_geometric.utils.f1_score", "1.11", "PyG 2.1 (torch 1.12) removed",
+    ),
+    # minimal-llama's FSDP scripts: ``from torch.distributed.tensor.parallel.fsdp import
+    # enable_2d_with_fsdp``, which torch 2.2 removed (pytorch#112473); it came with 2-D
+    # parallelism in torch 1.13.
+    (
+        re.compile(r"^from\s+torch\.distributed\.tensor\.parallel\.fsdp\s+import\s+[^\n]*\benable_2d_with_fsdp\b", re.M),
+        "torch.distributed.tensor.parallel.fsdp.enable_2d_with_fsdp", "2.1", "torch 2.2 removed", "1.13",
     ),
     # torchtext's last release, 0.18 (2024), is built for torch 2.3 and fails to load on later ones.
     (re.compile(r"^(?:from|import)\s+torchtext\b", re.M), "torchtext", "2.3", "stopped at 0.18, built for torch 2.3"),

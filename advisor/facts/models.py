@@ -1683,6 +1683,17 @@ def model_loads(ctx: FileContext) -> list[cst.Call]:
     return [call for call in ctx.method_calls("from_pretrained") if is_model_load(ctx, call)]
 
 
+def remote_code_load(ctx: FileContext) -> cst.Call | None:
+    """A model load that may run the model's own code from its Hub repository
+    (``trust_remote_code=True``, or a value not seen to be False): its modeling code, not
+    transformers', decides how it checkpoints and what it does with the keywords it is given."""
+    for call in model_loads(ctx):
+        trusted = ctx.keyword_arg(call, "trust_remote_code")
+        if trusted is not None and ctx.values.value_of(trusted.value) is not False:
+            return call
+    return None
+
+
 def pretrained_model_id(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
     """The string ``expr`` holds; for a parameter of a loader function (``def load(name):
     return AutoModel.from_pretrained(name)``), the argument of its one call in the file."""
