@@ -781,3 +781,34 @@ def test_a_later_blocking_copy_of_a_host_tensor_makes_non_blocking_copies_advice
     ).replace("import torch\n", "import torch\nfrom torch.autograd import Variable\n", 1)
     (finding,) = [d for d in lint(wrapped, gpu="A100") if d.code == "ADV103"]
     assert finding.fix_applicability is None and "(line 9)" in finding.message, finding.message
+
+
+def test_a_batch_name_a_nested_loop_draws_into_is_another_loaders_batch():
+    # openWakeWord's train_model: `for step, data in enumerate(X)` trains, and at validation
+    # steps `for i, data in enumerate(false_positive_val_data)` draws an in-memory loader's
+    # batches into the same name: those copies are not the training loader's.
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def train_model(model, X, val_data):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, data in enumerate(X):
+                x, y = data[0].to("cuda"), data[1].to("cuda")
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    for i, data in enumerate(val_data):
+                        with torch.no_grad():
+                            x_val = data[0].to("cuda")
+                            model(x_val)
+
+        X = DataLoader(AudioClips(), batch_size=None, num_workers=8, pin_memory=True)
+        val_data = DataLoader(TensorDataset(torch.from_numpy(features)), batch_size=1024)
+        train_model(Net().cuda(), X, val_data)
+        """
+    )
+    found = [(d.code, d.line) for d in lint(source, gpu="A100") if d.code == "ADV103"]
+    assert found == [("ADV103", 8), ("ADV103", 8)], found

@@ -3766,6 +3766,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     ),
     # pytorch_stacked_hourglass: "- PyTorch (code tested with 1.5)".
     "readme-tested-with": ({"README.md": "## Getting Started\n\n- Python 3.6\n- PyTorch (code tested with 1.5)\n"}, "torch>=1.5"),
+    # SimKD: "The PyTorch version is 1.0. ... The PyTorch version is 1.10." (the oldest speaks).
+    "readme-version-is": ({"README.md": "  - We use one RTX 2080Ti GPU for CIFAR-100. The PyTorch version is 1.0. We use four A40 GPUs for ImageNet. The PyTorch version is 1.10.\n"}, "torch>=1.0"),
     # msn: "* PyTorch install 1.11.0 (older versions may work too)".
     "readme-install-version": ({"README.md": "### Requirements\n* Python 3.8 (or newer)\n* PyTorch install 1.11.0 (older versions may work too)\n"}, "torch>=1.11.0"),
     # DeepAR's TimeSeries: a requirements.txt written as `pip list` prints it.
@@ -6308,7 +6310,7 @@ def test_a_padded_vocabulary_is_advice_where_a_test_script_loads_at_the_tokenize
 
 
 @pytest.mark.parametrize("readme", ["This repository is built upon Python v2.7 and Pytorch v1.1.0.\n", ""])
-@pytest.mark.parametrize("copied, fixed", [("targets[:, 1:, :]", False), ("targets", True), ("targets[:8]", True)])
+@pytest.mark.parametrize("copied, fixed", [("targets[:, 1:, :]", False), ("targets[:, 1:].reshape(-1)", False), ("targets", True), ("targets[:8]", True), ("targets.reshape(-1)", True)])
 def test_a_non_blocking_copy_of_a_strided_view_is_advice(tmp_path, copied, fixed, readme):
     # SemGCN: `targets_3d[:, 1:, :].to(device)` in a project built on PyTorch 1.1.0, whose
     # asynchronous copy raised on a non-contiguous source (pytorch#10690, fixed in 1.3); on any

@@ -91,6 +91,10 @@ class BatchScope:
         """The name last got something else than the batch before this use (``batch_y =
         batch_y.float().to(device)``, then ``batch_y[:, -n:].to(device)`` copies a GPU tensor)."""
         binding = self.ctx.facts.tensors.reaching(name)
+        if isinstance(binding, cst.For) and binding is not self.loop and not self.outside(binding):
+            # openWakeWord's validation inside the training loop: ``for i, data in
+            # enumerate(false_positive_val_data)`` draws another loader's batches into ``data``.
+            return not self._is_batch_value(binding.iter, at=binding.iter)
         if not isinstance(binding, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or self.outside(binding):
             return False
         if isinstance(binding, cst.AugAssign) or binding.value is None:
@@ -127,9 +131,17 @@ class BatchScope:
 
 
 
+# Reshaping calls that keep a strided view's layout problem: of a non-contiguous tensor they make
+# a new, contiguous host tensor (``batch["labels"][:, 1:].reshape(-1)``).
+_RESHAPES = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze", "contiguous"})
+
+
 def strided_view(expr: cst.BaseExpression) -> bool:
     """``x[:, 1:]``, ``x[..., 0]``, ``x[::2]``: a subscript that selects within a dimension past
-    the first, or steps through one, and so may be a strided (non-contiguous) view."""
+    the first, or steps through one, and so may be a strided (non-contiguous) view; also such a
+    view reshaped (``x[:, 1:].reshape(-1)``)."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES:
+        expr = expr.func.value
     if not isinstance(expr, cst.Subscript):
         return False
     for position, element in enumerate(expr.slice):

@@ -210,9 +210,9 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     )
     # deepcluster: "a PyTorch install version 0.1.8"; stat453's README shows its script's output,
     # "PyTorch version: 1.7.0"; EditNTS: "requires PyTorch version >= 0.4.1"; COSNet: "Install
-    # pytorch (version:1.0.1)", no space.
+    # pytorch (version:1.0.1)", no space. SimKD: "The PyTorch version is 1.0."
     worded = re.compile(
-        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion(?:\s*:\s*|\s+|\s*(?:>=|≥|==)\s*)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}\b[^\n.]{{0,30}}?\bversion(?:\s+(?:is|was))?(?:\s*:\s*|\s+|\s*(?:>=|≥|==)\s*)v?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # WaveRNN: "[Pytorch 1 with CUDA](https://pytorch.org/)": any 1.x, so 1.0 is the floor.
     major_only = re.compile(rf"(?<![\w-])(?:py)?{name}\s+v?([0-9])(?:\.x)?(?![\w.])", re.I)
