@@ -17,7 +17,7 @@ from advisor.names import dotted_name
 from advisor.rule import Applicability, Edit, Finding, Invalid, Rule, Valid
 from advisor.facts.branches import run_by_default
 from advisor.facts.precision import autocasts, half_weights, scaler_calls
-from advisor.facts.models import loads_quantized, recomputes_activations
+from advisor.facts.models import loads_quantized, long_samples, recomputes_activations
 from advisor.values import Value
 
 # TrainingArguments defaults, used when an argument is certainly not passed.
@@ -234,7 +234,8 @@ class AccumulationSplit(Rule):
         can see, both of them, so the product cannot drift. A larger per-device batch uses
         more memory, so the fix is unsafe; `advisor fix --verify` tries it and finds the
         largest per-device batch that fits. Where the script is visibly written around its
-        memory (a model loaded in 8 or 4 bits, gradient checkpointing turned on), the finding
+        memory (a model loaded in 8 or 4 bits, gradient checkpointing turned on, samples of
+        4,096 tokens or more: `max_length=8192`, `max_completion_length=16384`), the finding
         is advice: the small batch is likely memory's choice. Where the program's loss compares
         the samples of a micro-batch with each other (`labels = torch.arange(...)` over a
         similarity matrix: in-batch negatives), a larger batch changes the objective: advice
@@ -426,6 +427,13 @@ class AccumulationSplit(Rule):
             args = TrainingArguments("out", per_device_train_batch_size=1, gradient_accumulation_steps=8, gradient_checkpointing=True)
             """,
             note="gradient checkpointing already trades speed for memory: the batch of 1 is memory's choice, advice (yarn)",
+        ),
+        Invalid(
+            """
+            from trl import SFTConfig
+            args = SFTConfig("out", bf16=True, max_length=8192, per_device_train_batch_size=1, gradient_accumulation_steps=8)
+            """,
+            note="8k-token samples: the batch of 1 is likely memory's choice, advice (TRL's Gemma-3 SFT)",
         ),
         Invalid(
             """
@@ -710,6 +718,15 @@ class AccumulationSplit(Rule):
                 " (guide: ",
                 "; the script already recomputes activations to save memory (gradient checkpointing), so the "
                 "batch is likely memory's choice and the fix is left as advice (guide: ",
+                1,
+            )
+        elif edits and (long := long_samples(ctx)) is not None:
+            # TRL's sudoku GRPO (16k-token completions) and Gemma-3 SFT (8k, eager attention):
+            # at batch 4 the logits or attention scores of a micro-batch run out of memory.
+            message = message.replace(
+                " (guide: ",
+                f"; its samples run to {long[0]} tokens (`{long[1].keyword.value}=`), where attention scores and "  # type: ignore[union-attr]
+                "logits grow with the length, so the batch is likely memory's choice and the fix is left as advice (guide: ",
                 1,
             )
         elif edits and _compares_within_batch(ctx):

@@ -812,3 +812,61 @@ def test_a_batch_name_a_nested_loop_draws_into_is_another_loaders_batch():
     )
     found = [(d.code, d.line) for d in lint(source, gpu="A100") if d.code == "ADV103"]
     assert found == [("ADV103", 8), ("ADV103", 8)], found
+
+
+def test_a_loader_whose_batches_go_to_another_process_through_a_queue_is_not_pinned():
+    # CAT's decode.py: a producer process draws batches, moves them into shared memory and
+    # puts them on a multiprocessing queue for the GPU workers; page-locked memory does not
+    # survive the trip. A thread's queue.Queue keeps the tensors as they are: pinning pays.
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.multiprocessing as mp
+        from torch.utils.data import DataLoader
+
+        def dataserver(args, q: mp.Queue):
+            loader = DataLoader(ScpDataset(args.input_scp), batch_size=8, num_workers=4, collate_fn=pad)
+            for batch in loader:
+                for k in batch:
+                    if isinstance(k, torch.Tensor):
+                        k.share_memory_()
+                q.put(batch, block=True)
+
+        def worker(gpu, q):
+            model = build_model().cuda(gpu)
+            while True:
+                batch = q.get()
+                model(batch[0].to(gpu))
+
+        if __name__ == "__main__":
+            q = mp.Queue(maxsize=1)
+            mp.Process(target=dataserver, args=(args, q)).start()
+            mp.spawn(worker, nprocs=2, args=(q,))
+        """
+    )
+    assert "ADV101" not in codes(source)
+    threaded = source.replace("import torch.multiprocessing as mp\n", "import queue\nimport torch.multiprocessing as mp\n").replace("q: mp.Queue", "q: queue.Queue")
+    assert "ADV101" in codes(threaded)
+
+
+def test_a_copy_handed_to_a_call_beside_a_blocking_host_copy_is_advice():
+    # RLAIF-V's llava15_gen_data.py: `model.generate(input_ids=batch["input_ids"].cuda(),
+    # images=batch["images"].half().cuda(), ...)`. The call runs once both arguments are made,
+    # and the second is a blocking copy of a tensor converted on the host: a non-blocking
+    # first copy overlaps nothing.
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(GenDataset(), batch_size=8, num_workers=4, pin_memory=True)
+        model = build().cuda()
+        for batch in loader:
+            output = model.generate(input_ids=batch["input_ids"].cuda(), images=batch["images"].{images}.cuda())
+            loss = output.loss
+            loss.backward()
+        """
+    )
+    (converted,) = [d for d in lint(source.format(images="half()"), gpu="A100") if d.code == "ADV103" and d.column < 60]
+    assert converted.fix_applicability is None and "with a blocking `batch[\"images\"].half().cuda()`" in converted.message, converted.message
+    plain = [d for d in lint(source.format(images="contiguous()"), gpu="A100") if d.code == "ADV103"]
+    assert plain and all(d.fix_applicability is not None for d in plain), [d.message for d in plain]

@@ -424,15 +424,24 @@ class BatchFacts:
         non-blocking ``copy`` overlaps nothing."""
         ctx = self.ctx
         bound, name = _bound_name(ctx, copy)
-        if bound is None:
-            return None  # handed on as it is copied (``model(x.cuda())``): used at once
         after = ctx.order[copy]
-        # Only a copy before the step first reads this one: later, the copy has overlapped the
-        # host work up to that read (ReSC's evaluation copies a visualisation image at its end).
-        reads = [
-            ctx.order[n] for n in ctx.walk(scope.loop.body, cst.Name)
-            if n.value == name and ctx.order[n] > ctx.end_order[bound] and ctx.is_read(n)
-        ]
+        if bound is None:
+            # Handed on as it is copied (``model(x.cuda())``): the call reads it once its other
+            # arguments are made, and a blocking copy among them (RLAIF-V's ``generate(input_ids=
+            # batch["input_ids"].cuda(non_blocking=True), images=batch["images"].half().cuda())``)
+            # comes first.
+            arg = ctx.parent.get(copy)
+            outer = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+            if not isinstance(outer, cst.Call):
+                return None
+            reads = [ctx.end_order[outer]]
+        else:
+            # Only a copy before the step first reads this one: later, the copy has overlapped the
+            # host work up to that read (ReSC's evaluation copies a visualisation image at its end).
+            reads = [
+                ctx.order[n] for n in ctx.walk(scope.loop.body, cst.Name)
+                if n.value == name and ctx.order[n] > ctx.end_order[bound] and ctx.is_read(n)
+            ]
         # A host sync on the way (``.cpu()``, ``.item()``: MakeItTalk's landmark pass) waits for
         # the copy there already; a blocking copy after it takes nothing more away.
         syncs = [

@@ -901,7 +901,7 @@ class LoaderFacts:
             if isinstance(holder, cst.Attribute) and holder.value is use and holder.attr.value in _MEASURES:
                 continue
             if not _argument_of_builtin(ctx, use, ("len", "print")) and not _appended(ctx, use) and not _reduced_on_host(ctx, use):
-                if not _joined_on_host(ctx, use):
+                if not _joined_on_host(ctx, use) and not _sent_to_another_process(ctx, use) and not _shared_in_place(ctx, use):
                     return False
         return True
 
@@ -1930,6 +1930,49 @@ def _joined_on_host(ctx: "FileContext", node: cst.CSTNode) -> bool:
         holder = ctx.parent.get(holder)
     call = ctx.parent.get(holder) if isinstance(holder, cst.Arg) else None
     return isinstance(call, cst.Call) and ctx.qualname(call.func) in _JOINS and call.args[0] is holder
+
+
+_PROCESS_QUEUES = frozenset({"multiprocessing.Queue", "torch.multiprocessing.Queue", "multiprocessing.SimpleQueue", "torch.multiprocessing.SimpleQueue"})
+
+
+def _sent_to_another_process(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """``node`` is the first argument of ``q.put(node)`` on a multiprocessing queue (a name
+    bound to ``mp.Queue(...)`` or annotated ``mp.Queue``): the batch reaches the consumer through
+    shared memory, not the page-locked buffer pinning made (CAT's ``dataserver`` producer)."""
+    arg = ctx.parent.get(node)
+    call = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+    if not (
+        isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in ("put", "put_nowait")
+        and call.args and call.args[0] is arg and isinstance(call.func.value, cst.Name)
+    ):
+        return False
+    queue = call.func.value
+    for binding in ctx.lookup(queue.value, queue):
+        made = binding.node
+        if isinstance(made, cst.Param) and made.annotation is not None:
+            if ctx.qualname(made.annotation.annotation) in _PROCESS_QUEUES:
+                return True
+        elif isinstance(made, cst.Assign) and isinstance(made.value, cst.Call) and ctx.qualname(made.value.func) in _PROCESS_QUEUES:
+            return True
+    return False
+
+
+def _shared_in_place(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """``node`` is what ``for part in node:`` walks, to move each tensor part into shared memory
+    (``part.share_memory_()``, under an ``isinstance`` test) before it goes to another process."""
+    loop = ctx.parent.get(node)
+    if not isinstance(loop, cst.For) or loop.iter is not node or not isinstance(loop.target, cst.Name):
+        return False
+    part = loop.target.value
+    reads = [use for use in ctx.walk(loop.body, cst.Name) if use.value == part and ctx.is_read(use)]
+    shared = False
+    for use in reads:
+        holder = ctx.parent.get(use)
+        if isinstance(holder, cst.Attribute) and holder.attr.value == "share_memory_":
+            shared = True
+        elif not _argument_of_builtin(ctx, use, ("isinstance",)):
+            return False
+    return shared
 
 
 def _appended(ctx: "FileContext", node: cst.CSTNode) -> bool:

@@ -266,6 +266,33 @@ def recomputes_activations(ctx: FileContext) -> bool:
     return False
 
 
+# Keywords that give the tokens of one training sample: a trainer config's (``SFTConfig(
+# max_length=...)``, ``GRPOConfig(max_completion_length=...)``), a tokenizer's, a data set's.
+_SAMPLE_LENGTH_KEYWORDS = frozenset({
+    "max_length", "max_seq_length", "max_seq_len", "max_completion_length", "model_max_length", "block_size",
+    "seq_len", "seq_length", "context_length", "cutoff_len",
+})
+# From this many tokens a sample, a batch of one is likely what fits: attention scores and
+# logits grow with the length (GRPO's 16k-token completions, Gemma-3's 8k SFT samples).
+LONG_SAMPLE_TOKENS = 4096
+
+
+def long_samples(ctx: FileContext) -> tuple[int, cst.Arg] | None:
+    """The longest sample length, in tokens, the file gives a config, tokenizer or data set
+    (``SFTConfig(max_length=8192)``; ``max_completion_length=args.max_completion_length``
+    with an argparse default of 16384), where it is at least :data:`LONG_SAMPLE_TOKENS`."""
+    found: tuple[int, cst.Arg] | None = None
+    for arg in ctx.nodes(cst.Arg):
+        if arg.keyword is None or arg.keyword.value not in _SAMPLE_LENGTH_KEYWORDS:
+            continue
+        resolved = ctx.values.resolve(arg.value)
+        length = resolved.value if resolved is not None else None
+        if isinstance(length, int) and not isinstance(length, bool) and length >= LONG_SAMPLE_TOKENS:
+            if found is None or length > found[0]:
+                found = (length, arg)
+    return found
+
+
 _MAX_TRACE_DEPTH = 6
 
 
