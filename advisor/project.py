@@ -90,6 +90,13 @@ _ENTRY_TEXT = re.compile(
     rb"|\n[A-Za-z_][\w., \t]*=(?!=)[^\n]*(?:\.cuda\(|\.to\(|DataLoader\(|parse_args\(|\.fit\(|\.train\(|Trainer\(|from_pretrained\()"
 )
 _ENTRY_FILES = frozenset({"__main__.py", "hubconf.py"})
+
+
+def _in_triple_quotes(text: bytes, offset: int) -> bool:
+    """Whether ``offset`` falls inside a triple-quoted string (a docstring's ``NOTE (Huahuan):``
+    at the start of a line is not a call: CAT's ``manager_wo.py``), by the quotes before it."""
+    before = text[:offset]
+    return (before.count(b'"""') + before.count(b"'''")) % 2 == 1
 # Folders where runs leave their outputs, and the copies of the code some scripts save there.
 _ARTIFACT_FOLDERS = frozenset({"log", "logs", "runs", "outputs", "output", "checkpoints", "wandb", "lightning_logs", "mlruns"})
 # A module that imports others by name, from a string or a config (``importlib.import_module``,
@@ -1244,7 +1251,10 @@ class Project:
         if os.path.basename(path) in _ENTRY_FILES:
             return True
         data = self._peek(path)
-        return b"__main__" in data or _ENTRY_TEXT.search(_lines(data)) is not None
+        if b"__main__" in data:
+            return True
+        text = _lines(data)
+        return any(not _in_triple_quotes(text, match.start()) for match in _ENTRY_TEXT.finditer(text))
 
     def imports_by_name(self, path: str) -> bool:
         """Whether the module imports others by a name computed at run time (``importlib.import_module``)."""

@@ -825,7 +825,8 @@ class ManualAttention(Rule):
 
         The fix is unsafe (the fused kernels round differently and draw dropout differently)
         and is offered only for the canonical form: `q @ k.transpose(-2, -1)` (or `.mT`,
-        `torch.matmul`, 3-D `torch.bmm`), one scale factor, an optional causal mask from a
+        `torch.matmul`, 3-D `torch.bmm`, whose operands get a heads dimension of one,
+        `q.unsqueeze(1)`: the fused kernels take only 4-D tensors), one scale factor, an optional causal mask from a
         `torch.tril` buffer (`masked_fill(tril == 0, -inf)`) or an additive mask,
         `softmax(dim=-1)`, an optional `nn.Dropout` / `F.dropout`, then `@ v`, in straight-line
         statements of one block, with the weights used nowhere else. It passes `scale=` unless
@@ -1401,8 +1402,19 @@ class _SdpaFix:
             return None
         spelling, imports = ctx.reference(SDPA, final_line)
         arguments = [_code(ctx, scores.query), _code(ctx, scores.key), _code(ctx, attention.value)]
+        after = ""
+        if scores.rank == 3:
+            # ``torch.bmm`` of [batch, length, dim] tensors: SDPA's fused kernels take only 4-D
+            # ones ([batch, heads, length, dim]; pytorch-frame's tutorial attention would run the
+            # same math kernels). A heads dimension of one reaches them; a 3-D mask would then
+            # broadcast against the batch, so masks stay advice.
+            if any(name == "attn_mask" for name, _ in keywords[0]):
+                return None
+            operands = (scores.query, scores.key, attention.value)
+            arguments = [f"{text}.unsqueeze(1)" if _plain(node) else f"({text}).unsqueeze(1)" for text, node in zip(arguments, operands)]
+            after = ".squeeze(1)"
         arguments += [f"{name}={value}" for name, value in keywords[0]]
-        call = cst.parse_expression(f"{ctx.code(spelling)}({', '.join(arguments)})")
+        call = cst.parse_expression(f"{ctx.code(spelling)}({', '.join(arguments)}){after}")
         edits = [Edit(line, cst.RemoveFromParent()) for line in removed]
         # The comments above the removed lines now sit above the call, after the spacing that
         # preceded the first of them.

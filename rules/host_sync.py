@@ -2061,6 +2061,28 @@ def _method_of_constructed(ctx: FileContext, call: cst.Call) -> tuple[FileContex
     return (found[0], method) if method is not None else None
 
 
+# Libraries whose attribution maps backpropagate through the model themselves: MONAI's
+# ``GradCAM`` (its ``__call__`` runs ``backward()``), captum, pytorch-grad-cam, torchcam.
+_GRADIENT_ATTRIBUTION = re.compile(
+    r"^(?:monai\.visualize\.(?:class_activation_maps\.)?(?:GradCAM|GradCAMpp)$|captum\.attr\.|pytorch_grad_cam\.|torchcam\.methods\.)"
+)
+
+
+def _runs_gradient_attribution(ctx: FileContext, root: cst.CSTNode) -> bool:
+    """``root`` calls an attribution object of such a library (``cam = monai.visualize.GradCAM(
+    nn_module=model, ...)``, then ``cam(x=image)``: MONAI's lung-lesion tutorial), which takes
+    gradients of the model's output: under ``torch.no_grad()`` it raises."""
+    for call in ctx.walk(root, cst.Call):
+        made: cst.BaseExpression | None = call.func
+        if isinstance(made, cst.Name):
+            made = ctx.single_assignment(made)
+        elif isinstance(made, cst.Attribute) and isinstance(made.value, cst.Name):
+            made = ctx.single_assignment(made.value)  # ``ig.attribute(x)``
+        if isinstance(made, cst.Call) and _GRADIENT_ATTRIBUTION.match(ctx.qualname(made.func) or ""):
+            return True
+    return False
+
+
 def _calls_gradient_helper(ctx: FileContext, root: cst.CSTNode, depth: int) -> bool:
     """``root`` calls a function that takes gradients (``torch.autograd.grad``, ``.backward()``),
     directly or through one more such function: of the file, or of a project module it imports
@@ -2205,7 +2227,8 @@ class EvalWithoutNoGrad(Rule):
           files that import it);
         - the loop needs gradients: it calls `backward()`, `torch.autograd.grad`,
           `torch.enable_grad()`, touches `requires_grad` or `.grad` (attribution,
-          adversarial examples), or it is a training loop (an evaluation loop nested in the
+          adversarial examples), calls an attribution object of a library that backpropagates
+          itself (MONAI's `GradCAM`, captum, pytorch-grad-cam), or it is a training loop (an evaluation loop nested in the
           training loop is reported when an `if` of the step runs it, every N steps); also through a function of the
           project it calls, or a method of an object the file cannot type whose project
           classes do (an attack's `perturb`);
@@ -2312,6 +2335,19 @@ class EvalWithoutNoGrad(Rule):
                     maps.append(x.grad.abs())
             """,
             note="gradient-based attribution",
+        ),
+        Valid(
+            """
+            import monai
+            import torch
+
+            model.eval()
+            cam = monai.visualize.GradCAM(nn_module=model, target_layers="class_layers.relu")
+            for image in images:
+                prediction = model(image.cuda()).argmax(1)
+                maps.append(cam(x=image.cuda(), class_idx=None))
+            """,
+            note="an attribution library's object backpropagates itself: under `no_grad` it raises (MONAI's lung-lesion tutorial)",
         ),
         Valid(
             """
@@ -2639,6 +2675,8 @@ class EvalWithoutNoGrad(Rule):
         if _calls_gradient_helper(ctx, root, 0):
             return True
         if _calls_a_callback(ctx, root):
+            return True
+        if _runs_gradient_attribution(ctx, root):
             return True
         if any(a.attr.value in ("grad", "requires_grad") for a in ctx.walk(root, cst.Attribute)):
             return True

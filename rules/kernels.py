@@ -1857,6 +1857,11 @@ def _compile_commented_out(ctx: FileContext) -> bool:
 _CUDNN_SETTING_TEXT = re.compile(rb"cudnn\.(?:benchmark|deterministic)[ \t]*=|use_deterministic_algorithms\(")
 
 
+# Library calls that set the cuDNN flags themselves: MONAI's ``set_determinism(seed=0)`` sets
+# ``cudnn.deterministic = True`` and ``cudnn.benchmark = False`` (the microscopy tutorial).
+_SETS_CUDNN_FLAGS = ("monai.utils.set_determinism", "monai.utils.misc.set_determinism")
+
+
 def cudnn_choice_made(ctx: FileContext) -> bool:
     """The file sets or reads ``cudnn.benchmark`` / ``cudnn.deterministic`` / ``cudnn.enabled``, asks
     for deterministic algorithms, or passes ``benchmark=`` / ``deterministic=`` to anything
@@ -1867,7 +1872,7 @@ def cudnn_choice_made(ctx: FileContext) -> bool:
             "benchmark", "deterministic", "enabled", "flags",
         ):
             return True
-    if ctx.calls("torch.use_deterministic_algorithms", "transformers.enable_full_determinism"):
+    if ctx.calls("torch.use_deterministic_algorithms", "transformers.enable_full_determinism", *_SETS_CUDNN_FLAGS):
         return True
     if ctx.comments_matching(_CUDNN_SETTING_COMMENT):
         return True
@@ -1954,7 +1959,8 @@ class CudnnBenchmark(Rule):
     silent_when = """
         - the file decides about cuDNN already: it sets or reads `cudnn.benchmark`,
           `cudnn.deterministic` or `cudnn.enabled` (whatever value), calls
-          `torch.use_deterministic_algorithms`, passes `benchmark=` / `deterministic=`
+          `torch.use_deterministic_algorithms` or MONAI's `set_determinism` (which sets both
+          flags), passes `benchmark=` / `deterministic=`
           (Lightning's `Trainer`, seeding helpers), or leaves such a setting commented out
           (`# cudnn.benchmark = True`; a comment that only mentions it, a TODO, does not count),
           or a file that runs with it sets `cudnn.benchmark` / `cudnn.deterministic` (the
@@ -1995,6 +2001,20 @@ class CudnnBenchmark(Rule):
                 optimizer.step()
             """,
             note="determinism chosen: benchmark would defeat it",
+        ),
+        Valid(
+            """
+            import torch
+            import torchvision
+            from monai.utils import set_determinism
+            set_determinism(seed=0)
+            model = torchvision.models.resnet18().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+            note="MONAI's `set_determinism` sets `cudnn.benchmark = False` itself (MONAI's tutorials)",
         ),
         Valid(
             """

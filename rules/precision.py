@@ -1227,6 +1227,25 @@ class Fp16OnBf16Gpu(Rule):
                 # alone times (or trains) a regime the other does not run.
                 message += f"; `{sibling}`, which runs with this file, trains in float16 with a GradScaler too: switch them together"
                 fix = None
+            warp = _warps_images(ctx) if fix is not None else None
+            if warp is not None:
+                # MONAI's learn2reg tutorial: VoxelMorph's displacement field and ``Warp``'s
+                # sampling grid in bfloat16 (8 significant bits) land 0.5-1 voxel off on a
+                # 224-voxel axis, erasing the small deformations the network learns.
+                message += (
+                    f"; the program warps images by a sampling grid (`{warp}`), whose coordinates bfloat16 keeps to "
+                    "8 significant bits (under a voxel on large images): check the registration's accuracy first"
+                )
+                fix = None
+            converted = _numpy_of_region(ctx, site.call) if fix is not None else None
+            if converted is not None:
+                # MONAI's 2d_ldm_tutorial: ``with autocast(...): decoded = sample(...)``, then
+                # ``plt.imshow(decoded[0, 0].cpu())``; NumPy has no bfloat16 and raises.
+                message += (
+                    f"; what the region computes is handed to NumPy afterwards (`{ctx.snippet(converted)}`), "
+                    "which has no bfloat16 and raises on it: convert with `.float()` first"
+                )
+                fix = None
             flag = fp16_flag(ctx, site.call)
             if flag is not None and fix is not None:
                 # ``--fp16`` would then mean bf16: the user's switch, not ours to rename.
@@ -2113,7 +2132,9 @@ class Tf32Disabled(Rule):
           with mixed precision or a dynamo backend would make the line unnecessary;
         - Accelerate with a dynamo backend set in the file (`Accelerator(dynamo_backend=...)`)
           turns TF32 on itself for fp32 training; the Trainer with `torch_compile=True` too;
-        - the model has no fp32 matmuls to speak of: a conv net with a linear head, a model
+        - the model has no fp32 matmuls to speak of: a conv net with a linear head or whose
+          only matrix products apply camera geometry (`torch.matmul(intrinsics, extrinsics)`,
+          a multi-view stereo net's homography warping: TF32 would round them), a model
           the file does not build (imported from elsewhere), a toy whose layers are at most 64
           wide, reinforcement learning or meta-learning networks (gym, learn2learn, ...);
         - nothing trains on CUDA in the file: CPU-only scripts, inference-only scripts.
@@ -2219,6 +2240,28 @@ class Tf32Disabled(Rule):
                 optimizer.step()
             """,
             note="a conv net: cuDNN convolutions already use TF32",
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class DepthNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.features = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 1, 3, padding=1))
+
+                def forward(self, images, intrinsics, extrinsics):
+                    proj = torch.matmul(intrinsics, extrinsics[:, :3, :4])
+                    return warp(self.features(images), proj)
+
+            model = DepthNet().cuda()
+            for images, intrinsics, extrinsics, depth in loader:
+                loss = (model(images.cuda(), intrinsics.cuda(), extrinsics.cuda()) - depth.cuda()).abs().mean()
+                loss.backward()
+                optimizer.step()
+            """,
+            note="a conv net whose only products apply camera geometry: 4x4 matrices, which TF32 would round (PatchmatchNet)",
         ),
         Valid(
             """
@@ -2941,6 +2984,31 @@ class _KnownCode:
         return all(self.expression(base.value, depth + 1, False) for base in cls.bases if base.keyword is None)
 
 
+# Spatial warps that sample images at coordinates the network computes (image registration,
+# spatial transformers): under bf16 the coordinates lose their fractional part.
+_IMAGE_WARPS = (
+    "torch.nn.functional.grid_sample", "monai.networks.blocks.Warp", "monai.networks.blocks.warp.Warp",
+    "monai.networks.blocks.DVF2DDF", "monai.networks.nets.VoxelMorph", "monai.networks.nets.voxelmorph.VoxelMorph",
+)
+
+
+def _warps_images(ctx: FileContext) -> str | None:
+    """The warp the file builds or calls (:data:`_IMAGE_WARPS`), by its spelling."""
+    found = ctx.calls(*_IMAGE_WARPS)
+    return ctx.snippet(found[0].func) if found else None
+
+
+def _numpy_of_region(ctx: FileContext, autocast: cst.Call) -> cst.CSTNode | None:
+    """A NumPy conversion, after the ``with`` block ``autocast`` opens, of a name assigned in it
+    (:func:`_to_numpy_after`)."""
+    item = ctx.parent.get(autocast)
+    block = ctx.parent.get(item) if isinstance(item, cst.WithItem) else None
+    if not isinstance(block, cst.With) or not isinstance(block.body, cst.IndentedBlock):
+        return None
+    lines = [statement for statement in block.body.body if isinstance(statement, cst.SimpleStatementLine)]
+    return _to_numpy_after(ctx, lines)
+
+
 def _to_numpy_after(ctx: FileContext, region: list[cst.SimpleStatementLine] | None) -> cst.CSTNode | None:
     """A NumPy conversion, after ``region`` in its function (or the module), of a name the region
     assigns: ``y_pred.data.cpu().numpy()``, ``np.array(output)``, ``plt.imshow(output)``."""
@@ -2967,9 +3035,12 @@ def _to_numpy_after(ctx: FileContext, region: list[cst.SimpleStatementLine] | No
         else:
             continue
         for root in roots:
+            widened = False  # ``decoded.float().cpu()``: fp32 by the time NumPy sees it
             while isinstance(root, (cst.Attribute, cst.Call, cst.Subscript)):
+                if isinstance(root, cst.Attribute) and root.attr.value in ("float", "double"):
+                    widened = True
                 root = root.func if isinstance(root, cst.Call) else root.value
-            if isinstance(root, cst.Name) and root.value in assigned:
+            if isinstance(root, cst.Name) and root.value in assigned and not widened:
                 return call
     return None
 

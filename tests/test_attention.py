@@ -663,3 +663,11 @@ def test_one_literal_used_twice_is_one_finding():
         """
     assert len(findings(source, EAGER)) == 1
     assert 'ATTN = "sdpa"' in fixed(source, EAGER)
+
+
+def test_a_3d_bmm_attention_gets_a_heads_dimension_of_one():
+    # pytorch-frame's tutorial: `x_query.bmm(x_key.transpose(2, 1))` on [batch, columns, channels];
+    # SDPA's fused kernels take only 4-D tensors, so the rewrite adds a heads dimension of one
+    # (the equivalence with the original is checked with the other modules above).
+    rewritten = fixed(HEADER + textwrap.dedent(MODULES["bmm_functional_dropout"]))
+    assert "(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)," in rewritten and ").squeeze(1)" in rewritten, rewritten

@@ -784,6 +784,16 @@ def test_what_runs_a_module(tmp_path, entry, text):
     assert _fixed_adamw(trainer)
 
 
+def test_a_docstring_line_that_looks_like_a_call_does_not_make_a_module_an_entry(tmp_path):
+    # CAT's manager_wo.py: a docstring line "NOTE (Huahuan):" at the start of a line is not a
+    # module-level call; nothing imports the module.
+    trainer = _project_with_vendored_trainer(tmp_path)
+    trainer.write_text('"""A trainer.\n\nNOTE (Huahuan):\n    kept for reference.\n"""\n' + textwrap.dedent(VENDORED_TRAINER))
+    assert not _fixed_adamw(trainer)
+    trainer.write_text(textwrap.dedent(VENDORED_TRAINER) + "\nmain()\n")
+    assert _fixed_adamw(trainer)
+
+
 def test_a_module_beyond_every_by_name_importers_package_is_not_reached(tmp_path):
     # research-contributions: auto3dseg's templates load algorithms by name; DAE's fine-tuning
     # folder beside them has a swin_unetr.py no script imports.
@@ -6451,3 +6461,50 @@ def test_a_file_that_draws_with_iterator_next_runs_torch_1_12(tmp_path, draw, fi
     assert (finding.fix_applicability is not None) is fixed, finding.message
     if not fixed:
         assert "DataLoader iterators lost in torch 1.13" in finding.message
+
+
+@pytest.mark.parametrize("shown, fixed", [("plt.imshow(decoded[0, 0].cpu())", False), ("plt.imshow(decoded[0, 0].float().cpu()); print(len(losses))", True)])
+def test_fp16_autocast_whose_results_go_to_numpy_stays_advice(shown, fixed):
+    # MONAI's 2d_ldm_tutorial: `with autocast(...): decoded = decode(z)`, then
+    # `plt.imshow(decoded[0, 0].cpu())`; a bfloat16 tensor cannot become a NumPy array.
+    source = textwrap.dedent(
+        f"""
+        import torch
+        import matplotlib.pyplot as plt
+        from torch.amp import autocast
+        model = Net().cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            with autocast("cuda", dtype=torch.float16):
+                decoded = model(x.cuda())
+            loss = decoded.float().mean()
+            loss.backward()
+            optimizer.step()
+        {shown}
+        """
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
+    assert (finding.fix_applicability is not None) is fixed, finding.message
+
+
+@pytest.mark.parametrize("warped, fixed", [(True, False), (False, True)])
+def test_fp16_autocast_over_an_image_warp_stays_advice(warped, fixed):
+    # MONAI's learn2reg tutorial: VoxelMorph predicts a displacement field and Warp samples the
+    # moving image at it; in bfloat16 the sampling coordinates lose their sub-voxel part.
+    warp = "moved = torch.nn.functional.grid_sample(moving.cuda(), grid)" if warped else "moved = moving.cuda() + grid.mean()"
+    source = textwrap.dedent(
+        f"""
+        import torch
+        model = RegNet().cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for moving, fixed in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                grid = model(moving.cuda(), fixed.cuda())
+                {warp}
+                loss = (moved - fixed.cuda()).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
+    assert (finding.fix_applicability is not None) is fixed, finding.message

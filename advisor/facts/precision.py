@@ -798,8 +798,11 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
     a transformers (or sentence-transformers) model, a ViT-like torchvision / timm model, or
     ``nn.Linear`` layers in a file without convolutions. A conv net with a linear classifier
     head is not: cuDNN convolutions already use TF32 by default."""
-    linear = conv = False
+    linear = conv = geometry = False
     for qualname in ctx.called_qualnames:
+        if qualname in _PLAIN_PRODUCTS and all(_camera_geometry(ctx, call) for call in ctx.calls(qualname)):
+            geometry = True  # PatchmatchNet's ``torch.matmul(intrinsics, extrinsics)``: decided below
+            continue
         if qualname in _MATMUL or _TRANSFORMERS_MODEL.match(qualname) or qualname.startswith(_MATMUL_LIBRARIES):
             return True
         if qualname.startswith("torchvision.models.") and _ATTENTION_ARCHITECTURE.search(qualname.rsplit(".", 1)[-1]):
@@ -811,10 +814,14 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
                     return True
         linear = linear or qualname in _LINEAR
         conv = conv or bool(_CONV.match(qualname))
-    if any(isinstance(op.operator, cst.MatrixMultiply) for op in ctx.nodes(cst.BinaryOperation)):
+    products = [op for op in ctx.nodes(cst.BinaryOperation) if isinstance(op.operator, cst.MatrixMultiply)]
+    # ``torch.sparse.mm(adj, emb)`` (LightGCN's propagation): sparse kernels, which TF32 does not touch.
+    products += [call for call in ctx.method_calls(*_MATMUL_METHODS) if not (ctx.qualname(call.func) or "").startswith("torch.sparse.")]
+    if any(not _camera_geometry(ctx, product) for product in products):
         return True
-    if ctx.method_calls(*_MATMUL_METHODS):
-        return True
+    geometry = geometry or bool(products)
+    if geometry and not conv:
+        return True  # only a conv net's own convolutions make camera products too small to count
     if linear and not conv:
         return True
     if follow_project and not linear and not conv and ctx.project is not None:
@@ -839,10 +846,41 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
     return False
 
 
+# The plain matrix products, which also apply camera geometry (3x3 and 4x4 matrices).
+_PLAIN_PRODUCTS = frozenset({"torch.matmul", "torch.bmm", "torch.mm"})
+# Operands named for camera geometry: projections, intrinsics and extrinsics, rotations, poses.
+_CAMERA_OPERAND = re.compile(r"(?i)proj|intrinsic|extrinsic|^rot|rotation|pose|homograph|^cam_?|camera|^[KR]$")
+
+
+def _camera_geometry(ctx: FileContext, product: cst.CSTNode) -> bool:
+    """A matrix product of camera geometry: an operand named for it (``torch.matmul(src_proj,
+    torch.inverse(ref_proj))``, ``torch.matmul(rot, xyz)``: multi-view stereo's homography
+    warping). Products of 3x3 and 4x4 matrices are no work for the tensor cores, and TF32
+    rounding moves the warped sample positions."""
+    if isinstance(product, cst.BinaryOperation):
+        operands = [product.left, product.right]
+    elif isinstance(product, cst.Call):
+        operands = [arg.value for arg in product.args if arg.keyword is None]
+        if isinstance(product.func, cst.Attribute) and product.func.attr.value in _MATMUL_METHODS:
+            operands.append(product.func.value)
+    else:
+        return False
+    for operand in operands:
+        while isinstance(operand, cst.Call) and operand.args:  # ``torch.inverse(ref_proj)``
+            operand = operand.args[0].value
+        while isinstance(operand, cst.Subscript):  # ``proj[:, :, :3, :4]``
+            operand = operand.value
+        name = dotted_name(operand)
+        if name and _CAMERA_OPERAND.search(name.rsplit(".", 1)[-1]):
+            return True
+    return False
+
+
 def _class_matmuls(ctx: FileContext, root: cst.CSTNode, seen: set[cst.CSTNode], depth: int = 0) -> bool:
     """Whether a model class (and the classes and helpers of its file it builds) computes matmuls:
-    attention, ``@``, ``matmul``, or linear layers without convolutions."""
-    linear = conv = False
+    attention, ``@``, ``matmul``, or linear layers without convolutions; products of camera
+    geometry (:func:`_camera_geometry`) only without convolutions."""
+    linear = conv = geometry = False
     pending = [root]
     while pending and depth < 200:
         node = pending.pop()
@@ -850,13 +888,21 @@ def _class_matmuls(ctx: FileContext, root: cst.CSTNode, seen: set[cst.CSTNode], 
             continue
         seen.add(node)
         depth += 1
-        if any(isinstance(op.operator, cst.MatrixMultiply) for op in ctx.walk(node, cst.BinaryOperation)):
-            return True
+        for op in ctx.walk(node, cst.BinaryOperation):
+            if isinstance(op.operator, cst.MatrixMultiply):
+                if not _camera_geometry(ctx, op):
+                    return True
+                geometry = True
         for call in ctx.walk(node, cst.Call):
             qualname = ctx.qualname(call.func) or ""
+            if qualname.startswith("torch.sparse."):
+                continue
+            if qualname in _PLAIN_PRODUCTS or (isinstance(call.func, cst.Attribute) and call.func.attr.value in _MATMUL_METHODS):
+                if not _camera_geometry(ctx, call):
+                    return True
+                geometry = True
+                continue
             if qualname in _MATMUL or _TRANSFORMERS_MODEL.match(qualname):
-                return True
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MATMUL_METHODS:
                 return True
             linear = linear or qualname in _LINEAR
             conv = conv or bool(_CONV.match(qualname))
@@ -864,7 +910,7 @@ def _class_matmuls(ctx: FileContext, root: cst.CSTNode, seen: set[cst.CSTNode], 
                 bindings = ctx.lookup(call.func.value, call)
                 if len(bindings) == 1 and isinstance(bindings[0].node, (cst.ClassDef, cst.FunctionDef)):
                     pending.append(bindings[0].node)
-    return linear and not conv
+    return (linear or geometry) and not conv
 
 
 _TF32_NAME = re.compile(r"tf32|float32_matmul_precision|fp32_precision", re.I)
