@@ -525,6 +525,8 @@ def _plain_class(ctx: FileContext, cls: cst.ClassDef, depth: int = 0) -> bool:
     for base in cls.bases:
         if ctx.qualname(base.value) in _PLAIN_BASES:
             continue
+        if isinstance(base.value, cst.Name) and base.value.value == "object" and not ctx.lookup("object", base.value):
+            continue  # the builtin (LLMRec's ``class Trainer(object)``), which has no qualified name
         if depth >= 3 or ctx.project is None or not isinstance(base.value, (cst.Name, cst.Attribute)):
             return False
         found = ctx.project.binding(base.value)

@@ -32,6 +32,7 @@ from advisor.facts.distributed import deepspeed_precision
 from advisor.facts.frameworks import ACCELERATE, FABRIC_LOOP, HF_TRAINER, LIGHTNING_FIT, LOOP, TrainingSite
 from advisor.facts.models import KNOWN_LIBRARIES, fits_raw_parameters, trained_models
 from advisor.facts.precision import (
+    autocast_for_sampling,
     runs_fft,
     runs_cudnn_rnn,
     runs_cupy_kernels,
@@ -560,7 +561,9 @@ class Fp16OnBf16Gpu(Rule):
           optimizer step), or the autocast runs under `torch.no_grad()` /
           `torch.inference_mode()` (a `with` block or a decorated function), or in a function
           named for evaluation or sampling (`log_validation`, `evaluate`, `generate_samples`)
-          that runs no backward pass or optimizer step, or the Lightning `Trainer` only runs
+          that runs no backward pass or optimizer step, or its block only samples (`inferer.
+          sample(...)`, `generate(...)`, a step of a loop over `scheduler.timesteps`, with no
+          backward), or the Lightning `Trainer` only runs
           `test` / `validate` / `predict`, or the `TrainingArguments` go to a Trainer that only
           runs `predict` / `evaluate`: fp16 inference is fine;
         - the autocast is the `"fp16"` entry of a table of precisions keyed by name
@@ -589,6 +592,21 @@ class Fp16OnBf16Gpu(Rule):
         reports it afterwards.
     """
     valid = [
+        Valid(
+            """
+            import torch
+            model = DiffusionUNet().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for images in loader:
+                loss = diffusion_loss(model, images.cuda())
+                loss.backward()
+                optimizer.step()
+            noise = torch.randn(1, 1, 64, 64, device="cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                image = inferer.sample(input_noise=noise, diffusion_model=model, scheduler=scheduler)
+            """,
+            note="an autocast that only samples (no backward): inference, where fp16 is as fast and more precise (MONAI's tutorials)",
+        ),
         Valid(
             """
             import torch
@@ -1195,7 +1213,7 @@ class Fp16OnBf16Gpu(Rule):
         for site in sites:
             if not site.fp16 or under_bf16_choice(ctx, site.call) or under_bf16_choice(ctx, site.dtype.node):
                 continue
-            if under_no_grad(ctx, site.call) or in_inference_function(ctx, site.call):
+            if under_no_grad(ctx, site.call) or in_inference_function(ctx, site.call) or autocast_for_sampling(ctx, site.call):
                 continue  # inference: fp16 is as fast as bf16 and more precise
             if _named_fp16_choice(ctx, site.call):
                 continue  # Lumina-Image-2.0's ``{"bf16": autocast(bf16), "fp16": autocast(fp16)}[args.precision]``
@@ -1273,6 +1291,7 @@ class Fp16OnBf16Gpu(Rule):
             or other.bf16
             or (other.dtype is not None and other.dtype.node is not None and other.dtype.node is site.dtype.node)
             or under_no_grad(ctx, other.call)  # no backward runs there: it never needed the scaler
+            or autocast_for_sampling(ctx, other.call)
             for other in sites
         )
         scaler_edits, complete = _scaler_removals(ctx) if others_bf16 else ([], False)

@@ -3934,6 +3934,32 @@ def test_a_method_nothing_calls_on_a_subclass_of_a_project_module_gets_advice(tm
     assert "nothing in the project calls the method `get_chroma`" in found[0].message
 
 
+def test_a_method_nothing_calls_of_a_class_of_object_gets_advice(tmp_path):
+    # LLMRec's MMSSL/main.py: `class Trainer(object)` defines `ssl_loss_calculation`, which
+    # nothing in the project calls; the builtin `object` base has no qualified name.
+    (tmp_path / ".git").mkdir()
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+
+        class Trainer(object):
+            def ssl_loss_calculation(self, logits):
+                labels = torch.ones(logits.shape[0]).cuda()
+                return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+
+            def train(self, model, loader):
+                for x in loader:
+                    labels = torch.zeros(x.shape[0]).cuda()
+                    torch.nn.functional.binary_cross_entropy_with_logits(model(x.cuda()), labels).backward()
+
+        if __name__ == '__main__':
+            Trainer().train(Net().cuda(), loader)
+    """))
+    forget_projects()
+    found = sorted((d.line, d.fix_applicability is None) for d in lint(script.read_text(), gpu="A100", path=str(script)) if d.code == "ADV704")
+    assert found == [(6, True), (11, False)], found
+
+
 @pytest.mark.parametrize(
     "name, text",
     [

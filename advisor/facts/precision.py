@@ -379,6 +379,40 @@ def in_inference_function(ctx: FileContext, node: cst.CSTNode) -> bool:
     return not any(ctx.is_descendant(function, loop.node) for loop in ctx.loops.training_loops)
 
 
+# Methods that draw samples from a trained model (a diffusion inferer's ``sample``, a language
+# model's ``generate``): the code around them is inference.
+_SAMPLING_METHODS = frozenset({"sample", "sample_loop", "p_sample_loop", "ddim_sample_loop", "generate"})
+
+
+def autocast_for_sampling(ctx: FileContext, autocast: cst.Call) -> bool:
+    """Whether the ``with`` block ``autocast`` opens draws samples and runs no backward:
+    ``image = inferer.sample(...)``, ``model.generate(...)``, or a denoising step in a loop over
+    ``scheduler.timesteps`` (MONAI's generative tutorials, sampling an image to show every N
+    epochs). That is inference, where float16 is as fast as bf16 and more precise."""
+    item = ctx.parent.get(autocast)
+    block = ctx.parent.get(item) if isinstance(item, cst.WithItem) else None
+    if not isinstance(block, cst.With):
+        return False
+    calls = list(ctx.walk(block.body, cst.Call))
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward" for call in calls):
+        return False
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in _SAMPLING_METHODS for call in calls):
+        return True
+    for ancestor in ctx.ancestors(block):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(ancestor, cst.For) and (dotted_name(_iterated(ancestor.iter)) or "").endswith("timesteps"):
+            return True
+    return False
+
+
+def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """What ``enumerate(x)`` / ``tqdm(x)`` / ``reversed(x)`` walks: ``x``."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("enumerate", "tqdm", "reversed", "list") and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
 # -- removing GradScaler plumbing -----------------------------------------------------------------
 def scaler_calls(ctx: FileContext) -> list[cst.Call]:
     return ctx.calls(*SCALERS)
