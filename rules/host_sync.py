@@ -1365,6 +1365,17 @@ class HostAllocThenCopy(Rule):
         Invalid(
             """
             import torch
+
+            def load(name, device="cuda", jit=False):
+                model = torch.jit.load(name, map_location=device if jit else "cpu").eval()
+                device_holder = torch.jit.trace(lambda: torch.ones([]).to(torch.device(device)), example_inputs=[])
+                return model, device_holder
+            """,
+            note="a lambda `torch.jit.trace` runs once to record its device (OpenAI CLIP's `load`): advice only",
+        ),
+        Invalid(
+            """
+            import torch
             DEVICE = "cuda"
             for i in range(100):
                 prefix = torch.ones((8, 1)).long().to(DEVICE)

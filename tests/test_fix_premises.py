@@ -3780,6 +3780,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     "readme-version-is": ({"README.md": "  - We use one RTX 2080Ti GPU for CIFAR-100. The PyTorch version is 1.0. We use four A40 GPUs for ImageNet. The PyTorch version is 1.10.\n"}, "torch>=1.0"),
     # msn: "* PyTorch install 1.11.0 (older versions may work too)".
     "readme-install-version": ({"README.md": "### Requirements\n* Python 3.8 (or newer)\n* PyTorch install 1.11.0 (older versions may work too)\n"}, "torch>=1.11.0"),
+    # clip-gpt-captioning: PowerShell's `pip freeze > requirements.txt` writes UTF-16.
+    "requirements-utf16": ({"requirements.txt": "numpy==1.24.2\r\ntorch==1.12.1+cu113\r\n".encode("utf-16")}, "torch==1.12.1"),
     # DeepAR's TimeSeries: a requirements.txt written as `pip list` prints it.
     "requirements-listed": ({"requirements.txt": "numpy 1.14.3\nPython 3.6.7\ntorch 0.4.1\ntqdm 4.26.0\n"}, "torch==0.4.1"),
     # COSNet: "1. Install pytorch (version:1.0.1)."; no space after the colon.
@@ -3803,7 +3805,10 @@ def test_a_torch_declared_outside_the_requirement_files_is_read(tmp_path, files,
     script = tmp_path / files.pop("script", "train.py")
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        else:
+            (tmp_path / name).write_text(text)
     script.parent.mkdir(parents=True, exist_ok=True)
     source = "import torch\nmodel = Net().cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
     finding = only(source, "ADV601", fresh_script(script, source))

@@ -645,7 +645,11 @@ def runs_once(ctx: "FileContext", node: cst.CSTNode, depth: int = 0) -> bool:
     if function is None:
         return not any(isinstance(a, _REPEATING) for a in ctx.ancestors(node))
     if not isinstance(function, cst.FunctionDef):
-        return False
+        # CLIP's ``load``: ``torch.jit.trace(lambda: torch.ones([]).to(torch.device(device)), ...)``
+        # traces the lambda once, to read the device node it records.
+        arg = ctx.parent.get(function)
+        traced = ctx.parent.get(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(traced, cst.Call) and ctx.qualname(traced.func) in _EXPORTS
     if function.name.value == "__init__":
         from advisor.facts.models import is_module_class  # models asks the branch facts too
 

@@ -10,6 +10,7 @@ the requirement files of the project's other subtrees (:func:`_pinned_elsewhere`
 """
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import re
@@ -467,14 +468,22 @@ def read_project_file(ctx: "FileContext", path: str) -> str | None:
     key = (path, info.st_mtime_ns, info.st_size)
     if key not in _TEXTS:
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text: str | None = handle.read()
+            with open(path, "rb") as handle:
+                text: str | None = _decoded(handle.read())
         except OSError:
             text = None
         if len(_TEXTS) > 256:
             _TEXTS.clear()
         _TEXTS[key] = text
     return _TEXTS[key]
+
+
+def _decoded(data: bytes) -> str:
+    """A text file's bytes as text: UTF-16 where a byte-order mark says so (clip-gpt-captioning's
+    ``requirements.txt``, written by PowerShell's ``pip freeze > requirements.txt``), else UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 # Per process, keyed by what would show a change (a folder's mtime: a file added or removed;
