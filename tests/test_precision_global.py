@@ -778,3 +778,22 @@ def test_bf16_autocast_is_advice_where_the_steps_outputs_go_to_numpy(after):
     assert finding.fix_applicability is None and "NumPy, which has no bfloat16" in finding.message
     (plain,) = lint("import matplotlib.pyplot as plt\n" + PLAIN_LOOP + "print(loss.item())\n", codes=["ADV203"])
     assert plain.fix_applicability is not None
+
+
+@pytest.mark.parametrize("product, reported", [
+    ("torch.matmul(intrinsics, extrinsics[:, :3, :4])", False),
+    ("torch.matmul(rot.transpose(1, 2), xyz)", False),
+    ("torch.matmul(q, k.transpose(-2, -1))", True),  # `transpose` is not a pose
+    ("torch.matmul(rotary, x)", True),  # nor `rotary` a rotation
+])
+def test_camera_geometry_products_in_a_conv_net_are_not_tf32_work(product, reported):
+    # PatchmatchNet: a conv net whose only matrix products apply 3x3 and 4x4 camera matrices.
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.conv = nn.Conv2d(256, 512, 3)\n\n"
+        f"    def forward(self, x, intrinsics, extrinsics, rot, xyz, q, k, rotary):\n        p = {product}\n        return self.conv(x) * p.mean()\n\n"
+        "model = Net().cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for batch in loader:\n    model(*[t.cuda() for t in batch]).mean().backward()\n    optimizer.step()\n"
+    )
+    assert ("ADV202" in [d.code for d in lint(source, gpu="A100")]) is reported

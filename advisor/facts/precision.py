@@ -396,6 +396,9 @@ def autocast_for_sampling(ctx: FileContext, autocast: cst.Call) -> bool:
     calls = list(ctx.walk(block.body, cst.Call))
     if any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward" for call in calls):
         return False
+    if any("loss" in name.value.lower() for assign in ctx.walk(block.body, cst.Assign) for target in assign.targets
+           for name in ctx.walk(target.target, cst.Name)):
+        return False  # a loss made beside the samples: the backward may come after the block
     if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in _SAMPLING_METHODS for call in calls):
         return True
     for ancestor in ctx.ancestors(block):
@@ -882,8 +885,12 @@ def _fp32_matmul_model(ctx: FileContext, follow_project: bool) -> bool:
 
 # The plain matrix products, which also apply camera geometry (3x3 and 4x4 matrices).
 _PLAIN_PRODUCTS = frozenset({"torch.matmul", "torch.bmm", "torch.mm"})
-# Operands named for camera geometry: projections, intrinsics and extrinsics, rotations, poses.
-_CAMERA_OPERAND = re.compile(r"(?i)proj|intrinsic|extrinsic|^rot|rotation|pose|homograph|^cam_?|camera|^[KR]$")
+# Words of operand names for camera geometry (``src_proj``, ``intrinsics_l``, ``rot``): whole
+# words of a snake_case name, so that ``transpose`` is not a pose nor ``rotary`` a rotation.
+_CAMERA_WORDS = frozenset({
+    "proj", "projection", "intrinsic", "intrinsics", "extrinsic", "extrinsics", "rot", "rotation", "pose", "poses",
+    "homography", "homographies", "cam", "camera", "c2w", "w2c",
+})
 
 
 def _camera_geometry(ctx: FileContext, product: cst.CSTNode) -> bool:
@@ -900,12 +907,17 @@ def _camera_geometry(ctx: FileContext, product: cst.CSTNode) -> bool:
     else:
         return False
     for operand in operands:
-        while isinstance(operand, cst.Call) and operand.args:  # ``torch.inverse(ref_proj)``
-            operand = operand.args[0].value
-        while isinstance(operand, cst.Subscript):  # ``proj[:, :, :3, :4]``
-            operand = operand.value
+        while isinstance(operand, (cst.Call, cst.Subscript)):
+            if isinstance(operand, cst.Subscript):
+                operand = operand.value  # ``proj[:, :, :3, :4]``
+            elif (ctx.qualname(operand.func) or "").startswith("torch.") and operand.args:
+                operand = operand.args[0].value  # ``torch.inverse(ref_proj)``
+            elif isinstance(operand.func, cst.Attribute):
+                operand = operand.func.value  # ``rot.transpose(1, 2)``
+            else:
+                break
         name = dotted_name(operand)
-        if name and _CAMERA_OPERAND.search(name.rsplit(".", 1)[-1]):
+        if name and _CAMERA_WORDS.intersection(name.rsplit(".", 1)[-1].lower().split("_")):
             return True
     return False
 
