@@ -1026,9 +1026,11 @@ class Project:
         use it: in the files that import it, directly or through others, where what runs is
         known (a project with entry points, none importing by name); else in every file. A
         ``def`` or ``class`` of that name elsewhere defines a namesake and is not counted, nor
-        what cannot use a name of this ``kind`` (:meth:`_non_uses`)."""
+        what cannot use a name of this ``kind`` (:meth:`_non_uses`). A method is looked for in
+        every file: its objects travel (nice-slam's ``Mapper`` calls ``self.renderer.regulation``
+        on a ``Renderer`` it is handed, without importing ``Renderer.py``)."""
         key = name.encode()
-        if self._reached is not None and not self._reached[1] and path in self._reached[0]:
+        if kind != METHOD and self._reached is not None and not self._reached[1] and path in self._reached[0]:
             found = _count_of(key, self._entry_declarations)
             return found + sum(
                 self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - self._non_uses(p, key, kind)

@@ -3965,6 +3965,36 @@ def test_a_method_nothing_calls_of_a_class_of_object_gets_advice(tmp_path):
     assert found == [(6, True), (11, False)], found
 
 
+def test_a_method_called_on_an_object_handed_to_another_module_is_called(tmp_path):
+    # nice-slam: `Mapper` calls `self.renderer.regulation(...)` on the `Renderer` it is handed,
+    # without importing `Renderer.py`; the script that builds both imports each.
+    (tmp_path / ".git").mkdir()
+    renderer = tmp_path / "renderer.py"
+    renderer.write_text(textwrap.dedent("""
+        import torch
+
+        class Renderer(object):
+            def regulation(self, rays):
+                z = torch.linspace(0.0, 1.0, steps=32).to(rays.device)
+                return (rays[..., None] * z).sum()
+    """))
+    (tmp_path / "mapper.py").write_text(textwrap.dedent("""
+        class Mapper:
+            def __init__(self, renderer):
+                self.renderer = renderer
+
+            def step(self, rays):
+                return self.renderer.regulation(rays)
+    """))
+    (tmp_path / "run.py").write_text(
+        "import torch\nfrom renderer import Renderer\nfrom mapper import Mapper\nif __name__ == '__main__':\n"
+        "    mapper = Mapper(Renderer())\n    for step in range(100):\n        mapper.step(torch.rand(8, device='cuda'))\n"
+    )
+    forget_projects()
+    found = [d for d in lint(renderer.read_text(), gpu="A100", path=str(renderer)) if d.code == "ADV704"]
+    assert len(found) == 1 and "nothing in the project calls the method" not in found[0].message, found[0].message
+
+
 @pytest.mark.parametrize(
     "name, text",
     [
