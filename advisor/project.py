@@ -1036,9 +1036,25 @@ class Project:
                 self._used_identifiers_of(p).get(key, 0) - self._definitions_of(p).get(key, 0) - self._non_uses(p, key, kind)
                 for p in self._importer_closure(path)
             )
+        if kind == METHOD:
+            return self._method_uses_beside(key, path)
         used = self._used_count(key) - self._used_identifiers_of(path).get(key, 0)
         used -= self._non_uses_beside(key, path, kind)
         return used - (self._definition_count(key) - self._definitions_of(path).get(key, 0))
+
+    def _method_uses_beside(self, key: bytes, path: str) -> int:
+        """:meth:`mentions_outside` for a method: what the general count gives, file by file,
+        reading only the files whose text spells ``.key`` or a one-word string ``"key"``, the
+        only mentions that can use a method (a fixture corpus's thousand files that name
+        ``step`` in prose or as a local need not have their identifiers counted)."""
+        spelled = re.compile(rb"\.[ \t]*" + re.escape(key) + rb"(?![A-Za-z0-9_])|[\"']" + re.escape(key) + rb"[\"']")
+        total = self._declared_identifiers.get(key, 0)
+        for other in self._files_holding(key):
+            if other == path or not spelled.search(self._peek(other)):
+                continue
+            named = self._used_identifiers_of(other).get(key, 0) - self._definitions_of(other).get(key, 0)
+            total += named - max(0, named - self._attributes_of(other).get(key, 0) - self._word_strings_of(other).get(key, 0))
+        return total
 
     def _non_uses(self, path: str, key: bytes, kind: str) -> int:
         """How many of the file's mentions of ``key`` cannot use a name of this ``kind``: for a
