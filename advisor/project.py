@@ -1185,10 +1185,12 @@ class Project:
     def _without_non_uses(self, path: str, text: bytes) -> bytes:
         keep = os.path.basename(path) == "__init__.py" and self._installable
         text = _without_non_uses(text, keep_imports=keep, strings=not path.endswith(".ipynb"))  # a notebook's code is JSON strings
-        if self._reached is not None and not self._reached[1] and not self._builds_by_name:
+        if self._reached is not None and not self._reached[1] and not self.may_build_by_name(path):
             # A class's own ``super(Cls, self)`` builds nothing. Where an entry point imports by
-            # name (RecBole's and mammoth's registries put class names together at run time) it
-            # stays a use: no other text may name the class.
+            # name, or a file that looks classes up by name reaches this module (RecBole's and
+            # mammoth's registries put class names together at run time), it stays a use: no
+            # other text may name the class. A lookup elsewhere in the project (TransMorph's
+            # MIDIR ``getattr``) builds nothing of this module's.
             text = _OWN_SUPER.sub(b"super()", text)
         return text
 

@@ -3,6 +3,7 @@ to a few lines, must not come back."""
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -5239,6 +5240,15 @@ def test_a_class_named_only_in_its_own_super_call_is_unused(tmp_path):
     found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
     assert found[10].fix_applicability is None and "the class `DropBlock`" in found[10].message, found[10].message
     assert found[14].fix_applicability is not None
+    # TransMorph: a baseline's models.py looks classes up by name (`getattr(module, name)`), but
+    # neither it nor what imports it reaches layers.py: its `super(DropBlock, self)` builds nothing.
+    (tmp_path / "baseline").mkdir()
+    (tmp_path / "baseline" / "models.py").write_text("import blocks\n\ndef build(name):\n    return getattr(blocks, name)()\n")
+    (tmp_path / "baseline" / "train_baseline.py").write_text("from models import build\nif __name__ == '__main__':\n    build('Net')\n")
+    forget_projects()
+    found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
+    assert found[10].fix_applicability is None and "the class `DropBlock`" in found[10].message, found[10].message
+    shutil.rmtree(tmp_path / "baseline")
     (tmp_path / "train.py").write_text("import importlib\n" + train.replace("    net = Used()", "    net = getattr(importlib.import_module('layers'), name)()"))
     forget_projects()
     found = {d.line: d for d in lint(source, gpu="A100", path=str(module)) if d.code == "ADV704"}
