@@ -118,7 +118,9 @@ class DataLoaderPinMemory(Rule):
           functions imported from other modules are taken as CPU ones. Where the file cannot see
           which data set the loader gets (a trainer's `self.train_dataset`) and a data set
           class of the project makes its items on a device, the loader may draw from it:
-          silent too;
+          silent too; so is a loader handed its `collate_fn` (`collate_fn=self.collate_fn`)
+          where a collator the project builds as a `collate_fn` (collie's trainer default
+          `ColliePadder()`) moves the batch to a device;
         - the dataset is `range(n)`: the batches are integer indices, not the data; or a
           Python list of strings (prompts): pinning leaves strings as they are; or the
           `collate_fn` (`lambda x: x`, or a function of the project) only gathers the items into Python lists

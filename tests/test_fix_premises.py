@@ -472,6 +472,57 @@ def test_sdpa_needs_the_torch_2_the_project_may_not_have(tmp_path):
     assert finding.fix_applicability is None and "the fix needs torch >= 2.0" in finding.message
 
 
+def test_a_loader_handed_its_collate_fn_is_not_pinned_where_the_projects_collator_pads_on_the_gpu(tmp_path):
+    # collie: CollieDataLoader's `DataLoader(..., collate_fn=self.collate_fn)` stores a parameter
+    # the trainer fills with its default `ColliePadder()`, whose `__call__` pads on the GPU;
+    # pinning those batches raises ("cannot pin 'torch.cuda.LongTensor'").
+    (tmp_path / ".git").mkdir()
+    pkg = tmp_path / "collie"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    padder = textwrap.dedent("""
+        import torch
+
+        class Padder:
+            def collate_fn(self, batch):
+                return torch.stack([torch.tensor(x) for x in batch]).cuda()
+
+            def __call__(self, batch):
+                return {key: self.collate_fn([x[key] for x in batch]) for key in batch[0]}
+    """)
+    (pkg / "padder.py").write_text(padder)
+    loader = textwrap.dedent("""
+        from torch.utils.data import DataLoader
+
+        class CollieDataLoader:
+            def __init__(self, dataset, batch_size, collate_fn=None, num_workers=2):
+                self.dataset, self.batch_size = dataset, batch_size
+                self.collate_fn, self.num_workers = collate_fn, num_workers
+
+            def __iter__(self):
+                return iter(DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.collate_fn, num_workers=self.num_workers))
+    """)
+    (pkg / "dataloader.py").write_text(loader)
+    (pkg / "trainer.py").write_text(textwrap.dedent("""
+        from collie.dataloader import CollieDataLoader
+        from collie.padder import Padder
+
+        class Trainer:
+            def __init__(self, model, dataset, train_dataset_collate_fn=Padder()):
+                self.model = model.cuda()
+                self.loader = CollieDataLoader(dataset, 8, collate_fn=train_dataset_collate_fn)
+
+            def train(self):
+                for batch in self.loader:
+                    self.model(**batch).loss.backward()
+    """))
+    (tmp_path / "train.py").write_text("from collie.trainer import Trainer\nif __name__ == '__main__':\n    Trainer(build(), load()).train()\n")
+    assert [d for d in lint(loader, gpu="A100", path=str(pkg / "dataloader.py")) if d.code == "ADV101"] == []
+    (pkg / "padder.py").write_text(padder.replace(".cuda()", ""))  # the project's collator pads on the CPU
+    forget_projects()
+    assert [d.code for d in lint(loader, gpu="A100", path=str(pkg / "dataloader.py")) if d.code == "ADV101"] == ["ADV101"]
+
+
 def test_a_trainers_opaque_dataset_is_not_pinned_where_the_project_makes_cuda_items(tmp_path):
     # RWKV-LM v2/v3: src/utils.py's Dataset builds each item with device=torch.device('cuda');
     # src/trainer.py's loader gets `self.train_dataset`, which it cannot see.
@@ -3764,6 +3815,8 @@ DECLARED_OUTSIDE_REQUIREMENTS = {
     ),
     # EmpatheticDialogues: "- [PyTorch](https://pytorch.org/) (1.0.1.post2)".
     "readme-parenthesised": ({"README.md": "## Dependencies\n- [PyTorch](https://pytorch.org/) (1.0.1.post2)\n"}, "torch>=1.0.1"),
+    # FADNet: "- [PyTorch(1.6.0+)](http://pytorch.org)", the version inside the link's text.
+    "readme-parenthesised-floor": ({"README.md": "## Requirements\n- [PyTorch(1.6.0+)](http://pytorch.org)\n- torchvision 0.5.0+\n"}, "torch>=1.6.0"),
     # FedRepo: "  * `torch`: 1.9.0".
     "readme-colon": ({"README.md": "## Environment\n  * `torch`: 1.9.0\n  * `torchvision`: 0.10.0\n"}, "torch>=1.9.0"),
     # deepcluster: "- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))".

@@ -188,13 +188,13 @@ def _document_spec(text: str, package: str, own: str | None = None) -> str | Non
     same README again (nine regular expressions over it, a tenth of a small project's run)."""
     name = re.escape(package)
     mentioned = re.compile(
-        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\))|\s+(?:install(?:ed)?\s+)?(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
+        rf"(?<![\w-])(?:py)?{name}(?:\]\([^)\s]*\))?(?:\s*\(?\s*(?:==|>=|≥|~=|=|>)\s*v?|\s*\(\s*v?(?=[0-9]+\.[0-9]+(?:\.[0-9]+)?[\w.]*\+?\))|\s+(?:install(?:ed)?\s+)?(?:version\s+)?v?|,\s*version\s+v?|,\s*v\.?(?=[0-9])|-v?|v?)([0-9]+\.[0-9]+(?:\.[0-9]+)?)", re.I
     )
     # MagFace: "Use **Pytorch > 1.7** for this feature" (newer than 1.7: 1.7 is a safe floor);
     # EmpatheticDialogues: "[PyTorch](https://pytorch.org/) (1.0.1.post2)".
     # pytorch-maml: "the latest version of PyTorch, v.0.2.0". msn: "PyTorch install 1.11.0".
     # GCC's README: "[PyTorch ≥ 1.4.0](https://pytorch.org/)". glow-tts: "* pytorch1.2.0", no space; sentiment-discovery: "pytorch (>= 0.4.1)"; FEAT:
-    # "[PyTorch-1.4 and torchvision](https://pytorch.org)".
+    # "[PyTorch-1.4 and torchvision](https://pytorch.org)". FADNet: "[PyTorch(1.6.0+)](http://pytorch.org)".
     # BERT-NER-Pytorch: "1.1.0 =< PyTorch < 1.5.0".
     bounded = re.compile(rf"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*(?:<=|=<)\s*(?:py)?{name}\b", re.I)
     # FiD: "[PyTorch](http://pytorch.org/) (currently tested on version 1.6.0)"; PEN-Net:

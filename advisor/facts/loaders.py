@@ -1727,7 +1727,13 @@ class LoaderFacts:
             if opaque and self.project_builds_items_on_device:
                 return True  # a data set the file cannot see, in a project whose data sets make CUDA items
         collate = ctx.argument(call, "collate_fn", DATALOADER_POSITION["collate_fn"])
-        return collate is not None and collate is not MISSING and self.callable_moves_to_device(collate)
+        if collate is None or collate is MISSING:
+            return False
+        if self.callable_moves_to_device(collate):
+            return True
+        # collie's ``collate_fn=self.collate_fn``, stored from a parameter its callers fill with
+        # the trainer's default ``ColliePadder()``, which pads on the GPU.
+        return isinstance(collate, (cst.Name, cst.Attribute, cst.Subscript)) and self.project_collates_on_device
 
     def _given_a_device(self, source: cst.BaseExpression) -> bool:
         """A data set built with a device other than the CPU (nice-slam's ``get_dataset(cfg,
@@ -1780,6 +1786,33 @@ class LoaderFacts:
                 getters = class_methods(other, cls, ("__getitem__", "__getitems__", "__iter__"))
                 if any(other.facts.loaders.runs_device_move(g) for g in getters):
                     return True
+        return False
+
+    @cached_property
+    def project_collates_on_device(self) -> bool:
+        """Whether a collator built as a ``collate_fn`` in the files that run with this one
+        (an argument, or a parameter's default: collie's ``train_dataset_collate_fn=ColliePadder()``)
+        moves the batch to a device: a loader handed its ``collate_fn`` through parameters
+        (``collate_fn=self.collate_fn``) may be given that one."""
+        project = self.ctx.project
+        if project is None:
+            return False
+        own = os.path.abspath(self.ctx.path)
+        for path in project.project.neighbourhood(own):
+            if not project.project.matches(path, _BUILDS_A_COLLATOR.search):
+                continue
+            other = self.ctx if path == own else project.project.context(path)
+            if other is None:
+                continue
+            built = [
+                param.default for param in other.nodes(cst.Param)
+                if isinstance(param.default, cst.Call) and "collate" in param.name.value
+            ] + [
+                arg.value for arg in other.nodes(cst.Arg)
+                if arg.keyword is not None and "collate" in arg.keyword.value and isinstance(arg.value, cst.Call)
+            ]
+            if any(other.facts.loaders.callable_moves_to_device(value) for value in built):
+                return True
         return False
 
     def callable_moves_to_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
@@ -2084,6 +2117,10 @@ def batch_target(target: cst.BaseExpression, indexed: bool) -> cst.BaseExpressio
     if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
         return target.elements[1].value
     return None
+
+
+# ``collate_fn=Padder(...)`` or ``train_collate_fn: Callable = Padder()``: a collator built as a collate function.
+_BUILDS_A_COLLATOR = re.compile(rb"collate_fn\w*[ \t]*(?::[^=\n]*)?=[ \t]*[A-Za-z_][\w.]*\(")
 
 
 def _MAY_MAKE_DEVICE_ITEMS(text: bytes) -> bool:
