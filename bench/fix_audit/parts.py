@@ -2,11 +2,14 @@
 
     python bench/fix_audit/parts.py split N SIZE    # /tmp/an/parts/hN_pK.{md,prompt}: edits grouped by repository
     python bench/fix_audit/parts.py merge N          # results/verdicts-heldoutN-first.json from /tmp/an/parts/hN_pK.json
+    python bench/fix_audit/parts.py exclude          # /tmp/an/exclude.txt: the repositories choosers must avoid
 
 Each part's prompt is ``prompts/judge.txt`` with its file names filled in; a reader who did not
 write the rules is told only: "Read /tmp/an/parts/hN_pK.prompt and follow it exactly." The
 repositories were chosen with ``prompts/choose.txt`` (DOMAIN and OUTFILE filled in) and fetched
-into ``/tmp/fa_hN`` by ``run.py --keep /tmp/fa_hN``.
+into ``/tmp/fa_hN`` by ``run.py --keep /tmp/fa_hN``. Its exclusion list, ``/tmp/an/exclude.txt``,
+holds every repository of ``SOURCES*.json`` here and of the recall corpus
+(``bench/recall/labels*/*.json``, ``projects[].repo``): ``python bench/fix_audit/parts.py exclude``.
 """
 from __future__ import annotations
 
@@ -61,6 +64,20 @@ def merge(n: int) -> None:
     (HERE / "results" / f"verdicts-heldout{n}-first.json").write_text(json.dumps({i: verdicts[i] for i in ids}, indent=1) + "\n")
 
 
+def exclude() -> None:
+    repos = {r["repo"].lower() for path in HERE.glob("SOURCES*.json") for r in json.loads(path.read_text())}
+    for path in (HERE.parent / "recall").glob("labels*/*.json"):
+        repos |= {p["repo"].lower() for p in json.loads(path.read_text()).get("projects", [])}
+    Path("/tmp/an").mkdir(parents=True, exist_ok=True)
+    Path("/tmp/an/exclude.txt").write_text("\n".join(sorted(repos)) + "\n")
+    print(len(repos), "repositories in /tmp/an/exclude.txt")
+
+
 if __name__ == "__main__":
-    command, number = sys.argv[1], int(sys.argv[2])
-    split(number, int(sys.argv[3])) if command == "split" else merge(number)
+    command = sys.argv[1]
+    if command == "exclude":
+        exclude()
+    elif command == "split":
+        split(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        merge(int(sys.argv[2]))
