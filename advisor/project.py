@@ -1840,6 +1840,25 @@ class ProjectView:
         self.asked_importers = True
         return None
 
+    def neighbour_contexts(self, test: Callable[[bytes], object]) -> Iterator["FileContext"]:
+        """The parsed contexts of the files that run with this one (:meth:`Project.neighbourhood`,
+        this file first, as itself) whose text passes ``test``, read before parsing; each joins
+        this file's dependencies, and so does the set of importers that made the neighbourhood."""
+        if not self.member:
+            return
+        self.asked_importers = True
+        for path in self.project.neighbourhood(self.path):
+            if path == self.path:
+                if self.project.matches(path, test):
+                    yield self.ctx
+                continue
+            self.consulted.add(path)
+            if not self.project.matches(path, test):
+                continue
+            other = self.project.context(path)
+            if other is not None:
+                yield other
+
     def imports_match(self, pattern: "re.Pattern[bytes]", depth: int = 3) -> bool:
         """Whether a project module this file imports, directly or through up to ``depth``
         imports, has ``pattern`` in its text (FEDformer's ``exp_main.py`` imports the model,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.engine import parse
+from advisor.engine import check_file, parse
 from advisor.project import Project, forget_projects
 from advisor.targets import lookup
 from helpers import fix, lint, settings
@@ -518,6 +518,10 @@ def test_a_loader_handed_its_collate_fn_is_not_pinned_where_the_projects_collato
     """))
     (tmp_path / "train.py").write_text("from collie.trainer import Trainer\nif __name__ == '__main__':\n    Trainer(build(), load()).train()\n")
     assert [d for d in lint(loader, gpu="A100", path=str(pkg / "dataloader.py")) if d.code == "ADV101"] == []
+    # The collator's module is a dependency: the cache asks again when padder.py changes.
+    forget_projects()
+    result = check_file(str(pkg / "dataloader.py"), settings(["ADV101"], gpu="A100"))
+    assert str(pkg / "padder.py") in result.dependencies and result.importers is not None
     (pkg / "padder.py").write_text(padder.replace(".cuda()", ""))  # the project's collator pads on the CPU
     forget_projects()
     assert [d.code for d in lint(loader, gpu="A100", path=str(pkg / "dataloader.py")) if d.code == "ADV101"] == ["ADV101"]

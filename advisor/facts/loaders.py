@@ -1775,13 +1775,7 @@ class LoaderFacts:
         project = self.ctx.project
         if project is None:
             return False
-        own = os.path.abspath(self.ctx.path)
-        for path in project.project.neighbourhood(own):
-            if not project.project.matches(path, _MAY_MAKE_DEVICE_ITEMS):
-                continue
-            other = self.ctx if path == own else project.project.context(path)
-            if other is None:
-                continue
+        for other in project.neighbour_contexts(_MAY_MAKE_DEVICE_ITEMS):
             for cls in other.nodes(cst.ClassDef):
                 getters = class_methods(other, cls, ("__getitem__", "__getitems__", "__iter__"))
                 if any(other.facts.loaders.runs_device_move(g) for g in getters):
@@ -1797,13 +1791,7 @@ class LoaderFacts:
         project = self.ctx.project
         if project is None:
             return False
-        own = os.path.abspath(self.ctx.path)
-        for path in project.project.neighbourhood(own):
-            if not project.project.matches(path, _BUILDS_A_COLLATOR.search):
-                continue
-            other = self.ctx if path == own else project.project.context(path)
-            if other is None:
-                continue
+        for other in project.neighbour_contexts(_BUILDS_A_COLLATOR.search):
             built = [
                 param.default for param in other.nodes(cst.Param)
                 if isinstance(param.default, cst.Call) and "collate" in param.name.value
