@@ -468,16 +468,19 @@ class Project:
                     paths.append(path)
         return found
 
-    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
+    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: "bytes | tuple[bytes, ...] | None" = None) -> list[str]:
         """The project's Python files and YAML configs whose text has ``pattern`` (once per
-        process). ``hint`` is a literal every match contains: files without it are passed over
-        without running the pattern (a pattern that must check each line's start for a ``#``
-        walks every line of a project; a literal is found at memory speed)."""
+        process). ``hint`` is a literal every match contains, or literals one of which every
+        match contains: files without it are passed over without running the pattern (a
+        pattern that must check each line's start for a ``#`` walks every line of a project; a
+        literal is found at memory speed)."""
         found = self._text_matches.get(pattern)
         if found is None:
+            hints = (hint,) if isinstance(hint, bytes) else hint
             texts = ((path, self._peek(path)) for path in (*self.files, *self._walk[2]))
             found = self._text_matches[pattern] = [
-                path for path, text in texts if (hint is None or hint in text) and pattern.search(text)
+                path for path, text in texts
+                if (hints is None or any(h in text for h in hints)) and pattern.search(text)
             ]
         return found
 
@@ -1205,7 +1208,7 @@ class Project:
     def _looking_up_by_name(self) -> list[str]:
         """The files that look classes up by a name made at run time (:meth:`_builds_by_name`)."""
         found = []
-        for path in self.texts_matching(_LOOKS_UP_BY_NAME):
+        for path in self.texts_matching(_LOOKS_UP_BY_NAME, (b"__dict__[", b"globals()", b"vars(", b"getattr(")):
             text = self._peek(path)
             if _LOOKUP_TABLE.search(text):
                 found.append(path)
@@ -1877,7 +1880,7 @@ class ProjectView:
                     return True
         return False
 
-    def runs_with_match(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> bool:
+    def runs_with_match(self, pattern: "re.Pattern[bytes]", hint: "bytes | tuple[bytes, ...] | None" = None) -> bool:
         """Whether a project file with ``pattern`` in its text runs in the same program as this
         one: this file, or a file that shares an importer with it, directly or through others
         (esvit's ``main_esvit.py`` imports ``models``, whose ``cvt_v4_transformer.py`` imports
@@ -1990,7 +1993,7 @@ class ProjectView:
         (``args.use_amp = True``), by text; the answer may change with any file of the project."""
         return bool(self.texts_matching(re.compile(rb"\." + re.escape(name.encode()) + rb"[ \t]*=(?!=)"), name.encode()))
 
-    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> list[str]:
+    def texts_matching(self, pattern: "re.Pattern[bytes]", hint: "bytes | tuple[bytes, ...] | None" = None) -> list[str]:
         """The project's Python files whose text has ``pattern`` (:meth:`Project.texts_matching`);
         the answer may change with any file of the project."""
         self.asked_texts = True

@@ -1969,7 +1969,7 @@ def _differentiates_in_forward(ctx: FileContext) -> bool:
 
     def find() -> bool:
         project = view.project
-        candidates = set(view.texts_matching(_AUTOGRAD_GRAD_TEXT))
+        candidates = set(view.texts_matching(_AUTOGRAD_GRAD_TEXT, b"autograd"))
         if not candidates:
             return False
         # Only modules the file imports, directly or through others (DIG's explainers, which

@@ -3,6 +3,8 @@ to a few lines, must not come back."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -6636,3 +6638,18 @@ def test_fp16_autocast_over_an_image_warp_stays_advice(warped, fixed):
     )
     (finding,) = [d for d in lint(source, gpu="A100") if d.code == "ADV201"]
     assert (finding.fix_applicability is not None) is fixed, finding.message
+
+
+def test_texts_matching_takes_one_literal_or_several_as_a_prefilter(tmp_path):
+    # A literal that every match contains, or a tuple of literals one of which every match
+    # contains, only passes files over: the matches are the pattern's own.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "a.py").write_text("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n")
+    (tmp_path / "b.py").write_text("import torch\ntorch.set_float32_matmul_precision('high')\n")
+    (tmp_path / "c.py").write_text("import torch\nx = torch.zeros(32, dtype=torch.float32)\n")
+    pattern = re.compile(rb"\ballow_tf32\b|set_float32_matmul_precision\(")
+    plain = Project(str(tmp_path), lookup("A100"), parse).texts_matching(pattern)
+    hinted = Project(str(tmp_path), lookup("A100"), parse).texts_matching(pattern, (b"allow_tf32", b"set_float32_matmul_precision"))
+    one = Project(str(tmp_path), lookup("A100"), parse).texts_matching(pattern, b"allow_tf32")
+    assert sorted(os.path.basename(p) for p in plain) == ["a.py", "b.py"] == sorted(os.path.basename(p) for p in hinted)
+    assert [os.path.basename(p) for p in one] == ["a.py"]  # a literal the pattern does not require loses matches: callers must not

@@ -991,7 +991,7 @@ def tf32_set_elsewhere(ctx: FileContext) -> str | None:
     view = ctx.project
     if view is None or not view.member:
         return None
-    for path in view.texts_matching(_TF32_SETTING):
+    for path in view.texts_matching(_TF32_SETTING, _TF32_SETTING_HINTS):
         if (
             path.endswith(".py")
             and os.path.abspath(path) != os.path.abspath(ctx.path)
@@ -1019,7 +1019,7 @@ def tf32_turned_off_in_project(ctx: FileContext) -> str | None:
     view = ctx.project
     if view is None or not view.member:
         return None
-    for path in view.texts_matching(_TF32_OFF):
+    for path in view.texts_matching(_TF32_OFF, (b"allow_tf32", b"set_float32_matmul_precision")):
         if not path.endswith(".py") or os.path.abspath(path) == os.path.abspath(ctx.path) or view.project.is_test_code(path):
             continue
         other = view.context_of(path)  # the text matched; the code must say it (not a docstring's example)
@@ -1044,7 +1044,7 @@ def runs_fft(ctx: FileContext) -> bool:
     project modules it imports: cuFFT takes no bf16 input, so bf16 autocast makes them raise
     ("Unsupported dtype BFloat16"), where fp16 and fp32 run (FEDformer's Fourier blocks).
     Asked once per file however many findings ask it."""
-    return ctx.memo(runs_fft, lambda: _in_file_or_imports(ctx, _FFT_CALL))
+    return ctx.memo(runs_fft, lambda: _in_file_or_imports(ctx, _FFT_CALL, b"fft"))
 
 
 def runs_cudnn_rnn(ctx: FileContext) -> bool:
@@ -1052,7 +1052,7 @@ def runs_cudnn_rnn(ctx: FileContext) -> bool:
     ``nn.GRU``, ``nn.RNN``). Autocast runs cuDNN RNNs in float16 whatever dtype it was given
     (``_cudnn_rnn_cast_reflatten`` in ATen's ``AutocastRNN.cpp`` casts to half), so bf16 autocast
     over one is fp16 without the GradScaler bf16 drops. Asked once per file."""
-    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER, b"nn"))
+    return ctx.memo(runs_cudnn_rnn, lambda: _in_file_or_imports(ctx, _RNN_LAYER, (b"LSTM", b"GRU", b"RNN")))
 
 
 def runs_cupy_kernels(ctx: FileContext) -> bool:
@@ -1060,7 +1060,7 @@ def runs_cupy_kernels(ctx: FileContext) -> bool:
     spikingjelly's ``backend='cupy'`` neurons): hand-written CUDA code that takes float32 and
     float16, and raises on bf16 (``NotImplementedError`` in spikingjelly's neurons, SpikeGPT's
     copy of it). Asked once per file."""
-    return ctx.memo(runs_cupy_kernels, lambda: _in_file_or_imports(ctx, _CUPY))
+    return ctx.memo(runs_cupy_kernels, lambda: _in_file_or_imports(ctx, _CUPY, b"cupy"))
 
 
 def replicates_in_threads(ctx: FileContext) -> bool:
@@ -1071,7 +1071,7 @@ def replicates_in_threads(ctx: FileContext) -> bool:
     return ctx.memo(replicates_in_threads, lambda: bool(ctx.calls(*DATA_PARALLEL)))
 
 
-def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]", hint: bytes | None = None) -> bool:
+def _in_file_or_imports(ctx: FileContext, pattern: "re.Pattern[bytes]", hint: "bytes | tuple[bytes, ...] | None" = None) -> bool:
     """``pattern`` is in this file's text, in a project module it imports, or in one that runs
     in the same program (:meth:`ProjectView.runs_with_match`): CorrNet's ``seq_scripts.py``
     trains the model ``main.py`` builds from ``slr_network.py``, whose ``BiLSTM`` it never imports."""
@@ -1113,6 +1113,7 @@ _CUPY = re.compile(
 
 
 _TF32_SETTING = re.compile(rb"\ballow_tf32\b|set_float32_matmul_precision\(|\bfp32_precision\b")
+_TF32_SETTING_HINTS = (b"allow_tf32", b"set_float32_matmul_precision", b"fp32_precision")
 
 
 def trainer_compiles(ctx: FileContext, call: cst.Call) -> bool:
